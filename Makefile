@@ -1,0 +1,33 @@
+# Two commands for a newcomer: `make release` and `make test`. Only Python 3.11 is assumed.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+
+.PHONY: release test ui bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	@touch $@
+
+$(DAGSTER_HOME):
+	@mkdir -p $@ && touch $@/dagster.yaml
+
+release: $(STAMP) | $(DAGSTER_HOME)
+	$(PY) -m opal_dp.cli release
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+ui: $(STAMP) | $(DAGSTER_HOME)
+	$(VENV)/bin/dagster dev -w workspace.yaml
+
+bench: $(STAMP)
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) $(DAGSTER_HOME)

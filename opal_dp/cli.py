@@ -1,0 +1,60 @@
+"""``python -m opal_dp.cli release``: run the whole pipeline over every raw day, in three runs.
+
+One run per partitioning scheme (daily private stages, (date, mode) release, roll-up), each over the
+full range of partitions thanks to single-run backfill policies: no process per partition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import dagster as dg
+
+from opal_dp import settings
+from opal_dp.defs.partitions import date_mode, service_dates
+from opal_dp.prep.ingest import raw_files
+
+
+def run_release(instance: dg.DagsterInstance, dates: list[str] | None = None) -> dg.Definitions:
+    """Register the service dates of the raw files and materialise everything over them."""
+    from opal_dp.definitions import defs as load_defs
+
+    defs = load_defs()
+    days = sorted(dates or raw_files(settings.raw_dir()))
+    if not days:
+        raise SystemExit(f"no raw files in {settings.raw_dir()}")
+    new = [d for d in days if not instance.has_dynamic_partition(service_dates.name, d)]
+    instance.add_dynamic_partitions(service_dates.name, new)
+    keys = date_mode.get_partition_keys(dynamic_partitions_store=instance)
+    wanted = [k for k in keys if k.keys_by_dimension["date"] in days]
+    for job, first, last in (
+        ("private_stages", days[0], days[-1]),
+        ("release", str(wanted[0]), str(wanted[-1])),
+        ("rollup", None, None),
+    ):
+        tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last} if first else {}
+        result = defs.resolve_job_def(job).execute_in_process(instance=instance, tags=tags)
+        if not result.success:
+            raise SystemExit(f"run {result.run_id} of job {job} failed")
+    return defs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m opal_dp.cli", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    release = sub.add_parser("release", help="prepare the sample if needed, then run the pipeline end to end")
+    release.add_argument("--no-sample", action="store_true", help="do not generate the bundled sample")
+    args = parser.parse_args(argv)
+    if args.command == "release":
+        if not args.no_sample:
+            from opal_dp.synth.sample import ensure_sample
+
+            ensure_sample(settings.raw_dir())
+        with dg.DagsterInstance.get() as instance:
+            run_release(instance)
+        print(f"release complete: data under {settings.data_dir()}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

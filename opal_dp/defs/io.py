@@ -1,0 +1,67 @@
+"""Parquet IO manager for private intermediates, one file per partition, multi-partition runs included.
+
+Assets return a mapping {partition key: DataFrame}, so one run can materialise a whole backfill
+(``BackfillPolicy.single_run``) and still store, and later load, each partition on its own. Inputs
+load lazily: a downstream run over 56 partitions never holds more than the frames it is using.
+"""
+
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+
+from opal_dp import settings
+from opal_dp.storage import write_parquet_atomic
+
+
+class PartitionFrames(Mapping[str, pd.DataFrame]):
+    """Read-only, lazily loaded {partition key: DataFrame}."""
+
+    def __init__(self, paths: Mapping[str, Path]):
+        self._paths = dict(paths)
+
+    def __getitem__(self, key: str) -> pd.DataFrame:
+        return pd.read_parquet(self._paths[str(key)])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+class PartitionedParquetIOManager(dg.ConfigurableIOManager):
+    """Stores each partition at ``<base>/<asset key>/<dimension values...>.parquet``."""
+
+    base_dir: str | None = None  # default: $OPAL_DP_DATA_DIR/private
+
+    def _path(self, asset_key: dg.AssetKey, partition: str | None) -> Path:
+        root = Path(self.base_dir) if self.base_dir else settings.private_dir()
+        folder = root.joinpath(*asset_key.path)
+        if partition is None:
+            return folder.with_suffix(".parquet")
+        *dirs, leaf = str(partition).split("|")
+        return folder.joinpath(*dirs, f"{leaf}.parquet")
+
+    def handle_output(self, context: dg.OutputContext, obj: object) -> None:
+        if not context.has_asset_partitions:
+            if not isinstance(obj, pd.DataFrame):
+                raise TypeError(f"{context.asset_key.to_user_string()}: expected a DataFrame, got {type(obj)}")
+            write_parquet_atomic(obj, self._path(context.asset_key, None))
+            return
+        keys = {str(k) for k in context.asset_partition_keys}
+        if not isinstance(obj, Mapping) or {str(k) for k in obj} != keys:
+            raise TypeError(
+                f"{context.asset_key.to_user_string()}: expected a mapping with exactly the run's "
+                f"partitions {sorted(keys)}, got {sorted(map(str, obj)) if isinstance(obj, Mapping) else type(obj)}"
+            )
+        for key, frame in obj.items():
+            write_parquet_atomic(frame, self._path(context.asset_key, str(key)))
+
+    def load_input(self, context: dg.InputContext) -> pd.DataFrame | PartitionFrames:
+        key = context.asset_key
+        if not context.has_asset_partitions:
+            return pd.read_parquet(self._path(key, None))
+        return PartitionFrames({str(k): self._path(key, str(k)) for k in context.asset_partition_keys})

@@ -1,0 +1,30 @@
+"""Small helpers shared by the asset modules: schema metadata, per-partition tables, backfill policy."""
+
+
+from collections.abc import Sequence
+
+import dagster as dg
+import pandera.pandas as pa
+from dagster_pandera import pandera_schema_to_dagster_type
+
+# One run materialises a whole backfill: never one process per partition per asset.
+SINGLE_RUN = dg.BackfillPolicy.single_run()
+
+
+def column_schema(model: type[pa.DataFrameModel]) -> dict[str, dg.TableSchema]:
+    """Definition metadata that makes the UI show the Pandera model as the asset's column schema."""
+    return {"dagster/column_schema": pandera_schema_to_dagster_type(model).metadata["schema"].schema}
+
+
+def partition_table(rows: Sequence[dict]) -> dg.TableMetadataValue:
+    """One row per partition of the run: lets a multi-partition run still report each partition."""
+    columns = list(rows[0]) if rows else ["partition"]
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord(row) for row in rows],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn(name, "string" if isinstance(rows[0][name], str) else "float")
+                for name in columns
+            ]
+        ) if rows else None,
+    )

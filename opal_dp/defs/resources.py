@@ -1,0 +1,37 @@
+"""Resources: the private Parquet store, the public reference network, and the privacy budget."""
+
+
+from functools import lru_cache
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+
+from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.defs.io import PartitionedParquetIOManager
+from opal_dp.network import load_stops
+
+
+@lru_cache(maxsize=4)
+def _stops(path: str | None) -> pd.DataFrame:
+    return load_stops(Path(path) if path else None)
+
+
+class ReferenceNetwork(dg.ConfigurableResource):
+    """The public stop list (stop_id, mode, name, postcode): fixes the location domain."""
+
+    path: str | None = None  # default: data/reference/stops.csv
+
+    def stops(self) -> pd.DataFrame:
+        return _stops(self.path)
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    return dg.Definitions(
+        resources={
+            "private_parquet": PartitionedParquetIOManager(),
+            "reference": ReferenceNetwork(),
+            "privacy_budget": PrivacyBudget(),
+        }
+    )

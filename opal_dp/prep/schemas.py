@@ -1,0 +1,84 @@
+"""Pandera contracts for every trip table, from the raw input to one (date, mode) partition.
+
+The raw contract is what ingest promises downstream after coercion; the later schemas are
+``strict`` so that no identifier (or any other column) can ride along unnoticed.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from opal_dp.network import MODES
+
+WINDOW_MINUTES = 15
+WINDOWS_PER_DAY = 24 * 60 // WINDOW_MINUTES
+UNKNOWN = -1  # missing tap-off time window; its location label is "-1"
+UNKNOWN_LABEL = "-1"
+
+
+class IngestedTrips(pa.DataFrameModel):
+    """Accepted raw trips (one row per trip) of one service day, typed."""
+
+    card_id: Series[int] = pa.Field(gt=0)
+    mode: Series[pd.CategoricalDtype] = pa.Field(isin=list(MODES))
+    tap_on_time: Series[pd.Timestamp]
+    tap_on_stop: Series["int32"]
+    tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
+    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+
+
+class RejectedTrips(pa.DataFrameModel):
+    """Raw rows that broke the contract, with where they came from and why; raw values as text."""
+
+    source_file: Series[str]
+    line: Series[int] = pa.Field(ge=1)
+    field: Series[str]
+    reason: Series[str]
+    card_id: Series[str] = pa.Field(nullable=True)
+    mode: Series[str] = pa.Field(nullable=True)
+    tap_on_time: Series[str] = pa.Field(nullable=True)
+    tap_on_stop: Series[str] = pa.Field(nullable=True)
+    tap_off_time: Series[str] = pa.Field(nullable=True)
+    tap_off_stop: Series[str] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+
+
+class AnonymisedTrips(pa.DataFrameModel):
+    """Trips with the card id (the only unique identifier) removed; strict, so none can return."""
+
+    mode: Series[pd.CategoricalDtype] = pa.Field(isin=list(MODES))
+    tap_on_time: Series[pd.Timestamp]
+    tap_on_stop: Series["int32"]
+    tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
+    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+
+
+class PartitionTrips(pa.DataFrameModel):
+    """One (date, mode) partition: only tap-on/tap-off windows and locations (seed §4.1 step 5)."""
+
+    tap_on_window: Series["int16"] = pa.Field(ge=0, lt=WINDOWS_PER_DAY)
+    tap_on_loc: Series[pd.CategoricalDtype]
+    tap_off_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
+    tap_off_loc: Series[pd.CategoricalDtype]
+
+    class Config:
+        strict = True
+
+
+class BinnedTrips(PartitionTrips):
+    """Trips of one service day with 15-minute windows and published location labels."""
+
+    mode: Series[pd.CategoricalDtype] = pa.Field(isin=list(MODES))
+
+    class Config:
+        strict = True

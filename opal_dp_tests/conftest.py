@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny public stop network and raw-file writers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from opal_dp.network import MODES
+
+TINY_STOPS = [
+    # stop_id, mode, name, postcode
+    (1, "bus", "George St near Market St", 2000),
+    (2, "bus", "Elizabeth St", 2000),
+    (3, "bus", "Oxford St", 2010),
+    (10, "train", "Central", 2000),
+    (11, "train", "Town Hall", 2000),
+    (12, "train", "Parramatta", 2150),
+    (20, "ferry", "Circular Quay", 2000),
+    (21, "ferry", "Manly", 2095),
+    (30, "light_rail", "Central Chalmers Street", 2000),
+    (31, "light_rail", "Dulwich Hill", 2203),
+]
+
+
+@pytest.fixture
+def stops() -> pd.DataFrame:
+    frame = pd.DataFrame(TINY_STOPS, columns=["stop_id", "mode", "name", "postcode"])
+    return frame.assign(
+        stop_id=frame["stop_id"].astype("int32"),
+        mode=pd.Categorical(frame["mode"], categories=list(MODES)),
+        postcode=frame["postcode"].astype("int16"),
+        lat=-33.88,
+        lon=151.2,
+    )
+
+
+def write_csv(folder: Path, day: str, rows: list[dict], header: str | None = None) -> Path:
+    """A raw CSV day file; ``rows`` are dicts of the raw columns (missing keys -> empty)."""
+    columns = ["card_id", "mode", "tap_on_time", "tap_on_stop", "tap_off_time", "tap_off_stop"]
+    path = folder / f"trips_{day}.csv"
+    lines = [header or ",".join(columns)]
+    lines += [",".join(str(row.get(c, "")) for c in columns) for row in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,83 @@
+"""Anonymise and bin: identifiers gone, windows at the day's edges, postcodes, missing tap-off."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pandera.pandas as pa
+import pytest
+
+from opal_dp.prep.anonymise import anonymise
+from opal_dp.prep.binning import bin_trips, location_labels, split_by_mode, time_window, window_label
+from opal_dp.prep.ingest import ingest_file
+from opal_dp.prep.schemas import AnonymisedTrips
+from opal_dp_tests.conftest import write_csv
+
+DAY = "2016-07-25"
+
+
+def trips(stops, tmp_path, rows):
+    return ingest_file(write_csv(tmp_path, DAY, rows), stops).accepted
+
+
+def row(card, mode, on, on_stop, off="", off_stop=""):
+    return {"card_id": card, "mode": mode, "tap_on_time": on, "tap_on_stop": on_stop,
+            "tap_off_time": off, "tap_off_stop": off_stop}
+
+
+@pytest.mark.parametrize(
+    ("time", "window", "label"),
+    [("00:00:00", 0, "0:00"), ("00:14:59", 0, "0:00"), ("00:15:00", 1, "0:15"), ("02:37:00", 10, "2:30"),
+     ("13:45:00", 55, "13:45"), ("23:59:59", 95, "23:45")],
+)
+def test_time_windows_at_day_edges(time, window, label):
+    assert time_window(pd.Series(pd.to_datetime([f"{DAY} {time}"])))[0] == window
+    assert window_label(window) == label
+
+
+def test_missing_time_is_window_minus_one():
+    assert time_window(pd.Series(pd.to_datetime([None]))).tolist() == [-1]
+    assert window_label(-1) == "-1"
+
+
+def test_anonymise_removes_card_id_and_raw_order(tmp_path, stops):
+    rows = [row(2, "train", f"{DAY} 09:00:00", 10), row(1, "bus", f"{DAY} 10:00:00", 1),
+            row(3, "train", f"{DAY} 08:00:00", 11)]
+    anonymous = anonymise(trips(stops, tmp_path, rows))
+    assert "card_id" not in anonymous.columns
+    assert anonymous["tap_on_stop"].tolist() == [1, 11, 10]  # by mode, then time: not file order
+    with pytest.raises((pa.errors.SchemaError, pa.errors.SchemaErrors)):
+        AnonymisedTrips.validate(anonymous.assign(card_id=1))
+
+
+def test_binning_collapses_bus_stops_to_postcodes_and_keeps_names(tmp_path, stops):
+    rows = [row(1, "bus", f"{DAY} 08:00:00", 1, f"{DAY} 08:10:00", 3),
+            row(2, "bus", f"{DAY} 08:01:00", 2, f"{DAY} 08:30:00", 3),
+            row(3, "train", f"{DAY} 08:02:00", 10, f"{DAY} 08:40:00", 12)]
+    binned = bin_trips(anonymise(trips(stops, tmp_path, rows)), stops)
+    assert binned["tap_on_loc"].astype(str).tolist() == ["2000", "2000", "Central"]
+    assert binned["tap_off_loc"].astype(str).tolist() == ["2010", "2010", "Parramatta"]
+    assert binned["tap_off_window"].tolist() == [32, 34, 34]
+
+
+def test_midnight_crossing_and_missing_tap_off(tmp_path, stops):
+    rows = [row(1, "ferry", f"{DAY} 23:50:00", 20, "2016-07-26 00:20:00", 21),
+            row(2, "ferry", f"{DAY} 07:00:00", 20)]
+    binned = bin_trips(anonymise(trips(stops, tmp_path, rows)), stops).sort_values("tap_on_window")
+    assert binned["tap_on_window"].tolist() == [28, 95]
+    assert binned["tap_off_window"].tolist() == [-1, 1]  # 00:20 next day: window 0:15 of the tap-on day
+    assert binned["tap_off_loc"].astype(str).tolist() == ["-1", "Manly"]
+
+
+def test_location_universe_is_public_and_sorted(stops):
+    labels = location_labels(stops)
+    assert labels == sorted(labels) and "-1" in labels
+    assert {"2000", "2010", "Central", "Manly"} <= set(labels)
+
+
+def test_split_by_mode_is_disjoint_and_complete(tmp_path, stops):
+    rows = [row(i, mode, f"{DAY} 08:0{i}:00", stop) for i, (mode, stop) in
+            enumerate([("bus", 1), ("train", 10), ("train", 11), ("ferry", 20), ("light_rail", 30)])]
+    binned = bin_trips(anonymise(trips(stops, tmp_path, rows)), stops)
+    parts = {m: split_by_mode(binned, m) for m in ("bus", "ferry", "light_rail", "train")}
+    assert sum(len(p) for p in parts.values()) == len(binned)
+    assert len(parts["train"]) == 2 and "mode" not in parts["train"].columns
