@@ -7,8 +7,14 @@ import dagster as dg
 from pydantic import model_validator
 
 from opal_dp import settings
-from opal_dp.core import DiscreteLaplace, HistogramMechanism, Relation, SecureBits, StabilityHistogram
-from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core import (
+    DiscreteLaplace,
+    HistogramMechanism,
+    PrivacyLedger,
+    Relation,
+    SecureBits,
+    StabilityHistogram,
+)
 from opal_dp.release.marginals import MARGINALS
 
 DEFAULT_DELTA = 1 / 8_000_000

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from opal_dp.core import HistogramMechanism
-from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core import HistogramMechanism, PrivacyLedger
 from opal_dp.release.marginals import BY_NAME, COUNT, LOC, TIME, Marginal, histogram
 from opal_dp.storage import write_parquet_atomic
 
@@ -30,6 +29,7 @@ from opal_dp.storage import write_parquet_atomic
 class ReleasedMarginal:
     marginal: Marginal
     frame: pd.DataFrame  # released bins only, canonical order, integer counts
+    truth: pd.DataFrame  # the true histogram it was drawn from (private: for checks only)
     entry_id: int
     reused: bool  # True: an identical earlier release was returned, no noise drawn, nothing charged
 
@@ -89,7 +89,7 @@ def release_partition(
             standing = ledger.complete(entry.id, str(path), run_id=run_id)
             if standing != str(path):  # a concurrent run stored first: publish its draw, not ours
                 frame = pd.read_parquet(standing)
-        released[name] = ReleasedMarginal(BY_NAME[name], frame, entry.id, decision.kind == "reuse")
+        released[name] = ReleasedMarginal(BY_NAME[name], frame, truths[name], entry.id, decision.kind == "reuse")
     return released
 
 

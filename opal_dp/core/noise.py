@@ -1,0 +1,132 @@
+"""Exact, vectorised discrete Laplace sampler.
+
+``Z = G1 - G2`` with ``G1, G2`` iid geometric, ``P(G >= k) = q**k``, ``q = exp(-1/scale)``; then
+``P(Z = z) = (1 - q)/(1 + q) * q**|z|`` exactly, i.e. proportional to ``exp(-|z|/scale)``.
+
+Each geometric is drawn by inversion with no floating point. A uniform word ``U`` stands for the
+real ``R = (U + R')/2**64`` (``R'`` the value of the words not yet drawn), so ``R`` is uniform on
+[0, 1) and ``G = #{k >= 1 : R < q**k}`` has ``P(G >= k) = q**k``. The table
+``T_k = floor(q**k * 2**64)``, ``k = 1..K``, is computed exactly (``decimal``, directed rounding,
+precision raised until the floor is certain), and is strictly decreasing for every scale accepted.
+Since ``q**k * 2**64`` is irrational, ``U < T_k`` implies ``R < q**k`` and ``U > T_k`` implies
+``R > q**k``. ``U == T_k`` (probability at most ``K * 2**-64``) is decided by comparing further
+words with the next 64-bit digits of ``q**k``. If ``R < q**K`` then, by memorylessness,
+``G = K + `` a fresh geometric, drawn the same way. Exactness thus rests only on ``bits``
+delivering independent uniform words.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+from opal_dp.core.bits import BitSource, SecureBits
+
+MAX_SCALE = 2.0**10
+"""Largest accepted scale (the exact table has about ``22.2 * scale`` entries, built once)."""
+
+_WORD = 64
+_MASK = (1 << _WORD) - 1
+_UINT64_MAX = np.uint64(_MASK)
+
+
+def _check_scale(scale: float) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise ValueError(f"scale must be a real number, got {scale!r}")
+    scale = float(scale)
+    if not (math.isfinite(scale) and 0 < scale <= MAX_SCALE):
+        raise ValueError(f"scale must be finite with 0 < scale <= {MAX_SCALE}, got {scale!r}")
+    return scale
+
+
+def _floor_scaled_power(inv_scale: Fraction, k: int, bits: int) -> int:
+    """Exactly ``floor(exp(-k * inv_scale) * 2**bits)`` for ``k >= 1``.
+
+    Lower/upper bounds from directed rounding; ``Decimal.exp`` is correctly rounded (error at
+    most half an ulp, so relative at most ``10**(1 - prec)``). The true value is irrational, so raising
+    the precision eventually puts both bounds in the same unit interval.
+    """
+    num, den = k * inv_scale.numerator, inv_scale.denominator
+    prec = 40 + bits // 3
+    while True:
+        with localcontext() as ctx:
+            ctx.prec = prec
+            rel = Decimal(10) ** (1 - prec)
+            ctx.rounding = ROUND_CEILING
+            x_hi = Decimal(num) / Decimal(den)
+            ctx.rounding = ROUND_FLOOR
+            x_lo = Decimal(num) / Decimal(den)
+            lo = (-x_hi).exp() * (1 - rel) * Decimal(2**bits)
+            ctx.rounding = ROUND_CEILING
+            hi = (-x_lo).exp() * (1 + rel) * Decimal(2**bits)
+        if int(lo) == int(hi):  # both >= 0: int() is floor
+            return int(lo)
+        prec *= 2
+
+
+class _Table:
+    """Inversion table for one scale: ``K`` and ``T_1..T_K`` stored ascending."""
+
+    def __init__(self, scale: float) -> None:
+        self.inv_scale = 1 / Fraction(scale)  # Fraction(float) is exact
+        self.size = max(1, math.ceil(32 * math.log(2) * scale))  # q**K <= 2**-32 (approx.)
+        t = [_floor_scaled_power(self.inv_scale, k, _WORD) for k in range(self.size, 0, -1)]
+        self.ascending = np.array(t, dtype=np.uint64)  # T_K, ..., T_1
+        # below[j] = the largest entry <= U when searchsorted gives j (sentinel: never equals U)
+        self.below = np.concatenate(([_UINT64_MAX], self.ascending))
+
+    def next_digit(self, k: int, j: int) -> int:
+        """The ``j``-th 64-bit word (``j >= 2``) of the binary expansion of ``q**k``."""
+        return _floor_scaled_power(self.inv_scale, k, _WORD * j) & _MASK
+
+
+@lru_cache(maxsize=32)
+def _table(scale: float) -> _Table:
+    return _Table(scale)
+
+
+class DiscreteLaplace:
+    """Sampler of ``P(Z = z) ∝ exp(-|z|/scale)`` on the integers, exact given uniform ``bits``."""
+
+    def __init__(self, bits: BitSource = SecureBits()) -> None:
+        self._bits = bits
+
+    @property
+    def seeded(self) -> bool:
+        return self._bits.seeded
+
+    def sample(self, scale: float, size: int) -> np.ndarray:
+        """``size`` iid discrete Laplace draws (``int64``) with parameter ``q = exp(-1/scale)``."""
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise ValueError(f"size must be a non-negative integer, got {size!r}")
+        table = _table(_check_scale(scale))
+        g = self._geometric(table, 2 * int(size))
+        return g[:size] - g[size:]
+
+    def _geometric(self, table: _Table, n: int) -> np.ndarray:
+        out = np.zeros(n, dtype=np.int64)
+        pending = np.arange(n)
+        while pending.size:
+            u = self._bits.words(pending.size)
+            j = np.searchsorted(table.ascending, u, side="right")
+            g = table.size - j  # #{k : T_k > U}: those k certainly have R < q**k
+            for i in np.flatnonzero(table.below[j] == u):  # U == T_k: is R < q**k?
+                if self._fraction_below(table, table.size + 1 - int(j[i])):
+                    g[i] += 1
+            out[pending] += g
+            pending = pending[g == table.size]  # R < q**K: add a fresh geometric
+        return out
+
+    def _fraction_below(self, table: _Table, k: int) -> bool:
+        """Given ``U == T_k``: draw words of ``R'`` until they differ from ``q**k``'s next words."""
+        j = 2
+        while True:
+            w = int(self._bits.words(1)[0])
+            d = table.next_digit(k, j)
+            if w != d:
+                return w < d
+            j += 1

@@ -1,0 +1,177 @@
+"""Consistency checks of a released marginal partition. Pure functions: each returns None when the
+check passes, else a message saying what is wrong. The Dagster asset checks and the publish gate
+both call ``blocking_problems``, so what is published is exactly what was checked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+
+from opal_dp.core.ledger import Entry
+from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
+from opal_dp.release.marginals import COUNT, LOC, TIME, Marginal
+from opal_dp.release.schemas import schema_for
+
+# Values of P(|sum of noise| > bound) we tolerate before the plausibility warning fires.
+PLAUSIBILITY_FALSE_ALARM = 1e-6
+
+
+@dataclass(frozen=True)
+class ReleaseUnderCheck:
+    """Everything a check may look at for one (partition, marginal)."""
+
+    partition: str
+    marginal: Marginal
+    released: pd.DataFrame
+    truth: pd.DataFrame  # true histogram (internal only; checks never publish it)
+    mechanism: Mapping  # HistogramMechanism.describe()
+    entry: Entry | None  # ledger entry that stands for this release
+    partition_spent: tuple[float, float]
+    cap: tuple[float, float]
+    public_labels: frozenset[str]
+
+
+def no_new_points(r: ReleaseUnderCheck) -> str | None:
+    keys = r.marginal.dimensions
+    if not keys:
+        return None
+    merged = r.released[keys].merge(r.truth[keys], how="left", on=keys, indicator=True)
+    new = merged.loc[merged["_merge"] == "left_only", keys]
+    return None if new.empty else f"{len(new)} released bins absent from the data, e.g. {new.iloc[0].to_dict()}"
+
+
+def counts_above_threshold(r: ReleaseUnderCheck) -> str | None:
+    counts = r.released[COUNT]
+    floor = r.mechanism["min_released_count"]
+    if floor != math.ceil(r.mechanism["threshold"]):
+        return f"min_released_count {floor} is not ceil(threshold {r.mechanism['threshold']})"
+    if not pd.api.types.is_integer_dtype(counts):
+        return f"counts have dtype {counts.dtype}, not integer"
+    low = counts[counts < floor]
+    return None if low.empty else f"{len(low)} counts below ceil(threshold) = {floor}, e.g. {int(low.iloc[0])}"
+
+
+def canonical_order(r: ReleaseUnderCheck) -> str | None:
+    columns = []
+    if r.marginal.by_time:
+        columns.append(r.released[TIME].to_numpy("int64"))
+    if r.marginal.by_loc:
+        loc = r.released[LOC]
+        if list(loc.cat.categories) != sorted(loc.cat.categories):
+            return "location categories are not the sorted public label universe"
+        columns.append(loc.cat.codes.to_numpy("int64"))
+    if len(r.released) < 2:
+        return None
+    keys = np.column_stack(columns)
+    step = np.diff(keys, axis=0)
+    first_change = np.take_along_axis(step, np.argmax(step != 0, axis=1)[:, None], axis=1)[:, 0]
+    bad = np.flatnonzero(first_change <= 0)
+    return None if bad.size == 0 else f"rows {bad[0]} and {bad[0] + 1} are out of canonical (time, location) order"
+
+
+def schema_valid(r: ReleaseUnderCheck) -> str | None:
+    try:
+        schema_for(r.marginal).validate(r.released, lazy=True)
+    except (pa.errors.SchemaError, pa.errors.SchemaErrors) as err:
+        return f"schema {schema_for(r.marginal).__name__} violated: {str(err)[:500]}"
+    return None
+
+
+def budget_recorded(r: ReleaseUnderCheck) -> str | None:
+    if r.entry is None:
+        return "no ledger entry stands for this release"
+    if r.entry.status != "complete":
+        return f"ledger entry {r.entry.id} is {r.entry.status}, not complete"
+    expected = (r.mechanism["epsilon"], r.mechanism["delta"])
+    if (r.entry.epsilon, r.entry.delta) != expected:
+        return f"ledger recorded (ε, δ) = {(r.entry.epsilon, r.entry.delta)}, configured {expected}"
+    (eps, delta), (cap_eps, cap_delta) = r.partition_spent, r.cap
+    if eps > cap_eps * (1 + 1e-9) or delta > cap_delta * (1 + 1e-9):
+        return f"partition spent (ε, δ) = ({eps}, {delta}) exceeds the cap ({cap_eps}, {cap_delta})"
+    return None
+
+
+def no_identifiers(r: ReleaseUnderCheck) -> str | None:
+    expected = [*r.marginal.dimensions, COUNT]
+    if list(r.released.columns) != expected:
+        return f"columns {list(r.released.columns)}; a release may only hold {expected}"
+    if r.marginal.by_loc:
+        unknown = set(r.released[LOC].astype(str)) - r.public_labels
+        if unknown:
+            return f"{len(unknown)} location values outside the public label universe, e.g. {sorted(unknown)[0]!r}"
+    if r.marginal.by_time:
+        window = r.released[TIME]
+        if not pd.api.types.is_integer_dtype(window) or ((window < UNKNOWN) | (window >= WINDOWS_PER_DAY)).any():
+            return "time values are not 15-minute window indices"
+    return None
+
+
+BLOCKING_CHECKS: dict[str, Callable[[ReleaseUnderCheck], str | None]] = {
+    "no_new_points": no_new_points,
+    "counts_above_threshold": counts_above_threshold,
+    "canonical_order": canonical_order,
+    "schema_valid": schema_valid,
+    "budget_recorded": budget_recorded,
+    "no_identifiers": no_identifiers,
+}
+
+
+def standing_entry(entries: Iterable[Entry], marginal: str) -> Entry | None:
+    """The ledger entry whose release stands for ``marginal``: its latest completed charge."""
+    complete = [e for e in entries if e.marginal == marginal and e.status == "complete"]
+    return max(complete, key=lambda e: e.id, default=None)
+
+
+def blocking_problems(releases: Iterable[ReleaseUnderCheck]) -> dict[str, list[str]]:
+    """check name -> "partition marginal: problem" for every failing (partition, marginal)."""
+    problems: dict[str, list[str]] = {name: [] for name in BLOCKING_CHECKS}
+    for r in releases:
+        for name, check in BLOCKING_CHECKS.items():
+            problem = check(r)
+            if problem:
+                problems[name].append(f"{r.partition} {r.marginal.name}: {problem}")
+    return problems
+
+
+def noise_sum_bound(bins: int, scale: float, false_alarm: float = PLAUSIBILITY_FALSE_ALARM) -> float:
+    """b with P(|Z_1 + ... + Z_bins| > b) <= false_alarm for iid discrete Laplace(scale) noise.
+
+    Chernoff: for every 0 < t < 1/scale, P(S >= b) <= exp(n ln M(t) - t b) with the moment generating
+    function M(t) = (1-q)^2 / ((1 - q e^t)(1 - q e^-t)), q = exp(-1/scale). Each t on a grid gives a
+    valid b = (n ln M(t) + ln(2/false_alarm)) / t (two-sided); we return the smallest.
+    """
+    if bins == 0:
+        return 0.0
+    q = math.exp(-1 / scale)
+    t = np.linspace(1, 199, 199) / (200 * scale)
+    log_mgf = 2 * math.log1p(-q) - np.log1p(-q * np.exp(t)) - np.log1p(-q * np.exp(-t))
+    return float(np.min((bins * log_mgf + math.log(2 / false_alarm)) / t))
+
+
+def plausibility(
+    time_release: pd.DataFrame, loc_release: pd.DataFrame, time_truth: pd.DataFrame, loc_truth: pd.DataFrame,
+    time_scale: float, loc_scale: float,
+) -> tuple[bool, dict[str, float]]:
+    """Released totals of two one-way marginals of the same taps should agree.
+
+    Both true histograms sum to the partition's trips N. A released total is N minus the true mass of
+    the suppressed bins plus the noise on the released bins, so
+    |T_time - T_loc| <= S_time + S_loc + |noise_time| + |noise_loc|, each noise sum bounded with
+    false-alarm 1e-6 by ``noise_sum_bound``. Internal warning check only: S is not private.
+    """
+    suppressed = {
+        name: int(truth[COUNT].sum() - truth.merge(rel[rel.columns[:-1]], on=list(rel.columns[:-1]))[COUNT].sum())
+        for name, truth, rel in (("time", time_truth, time_release), ("loc", loc_truth, loc_release))
+    }
+    gap = abs(int(time_release[COUNT].sum()) - int(loc_release[COUNT].sum()))
+    bound = (
+        suppressed["time"] + suppressed["loc"]
+        + noise_sum_bound(len(time_release), time_scale) + noise_sum_bound(len(loc_release), loc_scale)
+    )
+    return gap <= bound, {"released_total_gap": float(gap), "allowed_gap": float(bound)}

@@ -1,0 +1,189 @@
+import math
+
+import numpy as np
+import opendp.prelude as dp
+import pytest
+from scipy import stats
+
+from opal_dp.core import MAX_SCALE, DiscreteLaplace, SecureBits, SeededBits
+from opal_dp.core.noise import _table
+from opal_dp_tests.core.helpers import (
+    ALPHA,
+    UINT64_MAX,
+    Z_TWO_SIDED,
+    ScriptedBits,
+    chi_square_pvalue,
+    reference_floor,
+)
+
+dp.enable_features("contrib")
+
+SCALES = [0.2, 0.5, 1.0, 2.0, 2 / 3, 7.3, 50.0]
+
+
+# --- the exact inversion table ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [0.01, 0.05, 0.5, 1.0, 2.0, 2 / 3, 1 / 0.7, 40.0])
+def test_table_is_exact(scale):
+    t = _table(scale)
+    k = np.arange(t.size, 0, -1)
+    assert t.ascending.tolist() == [reference_floor(scale, int(i), 64) for i in k]
+    assert t.size == max(1, math.ceil(32 * math.log(2) * scale))
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.3, 1.0, 2.0, 100.0, MAX_SCALE])
+def test_table_strictly_decreasing_and_reaches_2_pow_minus_32(scale):
+    asc = _table(scale).ascending.astype(object)
+    assert all(a < b for a, b in zip(asc[:-1], asc[1:]))
+    assert asc[0] <= 2**32 * 1.0001  # T_K / 2**64 ~ q**K ~ 2**-32
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0, 2 / 3])
+@pytest.mark.parametrize("k", [1, 3])
+def test_next_digits_are_exact(scale, k):
+    t = _table(scale)
+    for j in (2, 3, 4):
+        assert t.next_digit(k, j) == reference_floor(scale, k, 64 * j) % 2**64
+
+
+# --- scripted paths: tie at U == T_k and the memoryless tail ----------------------------------
+
+
+def _t(scale, k):
+    return reference_floor(scale, k, 64)
+
+
+def _digit(scale, k, j):
+    return reference_floor(scale, k, 64 * j) % 2**64
+
+
+@pytest.mark.parametrize("k", [1, 3, 44])
+def test_tie_resolved_by_next_word(k):
+    """U == T_k: the next word below q**k's next digit means R < q**k (G = k), above means G = k-1."""
+    s = 2.0  # K = 45; k = K is in test_tie_at_last_entry_continues_into_tail
+    d2 = _digit(s, k, 2)
+    assert 0 < d2 < UINT64_MAX
+    for w2, g in [(d2 - 1, k), (d2 + 1, k - 1)]:
+        bits = ScriptedBits([_t(s, k), UINT64_MAX, w2])  # G1 ties at T_k, G2 = 0
+        assert DiscreteLaplace(bits).sample(s, 1).tolist() == [g]
+        assert bits.remaining == 0
+
+
+def test_tie_on_second_geometric_and_equal_next_word():
+    s, k = 2.0, 3
+    d2, d3 = _digit(s, k, 2), _digit(s, k, 3)
+    cases = [
+        ([UINT64_MAX, _t(s, k), d2 - 1], -k),
+        ([_t(s, k), UINT64_MAX, d2, d3 - 1], k),
+        ([_t(s, k), UINT64_MAX, d2, d3 + 1], k - 1),
+    ]
+    for words, z in cases:
+        bits = ScriptedBits(words)
+        assert DiscreteLaplace(bits).sample(s, 1).tolist() == [z]
+        assert bits.remaining == 0
+
+
+def test_tie_at_last_entry_continues_into_tail():
+    """U == T_K resolved below q**K: G = K plus a fresh geometric."""
+    s, big_k = 2.0, 45
+    bits = ScriptedBits([_t(s, big_k), UINT64_MAX, _digit(s, big_k, 2) - 1, _t(s, 2) - 1])
+    assert DiscreteLaplace(bits).sample(s, 1).tolist() == [big_k + 2]
+    assert bits.remaining == 0
+
+
+def test_memoryless_tail():
+    """U < T_K means R < q**K: G = K + a fresh geometric (twice here)."""
+    s, big_k = 2.0, 45
+    for words, z in [
+        ([0, UINT64_MAX, _t(s, 2) - 1], big_k + 2),
+        ([0, UINT64_MAX, 0, _t(s, 2) - 1], 2 * big_k + 2),
+        ([UINT64_MAX, 0, UINT64_MAX], -big_k),
+    ]:
+        bits = ScriptedBits(words)
+        assert DiscreteLaplace(bits).sample(s, 1).tolist() == [z]
+        assert bits.remaining == 0
+
+
+def test_batch_with_ties_and_tail_draws_in_element_order():
+    s = 2.0
+    d2 = _digit(s, 5, 2)
+    words = [_t(s, 5), 0, UINT64_MAX, UINT64_MAX,  # G1 = (tie@5, tail), G2 = (0, 0)
+             d2 - 1,                                # tie of element 0 -> below
+             UINT64_MAX]                            # tail of element 1 -> +0
+    bits = ScriptedBits(words)
+    assert DiscreteLaplace(bits).sample(s, 2).tolist() == [5, 45]
+    assert bits.remaining == 0
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, math.inf, math.nan, MAX_SCALE * 2, "2", True, None])
+def test_rejects_bad_scale(scale):
+    with pytest.raises(ValueError):
+        DiscreteLaplace(SeededBits(0)).sample(scale, 3)
+
+
+@pytest.mark.parametrize("size", [-1, 2.0, True])
+def test_rejects_bad_size(size):
+    with pytest.raises(ValueError):
+        DiscreteLaplace(SeededBits(0)).sample(1.0, size)
+
+
+def test_output_type_and_seeded_passthrough():
+    z = DiscreteLaplace(SeededBits(0)).sample(1.0, 10)
+    assert z.dtype == np.int64 and z.shape == (10,)
+    assert DiscreteLaplace(SeededBits(0)).sample(1.0, 0).shape == (0,)
+    assert DiscreteLaplace(SeededBits(0)).seeded is True
+    assert DiscreteLaplace().seeded is False and DiscreteLaplace(SecureBits()).seeded is False
+
+
+def test_seeded_sampler_is_reproducible():
+    a = DiscreteLaplace(SeededBits(5)).sample(2.0, 1000)
+    b = DiscreteLaplace(SeededBits(5)).sample(2.0, 1000)
+    np.testing.assert_array_equal(a, b)
+
+
+# --- distribution (each assertion fails falsely with probability <= 1e-6) ---------------------
+
+N = 200_000
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_goodness_of_fit_seeded(scale):
+    z = DiscreteLaplace(SeededBits(20160730)).sample(scale, N)
+    assert chi_square_pvalue(z, scale) > ALPHA
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0, 7.3])
+def test_goodness_of_fit_secure(scale):
+    z = DiscreteLaplace(SecureBits()).sample(scale, N)
+    assert chi_square_pvalue(z, scale) > ALPHA
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_mean_variance_symmetry(scale):
+    """CLT bounds at 1e-6 two-sided for the mean and the variance; sign test for symmetry."""
+    z = DiscreteLaplace(SeededBits(11)).sample(scale, N).astype(np.float64)
+    q = math.exp(-1 / scale)
+    var = 2 * q / (1 - q) ** 2
+    m4 = float(np.sum(np.arange(1, 4000) ** 4 * (1 - q) / (1 + q) * 2 * q ** np.arange(1, 4000)))
+    assert abs(z.mean()) <= Z_TWO_SIDED * math.sqrt(var / N)
+    assert abs(np.mean(z**2) - var) <= Z_TWO_SIDED * math.sqrt((m4 - var**2) / N)
+    pos, neg = int((z > 0).sum()), int((z < 0).sum())
+    assert stats.binomtest(pos, pos + neg, 0.5).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("scale", [2.0, 1 / 0.7])
+def test_matches_opendp_discrete_laplace(scale):
+    """Two-sample chi-square (1e-6) against OpenDP's exact integer Laplace on zeros."""
+    n = 100_000
+    meas = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l1_distance(T=dp.i64), scale=scale)
+    theirs = np.asarray(meas([0] * n), dtype=np.int64)
+    ours = DiscreteLaplace(SeededBits(3)).sample(scale, n)
+    a = 1
+    while min(np.sum(theirs >= a + 1), np.sum(ours >= a + 1)) >= 20:
+        a += 1
+    table = np.stack([np.bincount(np.clip(x, -a, a) + a, minlength=2 * a + 1) for x in (ours, theirs)])
+    assert stats.chi2_contingency(table).pvalue > ALPHA
