@@ -22,6 +22,6 @@ release_job = dg.define_asset_job(
 
 rollup_job = dg.define_asset_job(
     "rollup",
-    selection=dg.AssetSelection.assets("privacy_ledger"),
-    description="Summarise the privacy ledger.",
+    selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report"),
+    description="Summarise the privacy ledger, publish the release, and report utility internally.",
 )

@@ -1,0 +1,45 @@
+"""Internal reports (never published): utility of the release measured against the truth."""
+
+import base64
+
+import dagster as dg
+import pandas as pd
+
+from opal_dp import settings
+from opal_dp.defs.io import PartitionFrames
+from opal_dp.defs.partitions import date_and_mode
+from opal_dp.defs.release import RELEASE_KEYS
+from opal_dp.release.marginals import MARGINALS, histogram
+from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
+
+PLOTTED = "tap_on_time_loc"
+
+
+@dg.asset(
+    group_name="report",
+    io_manager_key="private_parquet",
+    ins={"trip_partitions": dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
+)
+def utility_report(trip_partitions: PartitionFrames, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
+    """Share of bins/trips suppressed and mean relative error per marginal and mode, plus a plot of
+    true vs released counts at the busiest location. Private: compares with true counts."""
+    rows, plot = [], None
+    for key in sorted(trip_partitions):
+        day, mode = date_and_mode(key)
+        partition = trip_partitions[key]
+        for marginal in MARGINALS:
+            truth = histogram(partition, marginal)
+            frame = released[marginal.name][key]
+            rows.append({"marginal": marginal.name, "mode": mode,
+                         **partition_utility(marginal, truth, frame, len(partition))})
+            if marginal.name == PLOTTED and mode == "train" and plot is None and len(frame):
+                plot = busiest_location_plot(truth, frame, f"{day} train tap-on")
+    summary = summarise(rows)
+    metadata = {"summary": dg.MetadataValue.md(summary.to_markdown(index=False, floatfmt=".4f"))}
+    if plot is not None:
+        path = settings.private_dir() / "reports" / "busiest_location.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(plot)
+        metadata["plot"] = dg.MetadataValue.md(f"![true vs released](data:image/png;base64,{base64.b64encode(plot).decode()})")
+        metadata["plot_path"] = dg.MetadataValue.path(str(path))
+    return dg.Output(summary, metadata=metadata)
