@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -104,6 +104,18 @@ class Entry:
     release_ref: str | None
     completed_at: str | None
     completed_by: str | None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One release asking to be charged: its key in the ledger."""
+
+    partition: str
+    marginal: str
+    epsilon: float
+    delta: float
+    mechanism: str
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -232,49 +244,55 @@ class PrivacyLedger:
         run_id: str,
         fresh: bool = False,
     ) -> Decision:
-        """Decide, before any noise is drawn, whether this release reuses, resumes or charges.
+        """``begin_many`` for one release."""
+        request = Request(partition, marginal, epsilon, delta, mechanism, fingerprint)
+        return self.begin_many([request], run_id=run_id, fresh=fresh)[0]
+
+    def begin_many(self, requests: Sequence[Request], *, run_id: str, fresh: bool = False) -> list[Decision]:
+        """Decide, before any noise is drawn, whether each release reuses, resumes or charges.
 
         The key is (partition, marginal, fingerprint, epsilon, delta, mechanism). Unless
         ``fresh``: a complete entry for the key is reused (the most recently charged one, so
         a completed fresh draw supersedes older ones), else a pending entry is resumed (the
         oldest). Otherwise a pending entry is inserted (the charge) if the partition's
-        spent + (epsilon, delta) stays within the cap; if not, ``BudgetExceeded`` is raised
-        and nothing is recorded.
+        spent + (epsilon, delta) stays within the cap. All requests are decided in one
+        transaction: if any would exceed its cap, ``BudgetExceeded`` is raised and nothing at
+        all is recorded.
         """
-        key = (
-            _name("partition", partition),
-            _name("marginal", marginal),
-            _name("fingerprint", fingerprint),
-            _epsilon("epsilon", epsilon),
-            _delta("delta", delta),
-            _name("mechanism", mechanism),
-        )
+        keys = [
+            (
+                _name("partition", r.partition),
+                _name("marginal", r.marginal),
+                _name("fingerprint", r.fingerprint),
+                _epsilon("epsilon", r.epsilon),
+                _delta("delta", r.delta),
+                _name("mechanism", r.mechanism),
+            )
+            for r in requests
+        ]
         _name("run_id", run_id)
         if not isinstance(fresh, bool):
             raise LedgerError(f"fresh must be a bool, got {fresh!r}")
         with self._connect() as conn, self._transaction(conn):
-            if not fresh:
-                done = self._select(
-                    conn,
-                    f"{_KEY_WHERE} AND status = 'complete' ORDER BY id DESC",
-                    key,
-                )
-                if done:
-                    return Decision("reuse", done[0])
-                pending = self._select(
-                    conn, f"{_KEY_WHERE} AND status = 'pending' ORDER BY id", key
-                )
-                if pending:
-                    return Decision("resume", pending[0])
-            self._check_cap(conn, partition, key[3], key[4])
-            cur = conn.execute(
-                "INSERT INTO entries (partition, marginal, fingerprint, epsilon, delta,"
-                " mechanism, run_id, created_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
-                " 'pending')",
-                (*key, run_id, _now()),
-            )
-            (entry,) = self._select(conn, "id = ?", (cur.lastrowid,))
-            return Decision("charge", entry)
+            return [self._decide(conn, key, run_id, fresh) for key in keys]
+
+    def _decide(self, conn: sqlite3.Connection, key: tuple, run_id: str, fresh: bool) -> Decision:
+        if not fresh:
+            done = self._select(conn, f"{_KEY_WHERE} AND status = 'complete' ORDER BY id DESC", key)
+            if done:
+                return Decision("reuse", done[0])
+            pending = self._select(conn, f"{_KEY_WHERE} AND status = 'pending' ORDER BY id", key)
+            if pending:
+                return Decision("resume", pending[0])
+        self._check_cap(conn, key[0], key[3], key[4])
+        cur = conn.execute(
+            "INSERT INTO entries (partition, marginal, fingerprint, epsilon, delta,"
+            " mechanism, run_id, created_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+            " 'pending')",
+            (*key, run_id, _now()),
+        )
+        (entry,) = self._select(conn, "id = ?", (cur.lastrowid,))
+        return Decision("charge", entry)
 
     def _check_cap(
         self, conn: sqlite3.Connection, partition: str, epsilon: float, delta: float
@@ -305,36 +323,45 @@ class PrivacyLedger:
         )
 
     def complete(self, entry_id: int, release_ref: str, *, run_id: str) -> str:
-        """Record the stored release of a pending entry; return the ref that stands for it.
+        """``complete_many`` for one entry."""
+        return self.complete_many([(entry_id, release_ref)], run_id=run_id)[0]
+
+    def complete_many(self, completions: Sequence[tuple[int, str]], *, run_id: str) -> list[str]:
+        """Record the stored releases of pending entries (one transaction); return, per entry,
+        the ref that stands for it.
 
         Two runs can hold the same pending entry (one charged it, the other resumed it)
         and both draw. The first to complete wins; a later ``complete`` from a different
         ``run_id`` changes nothing and returns the winner's ref: that caller must publish
         the returned ref and discard its own draw. Completing an unknown entry, or an entry
-        this same run already completed, raises ``LedgerError``.
+        this same run already completed, raises ``LedgerError`` (and records nothing).
         """
-        if isinstance(entry_id, bool) or not isinstance(entry_id, int):
-            raise LedgerError(f"entry_id must be an int, got {entry_id!r}")
-        _name("release_ref", release_ref)
+        for entry_id, release_ref in completions:
+            if isinstance(entry_id, bool) or not isinstance(entry_id, int):
+                raise LedgerError(f"entry_id must be an int, got {entry_id!r}")
+            _name("release_ref", release_ref)
         _name("run_id", run_id)
         with self._connect() as conn, self._transaction(conn):
-            found = self._select(conn, "id = ?", (entry_id,))
-            if not found:
-                raise LedgerError(f"no ledger entry with id {entry_id}")
-            entry = found[0]
-            if entry.status == "complete":
-                if entry.completed_by == run_id:
-                    raise LedgerError(
-                        f"ledger entry {entry_id} was already completed by run {run_id}"
-                        f" with release {entry.release_ref!r}"
-                    )
-                return entry.release_ref
-            conn.execute(
-                "UPDATE entries SET status = 'complete', release_ref = ?, completed_at = ?,"
-                " completed_by = ? WHERE id = ? AND status = 'pending'",
-                (release_ref, _now(), run_id, entry_id),
-            )
-            return release_ref
+            return [self._complete(conn, entry_id, ref, run_id) for entry_id, ref in completions]
+
+    def _complete(self, conn: sqlite3.Connection, entry_id: int, release_ref: str, run_id: str) -> str:
+        found = self._select(conn, "id = ?", (entry_id,))
+        if not found:
+            raise LedgerError(f"no ledger entry with id {entry_id}")
+        entry = found[0]
+        if entry.status == "complete":
+            if entry.completed_by == run_id:
+                raise LedgerError(
+                    f"ledger entry {entry_id} was already completed by run {run_id}"
+                    f" with release {entry.release_ref!r}"
+                )
+            return entry.release_ref
+        conn.execute(
+            "UPDATE entries SET status = 'complete', release_ref = ?, completed_at = ?,"
+            " completed_by = ? WHERE id = ? AND status = 'pending'",
+            (release_ref, _now(), run_id, entry_id),
+        )
+        return release_ref
 
     # -- reads -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from opal_dp.defs.partitions import date_mode
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.checks import BLOCKING_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
-from opal_dp.release.engine import ReleasedMarginal, release_partition
+from opal_dp.release.engine import ReleasedMarginal, release_partitions
 from opal_dp.release.marginals import BY_NAME, MARGINALS
 from opal_dp.release.schemas import schema_for
 
@@ -66,15 +66,17 @@ def sbh_release(
     frames = {m.name: {} for m in MARGINALS}
     rows = {m.name: [] for m in MARGINALS}
     under_check, plausible = [], {time: [] for time in PLAUSIBLE_PAIRS}
-    for key in map(str, context.partition_keys):
-        try:
-            released = release_partition(
-                key, trip_partitions[key], mechanisms, ledger, store, context.run_id, privacy_budget.fresh_draw
-            )
-        except LedgerError as err:
-            raise dg.Failure(description=str(err)) from err
-        entries = {e.id: e for e in ledger.entries(key)}
-        spent, left = ledger.spent(key), ledger.remaining(key)
+    try:  # trip_partitions holds exactly this run's partitions, loaded one at a time
+        released_by_key = release_partitions(
+            trip_partitions, mechanisms, ledger, store, context.run.run_id, privacy_budget.fresh_draw
+        )
+    except LedgerError as err:
+        raise dg.Failure(description=str(err)) from err
+    entries = {e.id: e for e in ledger.entries()}
+    spending = {row["partition"]: row for row in ledger.summary()}
+    for key, released in released_by_key.items():
+        spent = (spending[key]["epsilon_spent"], spending[key]["delta_spent"])
+        left = (spending[key]["epsilon_remaining"], spending[key]["delta_remaining"])
         for name, result in released.items():
             frames[name][key] = result.frame
             rows[name].append(_partition_row(key, result, spent, left))
