@@ -7,8 +7,6 @@ full range of partitions thanks to single-run backfill policies: no process per 
 from __future__ import annotations
 
 import argparse
-import sys
-
 import dagster as dg
 
 from opal_dp import settings
@@ -16,8 +14,11 @@ from opal_dp.defs.partitions import date_mode, service_dates
 from opal_dp.prep.ingest import raw_files
 
 
-def run_release(instance: dg.DagsterInstance, dates: list[str] | None = None) -> dg.Definitions:
-    """Register the service dates of the raw files and materialise everything over them."""
+def run_release(instance: dg.DagsterInstance, dates: list[str] | None = None) -> dict[str, dg.ExecuteInProcessResult]:
+    """Register the service dates of the raw files and materialise everything over them.
+
+    Returns the successful result of each job's run, by job name.
+    """
     from opal_dp.definitions import defs as load_defs
 
     defs = load_defs()
@@ -28,16 +29,19 @@ def run_release(instance: dg.DagsterInstance, dates: list[str] | None = None) ->
     instance.add_dynamic_partitions(service_dates.name, new)
     keys = date_mode.get_partition_keys(dynamic_partitions_store=instance)
     wanted = [k for k in keys if k.keys_by_dimension["date"] in days]
+    results = {}
     for job, first, last in (
         ("private_stages", days[0], days[-1]),
         ("release", str(wanted[0]), str(wanted[-1])),
         ("rollup", None, None),
     ):
         tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last} if first else {}
-        result = defs.resolve_job_def(job).execute_in_process(instance=instance, tags=tags)
+        result = defs.resolve_job_def(job).execute_in_process(instance=instance, tags=tags, raise_on_error=False)
         if not result.success:
-            raise SystemExit(f"run {result.run_id} of job {job} failed")
-    return defs
+            errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
+            raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
+        results[job] = result
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
             ensure_sample(settings.raw_dir())
         with dg.DagsterInstance.get() as instance:
             run_release(instance)
-        print(f"release complete: data under {settings.data_dir()}", file=sys.stderr)
+        latest = settings.published_dir() / "latest"
+        print(f"release published: {latest} -> {latest.resolve().name}")
+        print(f"files: {', '.join(sorted(p.name for p in latest.iterdir()))}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ outside assessment; here they are published, together with what they do and do n
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import date
 from importlib.metadata import version
@@ -20,6 +21,7 @@ from opal_dp.release.marginals import MARGINALS, Marginal
 SCHEMA_VERSION = 1
 TRUE_COUNTS = (1, 5, 10, 18, 20, 30, 35, 40, 50, 100)
 CONFIDENCE = 0.95
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 PACKAGES = ("opal_dp", "dagster", "numpy", "pandas", "pyarrow")
 
 MECHANISM = {
@@ -71,12 +73,11 @@ LEDGER = (
 NOT_PROTECTED = (
     "The unit is one trip, not one person or card. A card with trips in k different (date, mode) "
     "partitions is protected, for all those trips together, only at (k·epsilon, k·delta).",
-    "Several trips of the same card within one partition compose too: m trips are protected only at "
-    "(m·epsilon, m·delta) by basic composition.",
-    "Any group of m trips (one person's or several people's) gets only group privacy: "
-    "(m·epsilon, m·exp((m-1)·epsilon)·delta).",
+    "Several trips of the same card within one partition compose too, by group privacy: m trips are "
+    "protected together only at (m·epsilon, m·exp((m-1)·epsilon)·delta), as is any group of m trips.",
     "Presence: a published bin proves its true count was > 0. A single trip alone in an otherwise empty "
-    "bin is published with the presence probability given per marginal (this is where delta goes).",
+    "bin is published with the presence probability given per marginal (at most delta_j/k; this is the event "
+    "delta bounds).",
     "Public by design: the (date, mode) partition keys and the location labels (from the public stop list).",
     "Timing and other side channels (run time, resource use) are out of scope.",
 )
@@ -98,7 +99,7 @@ class AccountableMechanism(HistogramMechanism, Protocol):
 def open_data_partition(key: str) -> tuple[str, str]:
     """Partition key ``"2016-07-25|bus"`` -> published ``("20160725", "bus")``; raises on a bad key."""
     day, sep, mode = str(key).partition("|")
-    if not sep or mode not in MODES:
+    if not (sep and ISO_DATE.fullmatch(day) and mode in MODES):
         raise ValueError(f"partition key must be '<YYYY-MM-DD>|<mode>' with mode in {MODES}, got {key!r}")
     return date.fromisoformat(day).strftime("%Y%m%d"), mode
 
@@ -225,7 +226,7 @@ def render_markdown(statement: Mapping) -> str:
         "| marginal | " + " | ".join(f"n={n}" for n in s["marginals"][0]["release_probability"]) + " |",
         "|---" * (1 + len(s["marginals"][0]["release_probability"])) + "|",
         *(
-            f"| {m['name']} | " + " | ".join(f"{p:.3g}" for p in m["release_probability"].values()) + " |"
+            f"| {m['name']} | " + " | ".join(map(_probability, m["release_probability"].values())) + " |"
             for m in s["marginals"]
         ),
         "",
@@ -235,3 +236,10 @@ def render_markdown(statement: Mapping) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _probability(p: float) -> str:
+    """Three significant figures, without rounding a probability below 1 up to "1"."""
+    if p < 0.999:
+        return f"{p:.3g}"
+    return f"1 - {1 - p:.2g}" if p < 1 else "1 - <1e-16"

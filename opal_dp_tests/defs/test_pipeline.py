@@ -1,0 +1,78 @@
+"""End to end through Dagster: ingest -> publish on synthetic days, then an idempotent rerun."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pandas as pd
+
+from opal_dp import settings
+from opal_dp.cli import run_release
+from opal_dp.core import PrivacyLedger
+from opal_dp.defs.partitions import date_mode
+from opal_dp_tests.defs.conftest import DAYS
+
+
+def materialized(instance: dg.DagsterInstance, key: str) -> set[str]:
+    return set(instance.get_materialized_partitions(dg.AssetKey.from_user_string(key)))
+
+
+def test_every_partition_is_materialised_in_three_runs(released):
+    instance, results = released
+    assert list(results) == ["private_stages", "release", "rollup"]
+    days = {d.isoformat() for d in DAYS}
+    assert materialized(instance, "binned_trips") == days
+    keys = {str(k) for k in date_mode.get_partition_keys(dynamic_partitions_store=instance)}
+    assert len(keys) == 8
+    for asset in ("trip_partitions", "release/tap_on_time", "release/tap_off_time_loc"):
+        assert materialized(instance, asset) == keys
+
+
+def test_ingest_reports_read_equals_accepted_plus_rejected(released):
+    _, results = released
+    (event,) = [m for m in results["private_stages"].get_asset_materialization_events()
+                if m.asset_key == dg.AssetKey("ingested_trips")][:1]
+    meta = event.materialization.metadata
+    assert meta["rows_read"].value == meta["rows_accepted"].value + meta["rows_rejected"].value > 0
+
+
+def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
+    _, results = released
+    evaluations = results["release"].get_asset_check_evaluations()
+    assert evaluations and all(e.passed for e in evaluations if e.check_name != "plausible_totals")
+    meta = {m.asset_key.to_user_string(): m.materialization.metadata
+            for m in results["release"].get_asset_materialization_events()}
+    assert meta["release/tap_on_time"]["epsilon"].value == 1.0
+    assert meta["release/tap_on_time_loc"]["epsilon"].value == 2.0
+    assert meta["release/tap_on_time_loc"]["noise_seeded"].value is False
+    assert "by_partition" in meta["release/tap_on_time"]
+
+
+def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
+    entries = PrivacyLedger(settings.private_dir() / "ledger.sqlite").entries()
+    pairs = [(e.partition, e.marginal) for e in entries]
+    assert len(pairs) == len(set(pairs)) == 8 * 6
+    assert all(e.status == "complete" for e in entries)
+    summary = pd.read_parquet(settings.private_dir() / "privacy_ledger.parquet")
+    assert summary["epsilon_spent"].tolist() == [8.0] * 8
+
+
+def test_published_release_is_complete_and_says_it_is_not_seeded(released):
+    latest = settings.published_dir() / "latest"
+    assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "loc.csv", "privacy.json", "time-loc.csv", "time.csv"]
+    statement = json.loads((latest / "privacy.json").read_text())
+    assert statement["noise_seeded"] is False
+    table = pd.read_csv(latest / "time-loc.csv", dtype=str)
+    assert list(table.columns) == ["mode", "date", "tap", "time", "loc", "count"]
+    assert set(table["date"]) <= {d.strftime("%Y%m%d") for d in DAYS}
+
+
+def test_rerun_reuses_every_release_without_new_charges(released):
+    instance, _ = released
+    before = PrivacyLedger(settings.private_dir() / "ledger.sqlite").entries()
+    old = (settings.published_dir() / "latest" / "time-loc.csv").read_text()
+    run_release(instance)
+    after = PrivacyLedger(settings.private_dir() / "ledger.sqlite").entries()
+    assert after == before
+    assert (settings.published_dir() / "latest" / "time-loc.csv").read_text() == old

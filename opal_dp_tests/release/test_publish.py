@@ -1,0 +1,291 @@
+"""Publishing: the open-data format, a data-independent row order, and an atomic ``latest``."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.defs.io import PartitionedParquetIOManager
+from opal_dp.defs.partitions import date_mode
+from opal_dp.defs.publish import published_release
+from opal_dp.defs.resources import ReferenceNetwork
+from opal_dp.network import MODES
+from opal_dp.release import publish as publish_module
+from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.publish import FILES, PublishedFormatError, publish, to_open_data, validate_published
+from opal_dp.storage import write_parquet_atomic
+from opal_dp_tests.release.test_statement import PARTITIONS, statement
+
+LABELS = ["-1", "2000", "2010", "Central"]
+KEYS = PARTITIONS
+
+
+def released(marginal, key: str) -> pd.DataFrame:
+    """A hand-made released frame in canonical order; tap-off holds the unknown (-1) bin."""
+    known = [(10, "2000"), (10, "Central"), (54, "2010"), (95, "2000")]
+    bins = ([(-1, "-1")] if marginal.tap == "off" else []) + known
+    if not marginal.by_loc:
+        bins = sorted({(w, "") for w, _ in bins})
+    if not marginal.by_time:
+        bins = sorted({(0, label) for _, label in bins})
+    offset = sorted(KEYS).index(key) * 100 + (marginal.tap == "off") * 50
+    columns = {}
+    if marginal.by_time:
+        columns["time_window"] = pd.array([w for w, _ in bins], dtype="int16")
+    if marginal.by_loc:
+        columns["loc"] = pd.Categorical([label for _, label in bins], categories=LABELS)
+    columns["count"] = pd.array([18 + offset + i for i in range(len(bins))], dtype="int64")
+    return pd.DataFrame(columns)
+
+
+def releases(keys: list[str] = KEYS) -> dict[str, dict[str, pd.DataFrame]]:
+    return {m.name: {k: released(m, k) for k in keys} for m in MARGINALS}
+
+
+def publish_release(root: Path, release_id: str) -> Path:
+    return publish(root, to_open_data(releases()), statement(release_id=release_id), release_id)
+
+
+def visible(root: Path) -> set[str]:
+    return {p.name for p in root.iterdir() if not p.name.startswith(".")}
+
+
+def test_tables_have_the_open_data_format(tmp_path):
+    folder = publish_release(tmp_path, "r1")
+    validate_published(folder)
+    time_csv = (folder / "time.csv").read_text().splitlines()
+    assert time_csv[:6] == [
+        "mode,date,tap,time,loc,count",
+        "bus,20160725,on,2:30,-,18",
+        "bus,20160725,on,13:30,-,19",
+        "bus,20160725,on,23:45,-,20",
+        "bus,20160725,off,-1,-,68",
+        "bus,20160725,off,2:30,-,69",
+    ]
+    loc_csv = pd.read_csv(folder / "loc.csv", dtype=str, keep_default_na=False)
+    assert (loc_csv["time"] == "-").all() and set(loc_csv["loc"]) == set(LABELS)
+    time_loc = pd.read_csv(folder / "time-loc.csv", dtype=str, keep_default_na=False)
+    assert list(time_loc.columns) == ["mode", "date", "tap", "time", "loc", "count"]
+    unknown = time_loc[time_loc["time"] == "-1"]
+    assert (unknown["loc"] == "-1").all() and (unknown["tap"] == "off").all() and len(unknown) == len(KEYS)
+    assert set(time_loc["time"]) == {"-1", "2:30", "13:30", "23:45"}
+    assert set(zip(time_loc["date"], time_loc["mode"])) == {
+        ("20160725", "bus"), ("20160725", "train"), ("20160726", "train")
+    }
+
+
+def test_row_order_does_not_depend_on_input_order():
+    expected = {t: frame.to_csv(index=False) for t, frame in to_open_data(releases()).items()}
+    rng = random.Random(3)
+    for _ in range(5):
+        shuffled = {}
+        for name in rng.sample(list(releases()), len(MARGINALS)):
+            keys = rng.sample(KEYS, len(KEYS))
+            shuffled[name] = {}
+            for key in keys:
+                frame = released(next(m for m in MARGINALS if m.name == name), key)
+                frame = frame.sample(frac=1, random_state=rng.randrange(2**32)).reset_index(drop=True)
+                if "loc" in frame:
+                    frame["loc"] = frame["loc"].cat.reorder_categories(rng.sample(LABELS, len(LABELS)))
+                shuffled[name][key] = frame
+        assert {t: f.to_csv(index=False) for t, f in to_open_data(shuffled).items()} == expected
+
+
+def test_inconsistent_releases_are_refused():
+    with pytest.raises(ValueError, match="exactly the marginals"):
+        to_open_data({"tap_on_time": releases()["tap_on_time"]})
+    partial = releases()
+    partial["tap_on_loc"] = {k: partial["tap_on_loc"][k] for k in KEYS[:2]}
+    with pytest.raises(ValueError, match="same"):
+        to_open_data(partial)
+    doubled = releases()
+    frame = doubled["tap_on_time"][KEYS[0]]
+    doubled["tap_on_time"][KEYS[0]] = pd.concat([frame, frame], ignore_index=True)
+    with pytest.raises(ValueError, match="unique"):
+        to_open_data(doubled)
+
+
+def _replace(old: str, new: str, count: int = 1):
+    return lambda text: text.replace(old, new, count)
+
+
+@pytest.mark.parametrize(
+    ("file", "corrupt", "message"),
+    [
+        ("time.csv", _replace("mode,date", "mode,day"), "header"),
+        ("time.csv", _replace(",2:30,", ",02:30,"), "H:MM"),
+        ("time-loc.csv", _replace(",13:30,", ",13:31,"), "H:MM"),
+        ("time.csv", _replace(",20160725,", ",2016-07-25,"), "YYYYMMDD"),
+        ("loc.csv", _replace(",20160725,", ",20160732,"), "YYYYMMDD"),
+        ("loc.csv", _replace(",20160725,", ",20160727,"), "privacy.json"),
+        ("time.csv", _replace(",-,", ",2000,"), "'-'"),
+        ("loc.csv", _replace("on,-,", "on,2:30,"), "'-'"),
+        ("time-loc.csv", _replace(",2000,", ",-,"), "label"),
+        ("time.csv", _replace("bus,", "tram,"), "mode"),
+        ("time.csv", _replace(",on,", ",in,"), "tap"),
+        ("time.csv", _replace(",18\n", ",0\n"), "positive integer"),
+        ("time.csv", _replace(",18\n", ",18.0\n"), "positive integer"),
+        ("time.csv", _replace("off,-1,-,68", "on,-1,-,68"), "tap-on"),
+        ("time-loc.csv", _replace("off,-1,-1,", "off,-1,2000,"), "together"),
+        ("time.csv", _replace(",2:30,-,18\n", ",23:45,-,18\n"), "duplicate"),
+        ("time.csv", _replace(",2:30,-,18\n", ",14:00,-,18\n"), "order"),
+        ("privacy.json", lambda t: t[:-3], "JSON"),
+        ("privacy.json", _replace('"epsilon": 8.0', '"epsilon": 1.0'), "PRIVACY.md"),
+        ("PRIVACY.md", _replace("Presence", "Absence"), "PRIVACY.md"),
+    ],
+)
+def test_validation_rejects_malformed_files(tmp_path, file, corrupt, message):
+    folder = tmp_path / "copy"
+    shutil.copytree(publish_release(tmp_path / "published", "r1"), folder)
+    path = folder / file
+    text = path.read_text(encoding="utf-8")
+    assert corrupt(text) != text
+    path.write_text(corrupt(text), encoding="utf-8")
+    with pytest.raises(PublishedFormatError, match=message):
+        validate_published(folder)
+
+
+def test_validation_rejects_extra_files(tmp_path):
+    folder = publish_release(tmp_path, "r1")
+    (folder / "notes.txt").write_text("x")
+    with pytest.raises(PublishedFormatError, match="exactly the files"):
+        validate_published(folder)
+
+
+def test_publish_writes_only_the_release_and_a_relative_latest(tmp_path):
+    publish_release(tmp_path, "r1")
+    publish_release(tmp_path, "r2")
+    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r2", "latest"}
+    assert os.readlink(tmp_path / "latest") == "r2"
+    for release in ("r1", "r2"):
+        assert sorted(p.name for p in (tmp_path / release).iterdir()) == sorted(FILES)
+
+
+def test_refuses_an_existing_or_bad_release_id(tmp_path):
+    publish_release(tmp_path, "r1")
+    with pytest.raises(FileExistsError):
+        publish_release(tmp_path, "r1")
+    for bad in ("latest", "../x", ".staging-x", ""):
+        with pytest.raises(ValueError, match="release id"):
+            publish_release(tmp_path, bad)
+    with pytest.raises(ValueError, match="statement is for"):
+        publish(tmp_path, to_open_data(releases()), statement(release_id="r9"), "r8")
+    assert os.readlink(tmp_path / "latest") == "r1"
+
+
+def test_failure_mid_write_keeps_latest(tmp_path, monkeypatch):
+    publish_release(tmp_path, "r1")
+    real_write, calls = publish_module._write, []
+
+    def failing_write(path, text):
+        calls.append(path)
+        if len(calls) == 2:
+            path.write_text(text[: len(text) // 2])
+            raise OSError("disk full")
+        real_write(path, text)
+
+    monkeypatch.setattr(publish_module, "_write", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        publish_release(tmp_path, "r2")
+    assert visible(tmp_path) == {"r1", "latest"} and os.readlink(tmp_path / "latest") == "r1"
+    validate_published(tmp_path / "latest")
+    monkeypatch.undo()
+    publish_release(tmp_path, "r3")
+    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r3", "latest"}
+    assert os.readlink(tmp_path / "latest") == "r3"
+
+
+CHILD = """
+import os, pickle, sys, time
+from pathlib import Path
+from opal_dp.release import publish as module
+root, payload, flag, hang = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+tables, statement = pickle.loads(payload.read_bytes())
+
+def stop(*args):
+    flag.write_text("ready")
+    time.sleep(600)
+
+if hang == "write":
+    real, calls = module._write, []
+    def _write(path, text):
+        calls.append(path)
+        if len(calls) == 2:
+            with open(path, "w") as handle:
+                handle.write(text[: len(text) // 2])
+            stop()
+        real(path, text)
+    module._write = _write
+else:
+    os.symlink = stop
+module.publish(root, tables, statement, "r2")
+"""
+
+
+@pytest.mark.parametrize("hang", ["write", "symlink"])
+def test_sigkill_mid_publish_keeps_latest(tmp_path, hang):
+    root = tmp_path / "published"
+    publish_release(root, "r1")
+    payload, flag = tmp_path / "payload.pkl", tmp_path / "ready"
+    payload.write_bytes(pickle.dumps((to_open_data(releases()), statement(release_id="r2"))))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(payload), str(flag), hang])
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert child.poll() is None and time.monotonic() < deadline, "child never reached the hang point"
+            time.sleep(0.05)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert os.readlink(root / "latest") == "r1"
+    validate_published(root / "latest")
+    assert visible(root) == ({"r1", "latest"} if hang == "write" else {"r1", "r2", "latest"})
+    publish_release(root, "r3")
+    assert not any(p.name.startswith(".") for p in root.iterdir())
+    assert os.readlink(root / "latest") == "r3"
+
+
+def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_path, monkeypatch):
+    """The publish gate re-runs the blocking checks: hand-made frames with no ledger charge behind
+    them (and bins absent from the data) are refused, and nothing appears under published/."""
+    monkeypatch.setenv("OPAL_DP_DATA_DIR", str(tmp_path))
+    keys = [f"2016-07-25|{mode}" for mode in MODES]
+    empty_trips = pd.DataFrame({
+        "tap_on_window": pd.array([], dtype="int16"), "tap_on_loc": pd.Categorical([], categories=LABELS),
+        "tap_off_window": pd.array([], dtype="int16"), "tap_off_loc": pd.Categorical([], categories=LABELS),
+    })
+    for key in keys:
+        write_parquet_atomic(empty_trips, tmp_path.joinpath("private", "trip_partitions", *key.split("|")).with_suffix(".parquet"))
+        for marginal in MARGINALS:
+            path = tmp_path.joinpath("private", "release", marginal.name, *key.split("|"))
+            write_parquet_atomic(released(marginal, KEYS[0]), path.with_suffix(".parquet"))
+    sources = [
+        dg.AssetSpec(key, partitions_def=date_mode).with_io_manager_key("private_parquet")
+        for key in (["trip_partitions"], *(["release", m.name] for m in MARGINALS))
+    ]
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("service_date", ["2016-07-25"])
+    result = dg.materialize(
+        [*sources, published_release],
+        instance=instance,
+        resources={"private_parquet": PartitionedParquetIOManager(), "privacy_budget": PrivacyBudget(),
+                   "reference": ReferenceNetwork()},
+        raise_on_error=False,
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.user_failure_data.description
+    assert "publishing refused" in message and "budget_recorded" in message and "no_new_points" in message
+    assert not (tmp_path / "published").exists()
