@@ -1,0 +1,45 @@
+"""Deliberately broken variants of the release (test doubles: the audit must catch each one)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from opal_dp.core.sbh import StabilityHistogram
+
+
+class ScaleBug(StabilityHistogram):
+    """Noise scale ``1/epsilon`` whatever the relation; threshold formula ``1 + scale*ln(k/delta)`` kept.
+
+    Under replace-one each of the two touched bins is then epsilon-DP, 2*epsilon for the pair.
+    Under add/remove it coincides with the real mechanism.
+    """
+
+    def __init__(self, epsilon, delta, relation, noise=None):
+        super().__init__(epsilon, delta, relation, noise)
+        self.scale = 1 / self.epsilon
+        self.threshold = 1 + self.scale * math.log(self.relation.bins_touched / self.delta)
+        self.min_released_count = math.ceil(self.threshold)
+
+
+class ThresholdBug(StabilityHistogram):
+    """Threshold ``1 + ln(1/delta)/epsilon`` (the add/remove formula) whatever the relation.
+
+    Under replace-one a count-1 bin is released with probability about 0.05 > delta/2 at
+    (1, 0.01). Under add/remove it coincides with the real mechanism.
+    """
+
+    def __init__(self, epsilon, delta, relation, noise=None):
+        super().__init__(epsilon, delta, relation, noise)
+        self.threshold = 1 + math.log(1 / self.delta) / self.epsilon
+        self.min_released_count = math.ceil(self.threshold)
+
+
+def true_count_order(counts: np.ndarray) -> np.ndarray:
+    """Bins by true count, descending (ties by label): a data-dependent output order (§3.3.1).
+
+    Sorting by *noisy* count would not be a bug: the output carries the bin labels, so that order
+    is post-processing of the canonical release.
+    """
+    return np.argsort(-counts, kind="stable")
