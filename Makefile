@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
 .PHONY: release test ui bench clean
 
 $(STAMP): pyproject.toml
@@ -20,7 +23,12 @@ $(DAGSTER_HOME):
 release: $(STAMP) | $(DAGSTER_HOME)
 	$(PY) -m opal_dp.cli release
 
-test: $(STAMP)
+# The browser test drives Debian's Chromium (Playwright cannot download browsers here).
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) apt-get install -y -qq chromium
+
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest
 
 ui: $(STAMP) | $(DAGSTER_HOME)
@@ -30,4 +38,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DAGSTER_HOME)
+	rm -rf $(VENV) $(DAGSTER_HOME) test-artifacts

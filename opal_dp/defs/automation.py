@@ -46,7 +46,7 @@ def last_complete_week(today: date) -> list[str]:
     return [(monday + timedelta(days=i)).isoformat() for i in range(7)]
 
 
-@dg.sensor(job=private_stages_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(job=private_stages_job, minimum_interval_seconds=60)
 def raw_file_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     """A new (or replaced) raw day file: register its service date and run its private stages.
 
@@ -71,21 +71,23 @@ def raw_file_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     run_status=dg.DagsterRunStatus.SUCCESS,
     monitored_jobs=[private_stages_job],
     request_job=release_job,
-    default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def release_after_private_stages(context: dg.RunStatusSensorContext):
     """Release the (date, mode) partitions of the days a successful private-stages run produced."""
-    keys = release_keys(context.instance, run_dates(context.instance, context.dagster_run.tags))
+    return release_request(context.instance, context.dagster_run)
+
+
+def release_request(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:
+    keys = release_keys(instance, run_dates(instance, run.tags))
     if not keys:
         return dg.SkipReason("the finished run covered no known service date")
-    return dg.RunRequest(run_key=f"release:{context.dagster_run.run_id}", tags=range_tags(keys))
+    return dg.RunRequest(run_key=f"release:{run.run_id}", tags=range_tags(keys))
 
 
 @dg.run_status_sensor(
     run_status=dg.DagsterRunStatus.SUCCESS,
     monitored_jobs=[release_job],
     request_job=rollup_job,
-    default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def rollup_after_release(context: dg.RunStatusSensorContext):
     """After a successful release: summarise the ledger and publish."""
@@ -95,9 +97,12 @@ def rollup_after_release(context: dg.RunStatusSensorContext):
 @dg.schedule(job=release_job, cron_schedule="0 6 * * 1", execution_timezone=SYDNEY)
 def weekly_release(context: dg.ScheduleEvaluationContext):
     """Every Monday 06:00 Sydney time: release last week's (date, mode) partitions, in one run."""
-    when: datetime = context.scheduled_execution_time
+    return weekly_request(context.instance, context.scheduled_execution_time)
+
+
+def weekly_request(instance: dg.DagsterInstance, when: datetime) -> dg.RunRequest | dg.SkipReason:
     week = last_complete_week(when.date())
-    keys = release_keys(context.instance, set(week))
+    keys = release_keys(instance, set(week))
     if not keys:
         return dg.SkipReason(f"no service dates registered for the week {week[0]}..{week[-1]}")
     return dg.RunRequest(run_key=f"weekly:{week[0]}", tags=range_tags(keys))

@@ -4,19 +4,15 @@ the per-(date, mode) release, and the unpartitioned roll-up (ledger, publish).""
 
 import dagster as dg
 
-from opal_dp.defs.partitions import date_mode, service_dates
-
 private_stages_job = dg.define_asset_job(
     "private_stages",
     selection=dg.AssetSelection.groups("ingest", "anonymise", "bin"),
-    partitions_def=service_dates,
     description="Ingest, anonymise and bin the trips of the selected service days.",
 )
 
 release_job = dg.define_asset_job(
     "release",
     selection=dg.AssetSelection.groups("partition", "release") - dg.AssetSelection.assets("privacy_ledger"),
-    partitions_def=date_mode,
     description="Partition by (date, mode) and release the six SBH marginals.",
 )
 

@@ -52,6 +52,7 @@ def _gate(
 
 @dg.asset(
     group_name="publish",
+    deps=["privacy_audit"],
     ins={"trip_partitions": dg.AssetIn(), **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
     description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md, published atomically.",
 )

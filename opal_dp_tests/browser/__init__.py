@@ -1,0 +1,1 @@
+"""Browser tests: a real Chromium (Playwright) against ``dagster dev`` on a throwaway instance."""

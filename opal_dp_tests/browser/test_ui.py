@@ -1,0 +1,207 @@
+"""The Dagster UI in a real browser: every stage is in the lineage graph, and one partition of the
+first stage can be materialised from the UI.
+
+Runs ``dagster dev`` on a throwaway instance (temp DAGSTER_HOME, temp OPAL_DP_DATA_DIR holding one
+small raw day) and drives Debian's Chromium through Playwright. Screenshots land in
+``test-artifacts/`` at the repository root. Outside CI the test skips when /usr/bin/chromium is
+missing (``apt-get install -y chromium``); in CI (env ``CI`` set) it always runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import date
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from opal_dp_tests.browser.dagster_dev import AUTOMATION_TAGS, REPO_ROOT, DagsterDev, write_raw_day
+
+CHROMIUM = Path(os.environ.get("OPAL_DP_CHROMIUM", "/usr/bin/chromium"))
+IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+SERVICE_DAY = date(2016, 7, 25)
+FIRST_STAGE_ASSET = "ingested_trips"  # group "ingest", partitioned by the dynamic "service_date"
+RUN_TIMEOUT_S = 120
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+if not CHROMIUM.exists() and not IN_CI:
+    pytestmark.append(
+        pytest.mark.skip(
+            reason=f"{CHROMIUM} not found (apt-get install -y chromium); this test is required when CI is set"
+        )
+    )
+
+try:
+    from playwright.sync_api import Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - the [test] extra installs it
+    if IN_CI:
+        raise
+    pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+
+def defined_groups() -> set[str]:
+    """Every asset group in ``opal_dp.definitions``: the stages the graph must show."""
+    from opal_dp.definitions import defs
+
+    return {node.group_name for node in defs().resolve_asset_graph().asset_nodes}
+
+
+@pytest.fixture(scope="module")
+def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
+    if not CHROMIUM.exists():  # only reachable in CI (skipped otherwise)
+        pytest.fail(f"CI is set but {CHROMIUM} is missing: install it (apt-get install -y chromium)")
+    root = tmp_path_factory.mktemp("dagster_ui")
+    data_dir = root / "data"
+    write_raw_day(data_dir / "raw", SERVICE_DAY)
+    server = DagsterDev(home=root / "dagster_home", data_dir=data_dir, log_path=root / "dagster_dev.log")
+    server.prepare_instance([SERVICE_DAY.isoformat()])
+    server.start()
+    try:
+        server.wait_ready(timeout=120)
+    except Exception as err:
+        server.stop()
+        pytest.fail(f"dagster dev did not come up: {err}\n--- dagster dev log (tail) ---\n{server.log_tail()}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _shot(page: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def _dismiss_community_modal(page: Page) -> None:
+    """A fresh instance greets localhost with a "Join the Dagster community" dialog (after 1 s).
+
+    Mark it dismissed in the browser up front (the UI's own ``communityNux`` localStorage flag) so
+    that it can't pop up over a screenshot; the locator handler covers any version that ignores it.
+    """
+    page.add_init_script("window.localStorage.setItem('communityNux', JSON.stringify('1'))")
+
+    def skip() -> None:
+        print("community modal: skipped by the locator handler")
+        page.get_by_role("button", name=re.compile(r"^Skip$")).click()
+
+    page.add_locator_handler(page.get_by_text("Join the Dagster community"), skip)
+
+
+def _no_community_modal(page: Page) -> None:
+    # Runs the locator handler if the modal is up, then waits until it is gone.
+    expect(page.get_by_text("Join the Dagster community")).to_be_hidden(timeout=15_000)
+
+
+def _check_lineage_graph(page: Page, server: DagsterDev, groups: set[str]) -> None:
+    page.goto(f"{server.url}/asset-groups")
+    expect(page.get_by_text("Global asset lineage")).to_be_visible(timeout=30_000)
+    graph = page.locator("svg")  # the graph canvas; the sidebar tree is not an svg
+    for group in sorted(groups):
+        expect(graph.get_by_text(group, exact=True).first, f"stage {group!r} in the lineage graph").to_be_visible(
+            timeout=30_000
+        )
+    _no_community_modal(page)
+    _shot(page, "ui_asset_lineage")
+
+
+def _launch_one_partition(page: Page, server: DagsterDev, asset: str, partition: str) -> None:
+    page.goto(f"{server.url}/assets/{asset}")
+    # The accessible name carries the icon's text ("materialization Materialize…").
+    page.get_by_role("button", name=re.compile(r"(^|\s)Materialize…?$")).first.click()
+
+    launch = page.get_by_role("dialog").filter(has_text=re.compile(r"Launch runs? to materialize"))
+    extra = page.get_by_role("dialog").filter(has_text="Additional assets will be materialized")
+    expect(launch.or_(extra)).to_be_visible(timeout=30_000)
+    if extra.is_visible():  # ingest is a non-subsettable multi-asset: rejected_trips comes along
+        extra.get_by_role("button", name="Confirm").click()
+    expect(launch).to_be_visible(timeout=30_000)
+
+    launch.get_by_text("Select a partition or create one").click()
+    page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(partition)}")).click()
+    launch.get_by_text(re.compile(r"Launch runs? to materialize")).click()  # close the picker
+    expect(launch.get_by_text("1 partition", exact=True)).to_be_visible(timeout=10_000)
+    launch.get_by_role("button", name=re.compile(r"^Launch 1 run$")).click()
+    expect(launch).to_be_hidden(timeout=30_000)
+
+
+def _wait_for_ui_run(server: DagsterDev, partition: str, before: set[str]) -> dict:
+    """The run the UI launched: new, for ``partition``, not started by a sensor/schedule/automation
+    (those stay queued on this instance, see ``dagster_dev.DAGSTER_YAML``)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    ours: list[dict] = []
+    while time.monotonic() < deadline:
+        runs = server.runs(tags=[{"key": "dagster/partition", "value": partition}])
+        ours = [
+            r for r in runs
+            if r["runId"] not in before and not {t["key"] for t in r["tags"]} & set(AUTOMATION_TAGS)
+        ]
+        if len(ours) > 1:
+            raise AssertionError(f"expected one run launched from the UI, got {ours}")
+        if ours and ours[0]["status"] in TERMINAL:
+            return ours[0]
+        time.sleep(1.0)
+    raise AssertionError(f"no finished UI run for partition {partition} after {RUN_TIMEOUT_S} s: {ours}")
+
+
+def test_lineage_graph_and_materialise_one_partition_from_ui(dagster_ui: DagsterDev) -> None:
+    server = dagster_ui
+    groups = defined_groups()
+    served = {node["groupName"] for node in server.graphql("{ assetNodes { groupName } }")["assetNodes"]}
+    assert served == groups, f"dagster dev serves groups {sorted(served)}, definitions have {sorted(groups)}"
+    partition = SERVICE_DAY.isoformat()
+    written = server.data_dir / "private" / FIRST_STAGE_ASSET / f"{partition}.parquet"
+    assert not written.exists()
+    before = {r["runId"] for r in server.runs()}
+    (ARTIFACTS / "ui_failure.png").unlink(missing_ok=True)  # only a failure of this run leaves one
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.set_default_timeout(30_000)
+            _dismiss_community_modal(page)
+            try:
+                _check_lineage_graph(page, server, groups)
+                _launch_one_partition(page, server, FIRST_STAGE_ASSET, partition)
+                run = _wait_for_ui_run(server, partition, before)
+                assert run["status"] == "SUCCESS", f"run {run['runId']} ended {run['status']}"
+
+                page.goto(f"{server.url}/runs/{run['runId']}")
+                expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=30_000)
+                expect(page.get_by_text(re.compile(r"Finished execution of run")).first).to_be_visible(
+                    timeout=30_000
+                )
+                _no_community_modal(page)
+                _shot(page, "ui_run_success")
+            except Exception as err:
+                try:
+                    _shot(page, "ui_failure")
+                except Exception:  # noqa: BLE001 - the original error matters more
+                    pass
+                raise AssertionError(
+                    f"{type(err).__name__}: {err}\n--- dagster dev log (tail) ---\n{server.log_tail()}"
+                ) from err
+        finally:
+            browser.close()
+
+    assert [FIRST_STAGE_ASSET] in [key["path"] for key in run["assetSelection"] or []], run
+    automated = [r for r in server.runs() if {t["key"] for t in r["tags"]} & set(AUTOMATION_TAGS)]
+    assert all(r["status"] == "QUEUED" for r in automated), f"automation runs should stay queued: {automated}"
+    assert written.is_file(), f"{written} missing; private/ holds {sorted(server.data_dir.rglob('*.parquet'))}"
+    assert len(pd.read_parquet(written)) > 0
