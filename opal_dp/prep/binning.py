@@ -28,10 +28,14 @@ def location_labels(stops: pd.DataFrame) -> list[str]:
     return sorted(set(stop_labels(stops)) | {UNKNOWN_LABEL})
 
 
+NS_PER_WINDOW = WINDOW_MINUTES * 60 * 10**9
+
+
 def time_window(times: pd.Series) -> np.ndarray:
     """15-minute window of the day (0..95), or -1 where the time is missing."""
-    minutes = times.dt.hour * 60 + times.dt.minute
-    return (minutes // WINDOW_MINUTES).fillna(UNKNOWN).to_numpy("int16")
+    ns = times.to_numpy("datetime64[ns]").view(np.int64)
+    window = (ns % (24 * 4 * NS_PER_WINDOW)) // NS_PER_WINDOW
+    return np.where(times.isna().to_numpy(), UNKNOWN, window).astype("int16")
 
 
 def window_label(window: int) -> str:
@@ -43,21 +47,30 @@ def window_label(window: int) -> str:
 
 
 def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
-    labels = stop_labels(stops)
     categories = location_labels(stops)
-    off_stop = trips["tap_off_stop"].astype("Int64")
+    label_code = _label_codes(stops, categories)
+    off_stop = trips["tap_off_stop"]
+    off_code = np.full(len(trips), categories.index(UNKNOWN_LABEL), dtype=np.int32)
+    has_off = off_stop.notna().to_numpy()
+    off_code[has_off] = label_code[off_stop.to_numpy(np.int64, na_value=0)[has_off]]
     binned = pd.DataFrame(
         {
             "mode": trips["mode"],
             "tap_on_window": time_window(trips["tap_on_time"]),
-            "tap_on_loc": pd.Categorical(trips["tap_on_stop"].map(labels), categories=categories),
+            "tap_on_loc": pd.Categorical.from_codes(label_code[trips["tap_on_stop"].to_numpy(np.int64)], categories),
             "tap_off_window": time_window(trips["tap_off_time"]),
-            "tap_off_loc": pd.Categorical(
-                off_stop.map(labels).fillna(UNKNOWN_LABEL).astype(str), categories=categories
-            ),
+            "tap_off_loc": pd.Categorical.from_codes(off_code, categories),
         }
     )
     return BinnedTrips.validate(binned)
+
+
+def _label_codes(stops: pd.DataFrame, categories: list[str]) -> np.ndarray:
+    """stop_id -> code of its label in ``categories`` (-1 for ids that are no stop)."""
+    labels = stop_labels(stops)
+    lookup = np.full(int(labels.index.max()) + 1, -1, dtype=np.int32)
+    lookup[labels.index.to_numpy()] = pd.Index(categories).get_indexer(labels.to_numpy())
+    return lookup
 
 
 def split_by_mode(binned: pd.DataFrame, mode: str) -> pd.DataFrame:

@@ -8,6 +8,8 @@ table with its file, line and the field at fault, so that rows read = accepted +
 
 from __future__ import annotations
 
+import csv
+import gzip
 import re
 from dataclasses import dataclass, field
 from datetime import date
@@ -16,14 +18,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from opal_dp.network import MODES
+from opal_dp.prep import raw_columns
+from opal_dp.prep.raw_columns import NAT
 from opal_dp.prep.schemas import IngestedTrips, RejectedTrips
 
 RAW_COLUMNS = ("card_id", "mode", "tap_on_time", "tap_on_stop", "tap_off_time", "tap_off_stop")
 RAW_FILE = re.compile(r"^trips_(?P<date>\d{4}-\d{2}-\d{2})\.(?P<format>csv|csv\.gz|parquet)$")
-TIME_FORMAT = "ISO8601"
 # Longest plausible single trip per mode (intercity trains are the longest); longer is a data error.
 MAX_DURATION = {
     "bus": pd.Timedelta(hours=4),
@@ -77,26 +81,26 @@ def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
     if not match:
         raise RawInputError(f"{path}: file name must be trips_YYYY-MM-DD.(csv|csv.gz|parquet)")
     service_date = _parse_date(match["date"], path)
-    raw = _read(path, match["format"])
-    missing = [c for c in RAW_COLUMNS if c not in raw.columns]
+    table, malformed = _read(path, match["format"])
+    missing = [c for c in RAW_COLUMNS if c not in table.column_names]
     if missing:
         raise RawInputError(
             f"{path}: missing required column {missing[0]!r}"
             + (f" (and {missing[1:]})" if len(missing) > 1 else "")
-            + f"; found columns {list(raw.columns)}"
+            + f"; found columns {table.column_names}"
         )
-    ignored = [c for c in raw.columns if c not in RAW_COLUMNS]
-    raw = raw[list(RAW_COLUMNS)].reset_index(drop=True)
-    typed = _coerce(raw)
-    fault, reason = _row_faults(raw, typed, service_date, stops)
+    ignored = [c for c in table.column_names if c not in RAW_COLUMNS]
+    table = table.select(list(RAW_COLUMNS))
+    columns = _typed(table)
+    fault, reason = _row_faults(columns, service_date, stops)
     bad = fault != ""
-    accepted = typed.loc[~bad].reset_index(drop=True)
-    accepted["mode"] = pd.Categorical(accepted["mode"], categories=list(MODES))
-    accepted["tap_on_stop"] = accepted["tap_on_stop"].astype("int32")
-    rejected = _rejected_rows(raw, bad, fault, reason, path, first_line=2 if match["format"] != "parquet" else 1)
+    lines = _line_numbers(table.num_rows, malformed, first=1 if match["format"] == "parquet" else 2)
+    rejected = pd.concat(
+        [_rejected(table, lines, bad, fault, reason, path), _malformed(malformed, path)], ignore_index=True
+    ).sort_values("line", ignore_index=True)
     return IngestResult(
         source_file=str(path),
-        accepted=IngestedTrips.validate(accepted),
+        accepted=IngestedTrips.validate(_accepted(columns, ~bad)),
         rejected=RejectedTrips.validate(rejected),
         ignored_columns=ignored,
     )
@@ -109,118 +113,202 @@ def _parse_date(text: str, path: Path) -> date:
         raise RawInputError(f"{path}: {text!r} in the file name is not a calendar date") from None
 
 
-def _read(path: Path, fmt: str) -> pd.DataFrame:
+@dataclass(frozen=True)
+class _MalformedLine:
+    line: int
+    text: str
+    fields: int
+    expected: int
+
+
+def _read(path: Path, fmt: str) -> tuple[pa.Table, list[_MalformedLine]]:
+    """The file as an Arrow table (CSV columns as text, so every value can be judged) and the CSV
+    lines that could not be split into the header's number of fields."""
+    malformed: list[_MalformedLine] = []
+
+    def keep_aside(row: pa_csv.InvalidRow) -> str:
+        malformed.append(_MalformedLine(row.number, row.text, row.actual_columns, row.expected_columns))
+        return "skip"
+
     try:
         if fmt == "parquet":
-            table = pq.read_table(path)
-            return table.to_pandas(types_mapper={pa.int32(): pd.Int32Dtype()}.get)
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8")
-    except pd.errors.EmptyDataError:
-        raise RawInputError(f"{path}: file is empty (no header line)") from None
+            return pq.read_table(path), malformed
+        header = _csv_header(path)
+        table = pa_csv.read_csv(
+            path,
+            read_options=pa_csv.ReadOptions(use_threads=False),  # line numbers for malformed lines
+            parse_options=pa_csv.ParseOptions(invalid_row_handler=keep_aside),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in header}, strings_can_be_null=False
+            ),
+        )
+        return table, malformed
+    except (pa.ArrowException, OSError, EOFError) as err:
+        text = str(err)
+        if "Empty CSV file" in text:
+            raise RawInputError(f"{path}: file is empty (no header line)") from None
+        if "UTF8" in text or "UTF-8" in text:
+            raise RawInputError(f"{path}: not valid UTF-8 text ({text})") from None
+        raise RawInputError(f"{path}: cannot be read as {fmt}: {text}") from None
+
+
+def _csv_header(path: Path) -> list[str]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        first = handle.readline()
+    try:
+        return next(csv.reader([first.decode("utf-8")])) if first.strip() else []
     except UnicodeDecodeError as err:
         raise RawInputError(f"{path}: not valid UTF-8 text ({err.reason} at byte {err.start})") from None
-    except (pa.ArrowException, pd.errors.ParserError, OSError) as err:
-        raise RawInputError(f"{path}: cannot be read as {fmt}: {err}") from None
 
 
-def _coerce(raw: pd.DataFrame) -> pd.DataFrame:
-    """Typed copy of the contract columns; values that do not parse become missing."""
-    return pd.DataFrame(
-        {
-            "card_id": _integers(raw["card_id"]),
-            "mode": raw["mode"].astype("string"),
-            "tap_on_time": _timestamps(raw["tap_on_time"]),
-            "tap_on_stop": _integers(raw["tap_on_stop"]),
-            "tap_off_time": _timestamps(raw["tap_off_time"]),
-            "tap_off_stop": _integers(raw["tap_off_stop"]).astype("Int32"),
-        }
-    )
+@dataclass(frozen=True)
+class _Column:
+    values: np.ndarray
+    present: np.ndarray
+    valid: np.ndarray
 
 
-def _integers(column: pd.Series) -> pd.Series:
-    if pd.api.types.is_integer_dtype(column):
-        return column.astype("Int64")
-    values = pd.to_numeric(column, errors="coerce")
-    whole = values.notna() & (values == np.floor(values)) & (values.abs() < 2**62)
-    return values.where(whole).astype("Int64")
+def _typed(table: pa.Table) -> dict[str, _Column]:
+    return {
+        "card_id": _Column(*raw_columns.integers(table["card_id"])),
+        "mode": _Column(*raw_columns.categories(table["mode"], MODES)),
+        "tap_on_time": _Column(*raw_columns.timestamps(table["tap_on_time"])),
+        "tap_on_stop": _Column(*raw_columns.integers(table["tap_on_stop"])),
+        "tap_off_time": _Column(*raw_columns.timestamps(table["tap_off_time"])),
+        "tap_off_stop": _Column(*raw_columns.integers(table["tap_off_stop"])),
+    }
 
 
-def _timestamps(column: pd.Series) -> pd.Series:
-    if pd.api.types.is_datetime64_any_dtype(column):
-        if getattr(column.dt, "tz", None) is not None:
-            return pd.Series(pd.NaT, index=column.index, dtype="datetime64[ns]")
-        return column.astype("datetime64[ns]")
-    return pd.to_datetime(column.astype("string"), format=TIME_FORMAT, errors="coerce").astype("datetime64[ns]")
-
-
-def _row_faults(
-    raw: pd.DataFrame, typed: pd.DataFrame, service_date: date, stops: pd.DataFrame
-) -> tuple[np.ndarray, np.ndarray]:
+def _row_faults(columns: dict[str, _Column], service_date: date, stops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(field, reason) of the first fault of every row, "" where the row is sound. Vectorised."""
-    present = raw.apply(_present)
-    mode_ok = typed["mode"].isin(MODES).fillna(False).to_numpy(bool)
-    mode = typed["mode"].where(mode_ok, None)
-    on_stop_ok = _stop_of_mode(typed["tap_on_stop"], mode, stops)
-    off_stop_ok = _stop_of_mode(typed["tap_off_stop"], mode, stops)
-    on, off = typed["tap_on_time"], typed["tap_off_time"]
-    duration = off - on
-    max_duration = mode.map(MAX_DURATION).astype("timedelta64[ns]")
-    day_start = pd.Timestamp(service_date)
-    has_off_time, has_off_stop = present["tap_off_time"].to_numpy(), present["tap_off_stop"].to_numpy()
-    duplicate = typed.duplicated(subset=["card_id", "mode", "tap_on_time", "tap_on_stop"]) & typed[
-        ["card_id", "tap_on_time", "tap_on_stop"]
-    ].notna().all(axis=1)
+    card, mode = columns["card_id"], columns["mode"]
+    on, on_stop = columns["tap_on_time"], columns["tap_on_stop"]
+    off, off_stop = columns["tap_off_time"], columns["tap_off_stop"]
+    day_start = np.datetime64(service_date, "ns").astype(np.int64)
+    day_end = day_start + np.timedelta64(1, "D").astype("timedelta64[ns]").astype(np.int64)
+    stop_mode = _stop_mode_lookup(stops)
+    max_duration = np.array([MAX_DURATION[m].value for m in MODES] + [0], dtype=np.int64)[mode.values]
+    duration = off.values - on.values
     checks = [  # (fault, field, reason): the first that applies wins
-        (~present["card_id"], "card_id", "card_id is missing"),
-        (typed["card_id"].isna() | (typed["card_id"] <= 0), "card_id", "card_id is not a positive integer"),
-        (~present["mode"], "mode", "mode is missing"),
-        (~mode_ok, "mode", "unknown mode (expected one of " + ", ".join(MODES) + ")"),
-        (~present["tap_on_time"], "tap_on_time", "tap_on_time is missing"),
-        (on.isna(), "tap_on_time", "tap_on_time is not a timestamp"),
-        ((on < day_start) | (on >= day_start + pd.Timedelta(days=1)), "tap_on_time",
+        (~card.present, "card_id", "card_id is missing"),
+        (~card.valid | (card.values <= 0), "card_id", "card_id is not a positive integer"),
+        (~mode.present, "mode", "mode is missing"),
+        (~mode.valid, "mode", "unknown mode (expected one of " + ", ".join(MODES) + ")"),
+        (~on.present, "tap_on_time", "tap_on_time is missing"),
+        (~on.valid, "tap_on_time", "tap_on_time is not a timestamp"),
+        ((on.values < day_start) | (on.values >= day_end), "tap_on_time",
          f"tap-on is not on the file's service date {service_date.isoformat()}"),
-        (~present["tap_on_stop"], "tap_on_stop", "tap_on_stop is missing"),
-        (~on_stop_ok, "tap_on_stop", "tap_on_stop is not a stop of this mode in the reference network"),
-        (has_off_time != has_off_stop, "tap_off_time", "tap_off_time and tap_off_stop must both be present or both empty"),
-        (has_off_time & off.isna(), "tap_off_time", "tap_off_time is not a timestamp"),
-        (has_off_stop & ~off_stop_ok, "tap_off_stop", "tap_off_stop is not a stop of this mode in the reference network"),
-        (duration < pd.Timedelta(0), "tap_off_time", "tap-off is before tap-on"),
-        (duration > max_duration, "tap_off_time", "trip longer than the maximum plausible duration for its mode"),
-        (duplicate, "card_id", "duplicate of an earlier row (same card, mode, tap-on time and stop)"),
+        (~on_stop.present, "tap_on_stop", "tap_on_stop is missing"),
+        (~_of_mode(on_stop, mode, stop_mode), "tap_on_stop",
+         "tap_on_stop is not a stop of this mode in the reference network"),
+        (off.present != off_stop.present, "tap_off_time", "tap_off_time and tap_off_stop must both be present or both empty"),
+        (off.present & ~off.valid, "tap_off_time", "tap_off_time is not a timestamp"),
+        (off_stop.present & ~_of_mode(off_stop, mode, stop_mode), "tap_off_stop",
+         "tap_off_stop is not a stop of this mode in the reference network"),
+        (off.valid & (duration < 0), "tap_off_time", "tap-off is before tap-on"),
+        (off.valid & (duration > max_duration), "tap_off_time",
+         "trip longer than the maximum plausible duration for its mode"),
     ]
-    fault = np.full(len(raw), "", dtype=object)
-    reason = np.full(len(raw), "", dtype=object)
-    for mask, column, why in reversed(checks):
-        hit = np.asarray(pd.Series(mask).fillna(False), dtype=bool)
+    fault = np.full(len(card.values), "", dtype=object)
+    reason = np.full(len(card.values), "", dtype=object)
+    for hit, column, why in reversed(checks):
         fault[hit], reason[hit] = column, why
+    duplicate = _duplicates([card.values, mode.values, on.values, on_stop.values], fault == "")
+    fault[duplicate] = "card_id"
+    reason[duplicate] = "duplicate of an earlier row (same card, mode, tap-on time and stop)"
     return fault, reason
 
 
-def _present(column: pd.Series) -> pd.Series:
-    """Not null and, for text, not blank."""
-    if column.dtype == object or pd.api.types.is_string_dtype(column):
-        return (column.astype("string").str.strip() != "").fillna(False).astype(bool)
-    return column.notna()
+def _stop_mode_lookup(stops: pd.DataFrame) -> np.ndarray:
+    """stop_id -> index of its mode in MODES (-1: no such stop)."""
+    ids = stops["stop_id"].to_numpy(np.int64)
+    lookup = np.full(int(ids.max()) + 1 if len(ids) else 1, -1, dtype=np.int8)
+    lookup[ids] = [MODES.index(m) for m in stops["mode"].astype(str)]
+    return lookup
 
 
-def _stop_of_mode(stop: pd.Series, mode: pd.Series, stops: pd.DataFrame) -> np.ndarray:
-    """True where ``stop`` is a reference stop whose mode is the row's mode."""
-    lookup = pd.Series(stops["mode"].astype(str).to_numpy(), index=stops["stop_id"].astype("int64"))
-    stop_mode = stop.map(lookup)
-    return (stop_mode.astype("string") == mode.astype("string")).fillna(False).to_numpy(bool)
+def _of_mode(stop: _Column, mode: _Column, lookup: np.ndarray) -> np.ndarray:
+    inside = stop.valid & (stop.values >= 0) & (stop.values < len(lookup))
+    found = np.full(len(stop.values), -2, dtype=np.int64)
+    found[inside] = lookup[stop.values[inside]]
+    return inside & (found == mode.values)
 
 
-def _rejected_rows(
-    raw: pd.DataFrame, bad: np.ndarray, fault: np.ndarray, reason: np.ndarray, path: Path, first_line: int
-) -> pd.DataFrame:
-    rows = raw.loc[bad].astype("string").astype(object).where(raw.loc[bad].notna(), None)
-    index = np.flatnonzero(bad)
+def _duplicates(keys: list[np.ndarray], sound: np.ndarray) -> np.ndarray:
+    """True for every sound row equal, on the key columns, to an earlier sound row.
+
+    A 64-bit mix of the keys finds the few rows that can be duplicates; pandas settles them exactly.
+    """
+    rows = np.flatnonzero(sound)
+    mixed = np.zeros(len(rows), dtype=np.uint64)
+    for i, key in enumerate(keys):
+        mixed = (mixed ^ key[rows].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15 + 2 * i)
+    _, inverse, counts = np.unique(mixed, return_inverse=True, return_counts=True)
+    maybe = rows[counts[inverse] > 1]
+    duplicate = np.zeros(len(sound), dtype=bool)
+    if len(maybe):
+        frame = pd.DataFrame({f"k{i}": key[maybe] for i, key in enumerate(keys)})
+        duplicate[maybe[frame.duplicated().to_numpy()]] = True
+    return duplicate
+
+
+def _accepted(columns: dict[str, _Column], keep: np.ndarray) -> pd.DataFrame:
+    off = columns["tap_off_time"].values[keep]
+    has_off = columns["tap_off_time"].valid[keep]
     return pd.DataFrame(
         {
-            "source_file": str(path),
-            "line": index.astype("int64") + first_line,
-            "field": fault[bad].astype(str),
-            "reason": reason[bad].astype(str),
-            **{c: rows[c].to_numpy() for c in RAW_COLUMNS},
+            "card_id": columns["card_id"].values[keep],
+            "mode": pd.Categorical.from_codes(columns["mode"].values[keep], categories=list(MODES)),
+            "tap_on_time": columns["tap_on_time"].values[keep].view("datetime64[ns]"),
+            "tap_on_stop": columns["tap_on_stop"].values[keep].astype(np.int32),
+            "tap_off_time": np.where(has_off, off, NAT).view("datetime64[ns]"),
+            "tap_off_stop": pd.arrays.IntegerArray(
+                columns["tap_off_stop"].values[keep].astype(np.int32), ~has_off
+            ),
         }
     )
+
+
+def _line_numbers(rows: int, malformed: list[_MalformedLine], first: int) -> np.ndarray:
+    """Line (CSV) or row (Parquet) number of each parsed row: the numbers not taken by malformed lines."""
+    numbers = np.arange(first, first + rows + len(malformed), dtype=np.int64)
+    parsed = np.ones(len(numbers), dtype=bool)
+    parsed[[m.line - first for m in malformed]] = False
+    return numbers[parsed]
+
+
+def _rejected(
+    table: pa.Table, lines: np.ndarray, bad: np.ndarray, fault: np.ndarray, reason: np.ndarray, path: Path
+) -> pd.DataFrame:
+    index = np.flatnonzero(bad)
+    rows = table.take(pa.array(index, type=pa.int64()))
+    return pd.DataFrame(
+        {
+            "source_file": pd.Series([str(path)] * len(index), dtype=object),
+            "line": lines[index],
+            "field": fault[bad].astype(str),
+            "reason": reason[bad].astype(str),
+            **{c: _as_text(rows[c]) for c in RAW_COLUMNS},
+            "raw_line": pd.Series([None] * len(index), dtype=object),
+        }
+    )
+
+
+def _malformed(malformed: list[_MalformedLine], path: Path) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "source_file": pd.Series([str(path)] * len(malformed), dtype=object),
+            "line": np.array([m.line for m in malformed], dtype=np.int64),
+            "field": pd.Series(["(line)"] * len(malformed), dtype=object),
+            "reason": pd.Series([f"{m.fields} fields where the header has {m.expected}" for m in malformed],
+                                dtype=object),
+            **{c: pd.Series([None] * len(malformed), dtype=object) for c in RAW_COLUMNS},
+            "raw_line": pd.Series([m.text for m in malformed], dtype=object),
+        }
+    )
+
+
+def _as_text(column: pa.ChunkedArray) -> np.ndarray:
+    values = column.to_pylist()
+    return np.array([None if v is None else str(v) for v in values], dtype=object)

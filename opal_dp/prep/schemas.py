@@ -33,7 +33,10 @@ class IngestedTrips(pa.DataFrameModel):
 
 
 class RejectedTrips(pa.DataFrameModel):
-    """Raw rows that broke the contract, with where they came from and why; raw values as text."""
+    """Raw rows that broke the contract, with where they came from and why; raw values as text.
+
+    ``line`` is the CSV line (the header is line 1) or the 1-based Parquet row.
+    """
 
     source_file: Series[str]
     line: Series[int] = pa.Field(ge=1)
@@ -45,6 +48,7 @@ class RejectedTrips(pa.DataFrameModel):
     tap_on_stop: Series[str] = pa.Field(nullable=True)
     tap_off_time: Series[str] = pa.Field(nullable=True)
     tap_off_stop: Series[str] = pa.Field(nullable=True)
+    raw_line: Series[str] = pa.Field(nullable=True)  # the whole line, when it could not be split
 
     class Config:
         strict = True

@@ -40,20 +40,25 @@ def test_missing_time_is_window_minus_one():
 
 
 def test_anonymise_removes_card_id_and_raw_order(tmp_path, stops):
-    rows = [row(2, "train", f"{DAY} 09:00:00", 10), row(1, "bus", f"{DAY} 10:00:00", 1),
-            row(3, "train", f"{DAY} 08:00:00", 11)]
-    anonymous = anonymise(trips(stops, tmp_path, rows))
-    assert "card_id" not in anonymous.columns
-    assert anonymous["tap_on_stop"].tolist() == [1, 11, 10]  # by mode, then time: not file order
+    rows = [row(i + 1, "train", f"{DAY} 08:{i:02d}:00", 10 + i % 3) for i in range(40)]
+    accepted = trips(stops, tmp_path, rows)
+    first, second = anonymise(accepted), anonymise(accepted)
+    assert "card_id" not in first.columns
+    # a uniformly random order: P(identity) = 1/40!, P(two draws agree) = 1/40!
+    assert first["tap_on_time"].tolist() != accepted["tap_on_time"].tolist()
+    assert first["tap_on_time"].tolist() != second["tap_on_time"].tolist()
+    key = ["tap_on_time", "tap_on_stop"]
+    pd.testing.assert_frame_equal(first.sort_values(key, ignore_index=True),
+                                  accepted.drop(columns="card_id").sort_values(key, ignore_index=True))
     with pytest.raises((pa.errors.SchemaError, pa.errors.SchemaErrors)):
-        AnonymisedTrips.validate(anonymous.assign(card_id=1))
+        AnonymisedTrips.validate(first.assign(card_id=1))
 
 
 def test_binning_collapses_bus_stops_to_postcodes_and_keeps_names(tmp_path, stops):
     rows = [row(1, "bus", f"{DAY} 08:00:00", 1, f"{DAY} 08:10:00", 3),
             row(2, "bus", f"{DAY} 08:01:00", 2, f"{DAY} 08:30:00", 3),
             row(3, "train", f"{DAY} 08:02:00", 10, f"{DAY} 08:40:00", 12)]
-    binned = bin_trips(anonymise(trips(stops, tmp_path, rows)), stops)
+    binned = bin_trips(trips(stops, tmp_path, rows), stops)  # rows keep their file order here
     assert binned["tap_on_loc"].astype(str).tolist() == ["2000", "2000", "Central"]
     assert binned["tap_off_loc"].astype(str).tolist() == ["2010", "2010", "Parramatta"]
     assert binned["tap_off_window"].tolist() == [32, 34, 34]

@@ -48,6 +48,17 @@ def test_each_rejection_reason_names_line_and_field(tmp_path, stops, override, f
     assert reason in row["reason"]
 
 
+def test_lines_with_the_wrong_number_of_fields_are_rejected_with_their_text(tmp_path, stops):
+    path = write_csv(tmp_path, DAY, [GOOD, {**GOOD, "card_id": 8}])
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "1,2", lines[1], "9,bus,x,1,,,extra", lines[2]]) + "\n")
+    result = ingest_file(path, stops)
+    assert result.rows_read == 4 and len(result.accepted) == 2
+    assert result.rejected["line"].tolist() == [2, 4]
+    assert result.rejected["raw_line"].tolist() == ["1,2", "9,bus,x,1,,,extra"]
+    assert result.rejected["reason"].str.contains("fields where the header has 6").all()
+
+
 def test_duplicate_rows_are_rejected_after_the_first(tmp_path, stops):
     path = write_csv(tmp_path, DAY, [GOOD, GOOD, GOOD])
     result = ingest_file(path, stops)
@@ -108,7 +119,9 @@ def test_extra_columns_are_dropped_and_reported(tmp_path, stops):
     ("name", "content", "message"),
     [
         (f"trips_{DAY}.csv", b"", "file is empty"),
-        (f"trips_{DAY}.csv", b"card_id,mode\n\xff\xfe\n", "not valid UTF-8"),
+        (f"trips_{DAY}.csv", b"card_id,mode,tap_on_time,tap_on_stop,tap_off_time,tap_off_stop\n\xff\xfe,bus,,,,\n",
+         "not valid UTF-8"),
+        (f"trips_{DAY}.csv", b"card_\xffid,mode\n", "not valid UTF-8"),
         (f"trips_{DAY}.parquet", b"PAR1\x00\x00garbage", "cannot be read as parquet"),
         ("trips_2016-02-30.csv", b"card_id\n", "not a calendar date"),
     ],
