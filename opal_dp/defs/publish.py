@@ -11,7 +11,7 @@ from opal_dp.defs.release import RELEASE_KEYS
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems, standing_entry
-from opal_dp.release.marginals import MARGINALS, histogram
+from opal_dp.release.marginals import MARGINALS, histograms
 from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
 from opal_dp.release.statement import privacy_statement, render_markdown
 
@@ -35,9 +35,9 @@ def _gate(
 
     def under_check():
         for key in trip_partitions:
-            partition, mine = trip_partitions[key], [e for e in entries if e.partition == key]
+            truths, mine = histograms(trip_partitions[key]), [e for e in entries if e.partition == key]
             for m in MARGINALS:
-                yield ReleaseUnderCheck(key, m, releases[m.name][key], histogram(partition, m), params[m.name],
+                yield ReleaseUnderCheck(key, m, releases[m.name][key], truths[m.name], params[m.name],
                                         standing_entry(mine, m.name), spending.get(key, (0.0, 0.0)),
                                         privacy_budget.partition_cap, labels)
 

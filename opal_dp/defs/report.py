@@ -9,7 +9,7 @@ from opal_dp import settings
 from opal_dp.defs.io import PartitionFrames
 from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.release import RELEASE_KEYS
-from opal_dp.release.marginals import MARGINALS, histogram
+from opal_dp.release.marginals import MARGINALS, histograms
 from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
@@ -27,8 +27,9 @@ def utility_report(trip_partitions: PartitionFrames, **released: PartitionFrames
     for key in sorted(trip_partitions):
         day, mode = date_and_mode(key)
         partition = trip_partitions[key]
+        truths = histograms(partition)
         for marginal in MARGINALS:
-            truth = histogram(partition, marginal)
+            truth = truths[marginal.name]
             frame = released[marginal.name][key]
             rows.append({"marginal": marginal.name, "mode": mode,
                          **partition_utility(marginal, truth, frame, len(partition))})

@@ -38,12 +38,24 @@ class ReleaseUnderCheck:
 
 
 def no_new_points(r: ReleaseUnderCheck) -> str | None:
-    keys = r.marginal.dimensions
-    if not keys:
+    labels = r.truth[LOC].cat.categories if r.marginal.by_loc else pd.Index([])
+    new = ~np.isin(_bin_keys(r.released, r.marginal, labels), _bin_keys(r.truth, r.marginal, labels))
+    if not new.any():
         return None
-    merged = r.released[keys].merge(r.truth[keys], how="left", on=keys, indicator=True)
-    new = merged.loc[merged["_merge"] == "left_only", keys]
-    return None if new.empty else f"{len(new)} released bins absent from the data, e.g. {new.iloc[0].to_dict()}"
+    example = r.released.loc[new, r.marginal.dimensions].iloc[0].to_dict()
+    return f"{int(new.sum())} released bins absent from the data, e.g. {example}"
+
+
+def _bin_keys(frame: pd.DataFrame, marginal: Marginal, labels: pd.Index) -> np.ndarray:
+    """One exact integer per bin: time window and the position of its label in ``labels`` (0: absent)."""
+    key = np.zeros(len(frame), dtype=np.int64)
+    if marginal.by_time:
+        key = frame[TIME].to_numpy(np.int64) - UNKNOWN
+    if marginal.by_loc:
+        loc = frame[LOC]
+        position = labels.get_indexer(loc.cat.categories)[loc.cat.codes.to_numpy()] + 1
+        key = key * (len(labels) + 1) + position
+    return key
 
 
 def counts_above_threshold(r: ReleaseUnderCheck) -> str | None:
@@ -129,14 +141,39 @@ def standing_entry(entries: Iterable[Entry], marginal: str) -> Entry | None:
 
 
 def blocking_problems(releases: Iterable[ReleaseUnderCheck]) -> dict[str, list[str]]:
-    """check name -> "partition marginal: problem" for every failing (partition, marginal)."""
+    """check name -> "partition marginal: problem" for every failing (partition, marginal).
+
+    The schema is validated once per marginal over all partitions (Pandera's per-call cost is
+    high); only if that fails is each partition validated on its own to say which one failed.
+    """
+    releases = list(releases)
     problems: dict[str, list[str]] = {name: [] for name in BLOCKING_CHECKS}
-    for r in releases:
-        for name, check in BLOCKING_CHECKS.items():
+    for name, check in BLOCKING_CHECKS.items():
+        if name == "schema_valid":
+            candidates = [r for group in _by_marginal(releases).values() if not _schema_holds(group) for r in group]
+        else:
+            candidates = releases
+        for r in candidates:
             problem = check(r)
             if problem:
                 problems[name].append(f"{r.partition} {r.marginal.name}: {problem}")
     return problems
+
+
+def _by_marginal(releases: list[ReleaseUnderCheck]) -> dict[str, list[ReleaseUnderCheck]]:
+    groups: dict[str, list[ReleaseUnderCheck]] = {}
+    for r in releases:
+        groups.setdefault(r.marginal.name, []).append(r)
+    return groups
+
+
+def _schema_holds(group: list[ReleaseUnderCheck]) -> bool:
+    stacked = pd.concat([r.released for r in group], ignore_index=True)
+    try:
+        schema_for(group[0].marginal).validate(stacked)
+    except (pa.errors.SchemaError, pa.errors.SchemaErrors):
+        return False
+    return True
 
 
 def noise_sum_bound(bins: int, scale: float, false_alarm: float = PLAUSIBILITY_FALSE_ALARM) -> float:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from opal_dp.core import HistogramMechanism, PrivacyLedger
 from opal_dp.core.ledger import Request
-from opal_dp.release.marginals import BY_NAME, COUNT, LOC, TIME, Marginal, histogram
+from opal_dp.release.marginals import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
 from opal_dp.storage import write_parquet_atomic
 
 
@@ -38,11 +38,11 @@ class ReleasedMarginal:
     reused: bool  # True: an identical earlier release was returned, no noise drawn, nothing charged
 
 
-def fingerprint(histograms: Mapping[str, pd.DataFrame]) -> str:
+def fingerprint(truths: Mapping[str, pd.DataFrame]) -> str:
     """SHA-256 of the true histograms: equal fingerprints mean identical mechanism inputs."""
     digest = hashlib.sha256()
-    for name in sorted(histograms):
-        frame = histograms[name]
+    for name in sorted(truths):
+        frame = truths[name]
         digest.update(name.encode())
         if TIME in frame:
             digest.update(frame[TIME].to_numpy("int16").tobytes())
@@ -70,7 +70,7 @@ def release_partitions(
     All charges are decided in one ledger transaction (all or nothing), all draws of one marginal
     are stored in one file per run, and all completions are recorded in one transaction.
     """
-    truths = {key: {name: histogram(partitions[key], BY_NAME[name]) for name in mechanisms} for key in partitions}
+    truths = {key: histograms(partitions[key], [BY_NAME[name] for name in mechanisms]) for key in partitions}
     prints = {key: fingerprint(hists) for key, hists in truths.items()}
     requests = [
         Request(key, name, m.epsilon, m.delta, mechanism_id(m), prints[key])

@@ -8,6 +8,7 @@ row order of the input can never show through (seed §3.3.1).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,18 +50,40 @@ BY_NAME = {m.name: m for m in MARGINALS}
 
 def histogram(partition: pd.DataFrame, marginal: Marginal) -> pd.DataFrame:
     """True counts of the bins present in ``partition`` for ``marginal``, canonically ordered."""
-    window = partition[f"tap_{marginal.tap}_window"].to_numpy("int64") - UNKNOWN  # 0 = unknown
-    loc = partition[f"tap_{marginal.tap}_loc"]
+    return histograms(partition, [marginal])[marginal.name]
+
+
+def histograms(partition: pd.DataFrame, marginals: Iterable[Marginal] = MARGINALS) -> dict[str, pd.DataFrame]:
+    """True histograms of several marginals from one count per tap (time x location); the one-way
+    marginals are its row and column sums."""
+    wanted = list(marginals)
+    joint = {tap: _joint_counts(partition, tap) for tap in {m.tap for m in wanted}}
+    return {m.name: _present_bins(joint[m.tap], m) for m in wanted}
+
+
+def _joint_counts(partition: pd.DataFrame, tap: str) -> tuple[np.ndarray, pd.Index]:
+    """(counts of shape (windows + 1, locations), location labels); window row 0 = unknown (-1)."""
+    loc = partition[f"tap_{tap}_loc"]
     labels = loc.cat.categories
-    n_windows = WINDOWS_PER_DAY + 1 if marginal.by_time else 1
-    n_locs = len(labels) if marginal.by_loc else 1
-    key = (window if marginal.by_time else 0) * n_locs + (loc.cat.codes.to_numpy("int64") if marginal.by_loc else 0)
-    counts = np.bincount(np.broadcast_to(key, len(partition)), minlength=n_windows * n_locs)
-    present = np.flatnonzero(counts)
+    window = partition[f"tap_{tap}_window"].to_numpy("int64") - UNKNOWN
+    key = window * len(labels) + loc.cat.codes.to_numpy("int64")
+    counts = np.bincount(key, minlength=(WINDOWS_PER_DAY + 1) * len(labels))
+    return counts.reshape(WINDOWS_PER_DAY + 1, len(labels)), labels
+
+
+def _present_bins(joint: tuple[np.ndarray, pd.Index], marginal: Marginal) -> pd.DataFrame:
+    counts, labels = joint
+    if not marginal.by_loc:
+        counts = counts.sum(axis=1, keepdims=True)
+    if not marginal.by_time:
+        counts = counts.sum(axis=0, keepdims=True)
+    n_locs = counts.shape[1]
+    flat = counts.ravel()
+    present = np.flatnonzero(flat)
     columns: dict[str, object] = {}
     if marginal.by_time:
         columns[TIME] = (present // n_locs + UNKNOWN).astype("int16")
     if marginal.by_loc:
         columns[LOC] = pd.Categorical.from_codes(present % n_locs, categories=labels)
-    columns[COUNT] = counts[present].astype("int64")
+    columns[COUNT] = flat[present].astype("int64")
     return pd.DataFrame(columns)

@@ -92,3 +92,10 @@ def test_plausibility_flags_only_implausible_gaps():
     bad, _ = plausibility(time_truth.assign(count=[900, 900]), loc_truth.assign(count=[997]),
                           time_truth, loc_truth, 2.0, 2.0)
     assert not bad
+
+
+def test_batched_schema_check_names_the_failing_partition():
+    good = under_check()
+    bad = under_check(GOOD.assign(count=GOOD["count"].astype("float64")), partition="2016-07-26|bus")
+    problems = blocking_problems([good, bad])
+    assert problems["schema_valid"] and all(p.startswith("2016-07-26|bus") for p in problems["schema_valid"])
