@@ -7,17 +7,21 @@ full range of partitions thanks to single-run backfill policies: no process per 
 from __future__ import annotations
 
 import argparse
+
 import dagster as dg
 
 from opal_dp import settings
-from opal_dp.defs.partitions import date_mode, service_dates
+from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, date_mode, service_dates
 from opal_dp.prep.ingest import raw_files
 
 
-def run_release(instance: dg.DagsterInstance, dates: list[str] | None = None) -> dict[str, dg.ExecuteInProcessResult]:
-    """Register the service dates of the raw files and materialise everything over them.
+def run_release(
+    instance: dg.DagsterInstance, dates: list[str] | None = None
+) -> dict[str, list[dg.ExecuteInProcessResult]]:
+    """Register the service dates (default: of every raw file) and materialise everything over them.
 
-    Returns the successful result of each job's run, by job name.
+    One run per job and contiguous range of the requested partitions (normally exactly one), so a
+    day that was not asked for is never touched. Returns the successful runs by job name.
     """
     from opal_dp.definitions import defs as load_defs
 
@@ -25,22 +29,26 @@ def run_release(instance: dg.DagsterInstance, dates: list[str] | None = None) ->
     days = sorted(dates or raw_files(settings.raw_dir()))
     if not days:
         raise SystemExit(f"no raw files in {settings.raw_dir()}")
-    new = [d for d in days if not instance.has_dynamic_partition(service_dates.name, d)]
-    instance.add_dynamic_partitions(service_dates.name, new)
-    keys = date_mode.get_partition_keys(dynamic_partitions_store=instance)
-    wanted = [k for k in keys if k.keys_by_dimension["date"] in days]
-    results = {}
-    for job, first, last in (
-        ("private_stages", days[0], days[-1]),
-        ("release", str(wanted[0]), str(wanted[-1])),
-        ("rollup", None, None),
-    ):
-        tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last} if first else {}
-        result = defs.resolve_job_def(job).execute_in_process(instance=instance, tags=tags, raise_on_error=False)
-        if not result.success:
-            errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
-            raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
-        results[job] = result
+    instance.add_dynamic_partitions(
+        service_dates.name, [d for d in days if not instance.has_dynamic_partition(service_dates.name, d)]
+    )
+    all_days = service_dates.get_partition_keys(dynamic_partitions_store=instance)
+    all_keys = date_mode.get_partition_keys(dynamic_partitions_store=instance)
+    wanted_keys = [k for k in all_keys if k.keys_by_dimension["date"] in days]
+    plan = [
+        ("private_stages", contiguous_ranges(all_days, days)),
+        ("release", contiguous_ranges(all_keys, wanted_keys)),
+        ("rollup", [None]),
+    ]
+    results: dict[str, list[dg.ExecuteInProcessResult]] = {}
+    for job, ranges in plan:
+        for span in ranges:
+            tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
+            result = defs.resolve_job_def(job).execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+            if not result.success:
+                errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
+                raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
+            results.setdefault(job, []).append(result)
     return results
 
 

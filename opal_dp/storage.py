@@ -1,4 +1,4 @@
-"""Atomic file writes: a reader (or a crash) never sees half a file."""
+"""Parquet files written atomically: a reader (or a crash) never sees half a file."""
 
 from __future__ import annotations
 
@@ -6,13 +6,29 @@ import os
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
     """Write next to ``path``, fsync, then rename over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    frame.to_parquet(tmp, index=False)
+    pq.write_table(_table(frame), tmp)
     with open(tmp, "rb") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def _table(frame: pd.DataFrame) -> pa.Table:
+    """Arrow table of ``frame``. Parquet keeps no dictionary for a column without rows, so an empty
+    categorical comes back with no categories, typed null; it is stored as string-valued, so that it
+    reads back as an (empty) categorical again rather than decaying to object on the next round."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    fields = [
+        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
+        if pa.types.is_dictionary(f.type) and pa.types.is_null(f.type.value_type)
+        else f
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))

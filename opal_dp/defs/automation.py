@@ -12,22 +12,23 @@ import dagster as dg
 
 from opal_dp import settings
 from opal_dp.defs.jobs import private_stages_job, release_job, rollup_job
-from opal_dp.defs.partitions import date_mode, service_dates
+from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, date_mode, service_dates
 from opal_dp.prep.ingest import raw_files
 
-RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 SYDNEY = "Australia/Sydney"
 
 
-def range_tags(keys: list[str]) -> dict[str, str]:
-    """Tags that make one run cover the contiguous partition keys ``keys`` (in definition order)."""
-    return {RANGE_START: str(keys[0]), RANGE_END: str(keys[-1])}
-
-
-def release_keys(instance: dg.DagsterInstance, dates: set[str]) -> list[str]:
-    """The (date, mode) keys of ``dates``, in definition order (date-major: contiguous per date run)."""
+def release_ranges(instance: dg.DagsterInstance, dates: set[str]) -> list[tuple[str, str]]:
+    """The (date, mode) keys of ``dates`` as the fewest ranges of contiguous keys (one run each)."""
     keys = date_mode.get_partition_keys(dynamic_partitions_store=instance)
-    return [str(k) for k in keys if k.keys_by_dimension["date"] in dates]
+    return contiguous_ranges(keys, [k for k in keys if k.keys_by_dimension["date"] in dates])
+
+
+def range_requests(run_key: str, ranges: list[tuple[str, str]]) -> list[dg.RunRequest]:
+    return [
+        dg.RunRequest(run_key=f"{run_key}:{first}:{last}", tags={RANGE_START: first, RANGE_END: last})
+        for first, last in ranges
+    ]
 
 
 def run_dates(instance: dg.DagsterInstance, tags: dict[str, str]) -> set[str]:
@@ -77,11 +78,11 @@ def release_after_private_stages(context: dg.RunStatusSensorContext):
     return release_request(context.instance, context.dagster_run)
 
 
-def release_request(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:
-    keys = release_keys(instance, run_dates(instance, run.tags))
-    if not keys:
+def release_request(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[dg.RunRequest] | dg.SkipReason:
+    ranges = release_ranges(instance, run_dates(instance, run.tags))
+    if not ranges:
         return dg.SkipReason("the finished run covered no known service date")
-    return dg.RunRequest(run_key=f"release:{run.run_id}", tags=range_tags(keys))
+    return range_requests(f"release:{run.run_id}", ranges)
 
 
 @dg.run_status_sensor(
@@ -100,9 +101,9 @@ def weekly_release(context: dg.ScheduleEvaluationContext):
     return weekly_request(context.instance, context.scheduled_execution_time)
 
 
-def weekly_request(instance: dg.DagsterInstance, when: datetime) -> dg.RunRequest | dg.SkipReason:
+def weekly_request(instance: dg.DagsterInstance, when: datetime) -> list[dg.RunRequest] | dg.SkipReason:
     week = last_complete_week(when.date())
-    keys = release_keys(instance, set(week))
-    if not keys:
+    ranges = release_ranges(instance, set(week))
+    if not ranges:
         return dg.SkipReason(f"no service dates registered for the week {week[0]}..{week[-1]}")
-    return dg.RunRequest(run_key=f"weekly:{week[0]}", tags=range_tags(keys))
+    return range_requests(f"weekly:{week[0]}", ranges)

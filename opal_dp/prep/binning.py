@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOW_MINUTES, BinnedTrips, PartitionTrips
 
 
@@ -55,7 +56,7 @@ def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
     off_code[has_off] = label_code[off_stop.to_numpy(np.int64, na_value=0)[has_off]]
     binned = pd.DataFrame(
         {
-            "mode": trips["mode"],
+            "mode": pd.Categorical(trips["mode"], categories=list(MODES)),  # also for an empty day
             "tap_on_window": time_window(trips["tap_on_time"]),
             "tap_on_loc": pd.Categorical.from_codes(label_code[trips["tap_on_stop"].to_numpy(np.int64)], categories),
             "tap_off_window": time_window(trips["tap_off_time"]),

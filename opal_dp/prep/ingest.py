@@ -132,7 +132,7 @@ def _read(path: Path, fmt: str) -> tuple[pa.Table, list[_MalformedLine]]:
 
     try:
         if fmt == "parquet":
-            return pq.read_table(path), malformed
+            return _text_from_binary(pq.read_table(path)), malformed
         header = _csv_header(path)
         table = pa_csv.read_csv(
             path,
@@ -150,6 +150,14 @@ def _read(path: Path, fmt: str) -> tuple[pa.Table, list[_MalformedLine]]:
         if "UTF8" in text or "UTF-8" in text:
             raise RawInputError(f"{path}: not valid UTF-8 text ({text})") from None
         raise RawInputError(f"{path}: cannot be read as {fmt}: {text}") from None
+
+
+def _text_from_binary(table: pa.Table) -> pa.Table:
+    """Binary columns must hold UTF-8 text; Arrow refuses (ArrowInvalid) where they do not."""
+    binary = [pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) for f in table.schema]
+    if not any(binary):
+        return table
+    return table.cast(pa.schema([pa.field(f.name, pa.string()) if b else f for f, b in zip(table.schema, binary)]))
 
 
 def _csv_header(path: Path) -> list[str]:

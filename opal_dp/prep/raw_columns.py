@@ -36,18 +36,26 @@ def integers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return np.zeros(len(column), np.int64), here, np.zeros(len(column), bool)
 
 
+# A UTC offset or "Z" after the time of day: such a time is not local, so the value is invalid.
+UTC_OFFSET = r"[T ]\d{1,2}(?::?\d{2}){0,2}(?:[.,]\d+)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)\s*$"
+NS_PER_UNIT = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
 def timestamps(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Naive local timestamps as int64 nanoseconds. Time-zone-aware values are not local: invalid."""
+    """Naive local timestamps as int64 nanoseconds. Time-zone-aware values are not local, and values
+    outside the nanosecond range (years 1678-2261) cannot be trips: both invalid."""
     here = present(column)
     kind = column.type
     if pa.types.is_timestamp(kind) and kind.tz is None:
-        values = pc.cast(column, pa.timestamp("ns")).to_numpy().astype("datetime64[ns]").view(np.int64)
-        return values, here, here & (values != NAT)
+        raw = pc.fill_null(pc.cast(column, pa.int64()), 0).to_numpy()
+        factor = NS_PER_UNIT[kind.unit]
+        fits = here & (np.abs(raw) < np.iinfo(np.int64).max // factor)
+        values = np.where(fits, raw, 0) * factor
+        return values, here, fits & (values != NAT)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        text = pd.Series(column.to_numpy(zero_copy_only=False), dtype=object)
-        parsed = pd.to_datetime(text, format="ISO8601", errors="coerce")
-        if getattr(parsed.dt, "tz", None) is not None:
-            return np.zeros(len(column), np.int64), here, np.zeros(len(column), bool)
+        text = pd.Series(column.to_numpy(zero_copy_only=False), dtype=object).astype("string")
+        local = text.where(~text.str.contains(UTC_OFFSET, na=False))
+        parsed = pd.to_datetime(local, format="ISO8601", errors="coerce")
         values = parsed.to_numpy("datetime64[ns]").view(np.int64)
         return values, here, here & (values != NAT)
     return np.zeros(len(column), np.int64), here, np.zeros(len(column), bool)

@@ -168,7 +168,8 @@ def _by_marginal(releases: list[ReleaseUnderCheck]) -> dict[str, list[ReleaseUnd
 
 
 def _schema_holds(group: list[ReleaseUnderCheck]) -> bool:
-    stacked = pd.concat([r.released for r in group], ignore_index=True)
+    frames = [r.released for r in group if len(r.released)] or [group[0].released]
+    stacked = pd.concat(frames, ignore_index=True)
     try:
         schema_for(group[0].marginal).validate(stacked)
     except (pa.errors.SchemaError, pa.errors.SchemaErrors):

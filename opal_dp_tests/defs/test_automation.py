@@ -18,6 +18,7 @@ from opal_dp.defs.automation import (
     weekly_request,
 )
 from opal_dp.definitions import defs
+from opal_dp.defs.partitions import contiguous_ranges
 from opal_dp.settings import DATA_DIR_ENV
 from opal_dp_tests.conftest import write_csv
 
@@ -53,8 +54,8 @@ def test_raw_file_sensor_requests_new_and_replaced_days_once(raw):
 
 def test_finished_private_stages_release_their_dates_in_one_run(released):
     instance, results = released
-    run = instance.get_run_by_id(results["private_stages"].run_id)
-    request = release_request(instance, run)
+    run = instance.get_run_by_id(results["private_stages"][0].run_id)
+    (request,) = release_request(instance, run)
     assert request.tags[RANGE_START] == "2016-07-25|bus"
     assert request.tags[RANGE_END] == "2016-07-30|train"
 
@@ -62,8 +63,16 @@ def test_finished_private_stages_release_their_dates_in_one_run(released):
 def test_weekly_schedule_releases_the_last_complete_week(released):
     instance, _ = released
     monday = datetime(2016, 8, 1, 6, tzinfo=ZoneInfo("Australia/Sydney"))
-    request = weekly_request(instance, monday)
+    (request,) = weekly_request(instance, monday)
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == ("2016-07-25|bus", "2016-07-30|train")
     later = datetime(2016, 8, 8, 6, tzinfo=ZoneInfo("Australia/Sydney"))
     skipped = weekly_request(instance, later)
     assert isinstance(skipped, dg.SkipReason)
+
+
+def test_contiguous_ranges_never_cover_a_key_that_was_not_asked_for():
+    order = ["2016-07-25", "2016-07-27", "2016-07-26", "2016-07-28"]  # registration order, not calendar
+    assert contiguous_ranges(order, ["2016-07-25", "2016-07-26"]) == [("2016-07-25", "2016-07-25"),
+                                                                      ("2016-07-26", "2016-07-26")]
+    assert contiguous_ranges(order, order[1:]) == [("2016-07-27", "2016-07-28")]
+    assert contiguous_ranges(order, []) == []

@@ -31,7 +31,7 @@ def test_every_partition_is_materialised_in_three_runs(released):
 
 def test_ingest_reports_read_equals_accepted_plus_rejected(released):
     _, results = released
-    (event,) = [m for m in results["private_stages"].get_asset_materialization_events()
+    (event,) = [m for m in results["private_stages"][0].get_asset_materialization_events()
                 if m.asset_key == dg.AssetKey("ingested_trips")][:1]
     meta = event.materialization.metadata
     assert meta["rows_read"].value == meta["rows_accepted"].value + meta["rows_rejected"].value > 0
@@ -39,10 +39,11 @@ def test_ingest_reports_read_equals_accepted_plus_rejected(released):
 
 def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     _, results = released
-    evaluations = results["release"].get_asset_check_evaluations()
+    assert [len(runs) for runs in results.values()] == [1, 1, 1]
+    evaluations = results["release"][0].get_asset_check_evaluations()
     assert evaluations and all(e.passed for e in evaluations if e.check_name != "plausible_totals")
     meta = {m.asset_key.to_user_string(): m.materialization.metadata
-            for m in results["release"].get_asset_materialization_events()}
+            for m in results["release"][0].get_asset_materialization_events()}
     assert meta["release/tap_on_time"]["epsilon"].value == 1.0
     assert meta["release/tap_on_time_loc"]["epsilon"].value == 2.0
     assert meta["release/tap_on_time_loc"]["noise_seeded"].value is False
