@@ -1,0 +1,219 @@
+"""The independent assessment's attacks (Culnane, Rubinstein & Teague, 2017) run against our own release.
+
+Inputs are what an outsider has: the released marginals, ``releases`` = {marginal name: {"YYYY-MM-DD|mode":
+released frame}} (the six ``release/<name>`` assets), and the public mechanism parameters. No true count
+is read here.
+
+- §4.1 differencing ("secret ferries"): a one-way released count minus the released time x location cells
+  inside it is the suppressed mass plus noise; a residual >= min_released_count of the time x location
+  marginal exposes mass the threshold was meant to hide.
+- §2 duplicated measurement (Manly ferry): with automatic tap-off on a fixed-duration point-to-point route,
+  the tap-on cell (t, A) and the tap-off cell (t + d, B) count the same trips. Such pairs show in the release
+  as cells whose counts agree within the noise bound at one fixed offset, window after window.
+- §3 presence detection: a lone trip in an otherwise empty bin is published with probability
+  ``release_probability(1)``; the parameters alone fix it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from opal_dp.core import Relation
+from opal_dp.prep.binning import window_label
+from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
+from opal_dp.release.checks import noise_sum_bound
+from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME
+from opal_dp.release.statement import AccountableMechanism
+
+Releases = Mapping[str, Mapping[str, pd.DataFrame]]
+TAPS = ("on", "off")
+TAP_ON_CELLS, TAP_OFF_CELLS = "tap_on_time_loc", "tap_off_time_loc"
+AUTO_TAP_OFF_MODES = ("ferry", "light_rail")
+WINDOW_LABELS = np.array([window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DAY)], dtype=object)
+
+
+def _stack(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One marginal's partitions in one frame: partition, mode, date, time_window, loc (text), count.
+
+    A dimension the marginal does not have is left empty; an empty input gives an empty frame.
+    """
+    parts = [frame.assign(partition=str(key)) for key, frame in frames.items() if len(frame)]
+    stacked = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"partition": []})
+    date, _, mode = stacked["partition"].astype(object).str.partition("|").reindex(columns=[0, 1, 2]).T.to_numpy()
+    return pd.DataFrame({
+        "partition": stacked["partition"].to_numpy(object), "mode": mode, "date": date,
+        TIME: stacked[TIME].to_numpy("int64") if TIME in stacked else np.zeros(len(stacked), "int64"),
+        LOC: stacked[LOC].astype(str).to_numpy(object) if LOC in stacked else np.full(len(stacked), "", object),
+        COUNT: stacked[COUNT].to_numpy("int64") if COUNT in stacked else np.zeros(0, "int64"),
+    })
+
+
+def _min_count(mechanism: AccountableMechanism) -> int:
+    return int(mechanism.describe()["min_released_count"])
+
+
+def differencing(releases: Releases, mechanisms: Mapping[str, AccountableMechanism]) -> pd.DataFrame:
+    """One row per released one-way bin (§4.1), largest residual first.
+
+    Columns: partition, tap, by ("time": a tap_*_time window, "loc": a tap_*_loc location), bin (its
+    published label), released (its count), cells_sum (the released time x location cells inside it),
+    residual = released - cells_sum, threshold = min_released_count of that tap's time x location
+    marginal. ``residual >= threshold`` flags suppressed mass an outsider can see.
+    """
+    out = []
+    for tap in TAPS:
+        cells_name = f"tap_{tap}_time_loc"
+        cells, threshold = _stack(releases[cells_name]), _min_count(mechanisms[cells_name])
+        for by, column in (("time", TIME), ("loc", LOC)):
+            one_way = _stack(releases[f"tap_{tap}_{by}"])
+            inside = cells.groupby(["partition", column])[COUNT].sum().rename("cells_sum")
+            cells_sum = one_way.join(inside, on=["partition", column])["cells_sum"].fillna(0).to_numpy("int64")
+            released = one_way[COUNT].to_numpy("int64")
+            label = WINDOW_LABELS[one_way[TIME].to_numpy() - UNKNOWN] if by == "time" else one_way[LOC].to_numpy()
+            out.append(pd.DataFrame({
+                "partition": one_way["partition"].to_numpy(object), "tap": tap, "by": by, "bin": label,
+                "released": released, "cells_sum": cells_sum, "residual": released - cells_sum,
+                "threshold": threshold,
+            }))
+    table = pd.concat(out, ignore_index=True)
+    return table.sort_values(["residual", "partition"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def pair_noise_bound(mechanisms: Mapping[str, AccountableMechanism], false_alarm: float) -> float:
+    """b with P(|noise_on - noise_off| > b) <= false_alarm for one tap-on and one tap-off cell."""
+    scale = max(mechanisms[name].describe()["scale"] for name in (TAP_ON_CELLS, TAP_OFF_CELLS))
+    return noise_sum_bound(2, scale, false_alarm)
+
+
+def duplicated_pairs(
+    releases: Releases,
+    mechanisms: Mapping[str, AccountableMechanism],
+    *,
+    max_offset: int = 8,
+    min_windows: int = 4,
+    min_agreement: float = 0.9,
+    false_alarm: float = 1e-3,
+    modes: tuple[str, ...] = AUTO_TAP_OFF_MODES,
+) -> pd.DataFrame:
+    """Pairs (mode, on_loc, off_loc, offset) whose cells look like one measurement (§2), most evidence first.
+
+    Searched in ``modes`` only: automatic tap-off exists on point-to-point ferry and light-rail services,
+    not on buses or trains, whose hundreds of cells per window would also make the band join quadratic.
+
+    A tap-on cell (date, t, on_loc) and a tap-off cell (date, t + offset, off_loc) *agree* when their
+    counts differ by at most ``pair_noise_bound(false_alarm)``, as two noisy views of one count do with
+    probability >= 1 - false_alarm. A pair is reported when it agrees in at least ``min_windows``
+    (date, window)s and in at least ``min_agreement`` of the windows where both cells are released
+    (``co_released``): consistently, not by a few coincidences. These are candidates: cells near the
+    threshold can look alike by chance; ``rms_diff`` beside ``pair_noise_rms`` (the RMS of two noisy views
+    of one count) says how alike. ``offset`` in 15-minute windows,
+    0..max_offset; the Manly ferry is offset 2 (30 minutes).
+    """
+    bound = pair_noise_bound(mechanisms, false_alarm)
+    on, off = (_searched(_stack(releases[name]), modes) for name in (TAP_ON_CELLS, TAP_OFF_CELLS))
+    columns = ["mode", "on_loc", "off_loc", "offset", "agreeing", "co_released", "agreement", "max_abs_diff",
+               "rms_diff"]
+    if not (len(on) and len(off)):
+        return pd.DataFrame({c: [] for c in columns})
+    slots = pd.MultiIndex.from_frame(pd.concat([on, off])[["mode", "date"]]).unique()
+    stride = WINDOWS_PER_DAY + max_offset + 1  # windows of one (mode, date) slot never reach the next
+    width = int(max(on[COUNT].max(), off[COUNT].max()) + math.ceil(bound) + 1)  # count band inside a slot
+
+    def group(cells: pd.DataFrame, shift: int) -> np.ndarray:
+        return slots.get_indexer(pd.MultiIndex.from_frame(cells[["mode", "date"]])) * stride + cells[TIME].to_numpy() + shift
+
+    off_key = group(off, 0) * width + off[COUNT].to_numpy()
+    order = np.argsort(off_key, kind="stable")
+    off_sorted = off_key[order]
+    matches = []
+    for offset in range(max_offset + 1):
+        centre = group(on, offset) * width + on[COUNT].to_numpy()
+        lo = np.searchsorted(off_sorted, centre - math.floor(bound), "left")
+        hi = np.searchsorted(off_sorted, centre + math.floor(bound), "right")
+        n = hi - lo
+        on_idx = np.repeat(np.arange(len(on)), n)
+        off_idx = order[np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)]
+        matches.append(pd.DataFrame({
+            "mode": on["mode"].to_numpy()[on_idx], "on_loc": on[LOC].to_numpy()[on_idx],
+            "off_loc": off[LOC].to_numpy()[off_idx], "offset": offset,
+            "abs_diff": np.abs(on[COUNT].to_numpy()[on_idx] - off[COUNT].to_numpy()[off_idx]),
+        }))
+    pair = ["mode", "on_loc", "off_loc", "offset"]
+    found = (
+        pd.concat(matches, ignore_index=True).assign(sq_diff=lambda f: f["abs_diff"].astype(float) ** 2)
+        .groupby(pair).agg(agreeing=("abs_diff", "size"), max_abs_diff=("abs_diff", "max"), ms_diff=("sq_diff", "mean"))
+        .reset_index().assign(rms_diff=lambda f: np.sqrt(f.pop("ms_diff")))
+    )
+    found = found.loc[found["agreeing"] >= min_windows]
+    if found.empty:
+        return pd.DataFrame({c: [] for c in columns})
+    # Windows where both cells of a candidate pair are released, agreeing or not.
+    both = (
+        found[pair].merge(on.rename(columns={LOC: "on_loc"}), on=["mode", "on_loc"])
+        .assign(**{TIME: lambda f: f[TIME] + f["offset"]})
+        .merge(off.rename(columns={LOC: "off_loc"})[["mode", "date", TIME, "off_loc"]], on=["mode", "date", TIME, "off_loc"])
+        .groupby(pair).size().rename("co_released")
+    )
+    found = found.join(both, on=pair).assign(agreement=lambda f: f["agreeing"] / f["co_released"])
+    found = found.loc[found["agreement"] >= min_agreement, columns]
+    return found.sort_values(["agreeing", "agreement", *pair], ascending=[False, False, True, True, True, True],
+                             kind="stable").reset_index(drop=True)
+
+
+def pair_noise_rms(mechanisms: Mapping[str, AccountableMechanism]) -> float:
+    """RMS of Z_on - Z_off: how far apart two noisy views of the same count are, typically."""
+    return math.sqrt(sum(_variance(mechanisms[name].describe()["scale"]) for name in (TAP_ON_CELLS, TAP_OFF_CELLS)))
+
+
+def _searched(cells: pd.DataFrame, modes: tuple[str, ...]) -> pd.DataFrame:
+    return cells.loc[(cells[TIME] != UNKNOWN) & cells["mode"].isin(modes)].reset_index(drop=True)
+
+
+def _variance(scale: float) -> float:
+    """Variance of discrete Laplace noise of ``scale``: 2q / (1 - q)^2, q = exp(-1/scale)."""
+    q = math.exp(-1 / scale)
+    return 2 * q / (1 - q) ** 2
+
+
+def duplication_effect(mechanisms: Mapping[str, AccountableMechanism]) -> dict[str, float]:
+    """What a duplicated pair of time x location cells (tap-on, tap-off) does to a trip's protection.
+
+    Under the relation, one trip changes k bins of each marginal by 1, so each released cell carries
+    ε_j / k of the trip's loss. A trip in a duplicated pair is in two cells holding the *same* count c:
+    the loss on c is ε_on / k + ε_off / k, which a reader of the per-marginal table would take as ε_on / k.
+    It never exceeds the stated per-partition ε = Σ ε_j (sequential composition of all six marginals
+    already charges both cells). What changes is the noise on c: the inverse-variance average of the two
+    views has standard deviation 1 / sqrt(1/v_on + 1/v_off), √2 smaller than one view when the scales match.
+    """
+    on, off = (mechanisms[name].describe() for name in (TAP_ON_CELLS, TAP_OFF_CELLS))
+    k = Relation(on["relation"]).bins_touched
+    v_on, v_off = _variance(on["scale"]), _variance(off["scale"])
+    one_view = math.sqrt(v_on)
+    pair = 1 / math.sqrt(1 / v_on + 1 / v_off)
+    return {
+        "bins_touched_per_marginal": k,
+        "epsilon_share_tap_on_cell": on["epsilon"] / k,
+        "epsilon_share_tap_off_cell": off["epsilon"] / k,
+        "epsilon_on_duplicated_count": (on["epsilon"] + off["epsilon"]) / k,
+        "stated_epsilon_per_partition": math.fsum(mechanisms[m.name].epsilon for m in MARGINALS),
+        "noise_std_one_view": one_view,
+        "noise_std_pair_average": pair,
+        "noise_std_reduction": one_view / pair,
+    }
+
+
+def presence_probability(mechanisms: Mapping[str, AccountableMechanism], group: int = 1) -> dict[str, float]:
+    """Per marginal, P(a bin whose true count is ``group`` is published) = release_probability(group) (§3).
+
+    With ``group = 1`` that is the chance a lone trip in an otherwise empty bin becomes visible.
+    """
+    return {m.name: mechanisms[m.name].release_probability(group) for m in MARGINALS}
+
+
+def any_marginal(probabilities: Mapping[str, float]) -> float:
+    """P(published in at least one marginal) for independent noise: 1 - Π(1 - p_j)."""
+    return -math.expm1(math.fsum(math.log1p(-p) for p in probabilities.values()))

@@ -1,0 +1,160 @@
+"""Crash safety: SIGKILL a release or a publish part-way (in a subprocess), then rerun.
+
+The ledger is never under-charged (every stored draw has an entry, pending or complete; after the rerun
+all are complete), never charged twice for an idempotent rerun (one entry per (partition, marginal)), and
+``published/latest`` is always one complete, valid release.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from opal_dp import settings
+from opal_dp.cli import run_release
+from opal_dp.core import PrivacyLedger
+from opal_dp.network import MODES
+from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.engine import PARTITION
+from opal_dp.release.publish import LATEST, validate_published
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+DAY = "2016-07-25"
+EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
+PARTITIONS = {f"{DAY}|{mode}" for mode in MODES}
+
+# Runs the whole pipeline and SIGKILLs itself at the n-th call of the patched function. "before": the
+# call never happens; "after": it completes (a commit, a rename) and the process dies right after.
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import dagster as dg
+    import opal_dp.release.engine as engine
+    import opal_dp.release.publish as publish
+    from opal_dp.cli import run_release
+    from opal_dp.core import PrivacyLedger
+
+    owner_name, attr, when, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    owner = {"engine": engine, "publish": publish, "PrivacyLedger": PrivacyLedger, "os": os}[owner_name]
+    real = getattr(owner, attr)
+    calls = 0
+
+    def killer(*args, **kwargs):
+        global calls
+        if owner_name == "os" and attr == "replace" and os.path.basename(str(args[1])) != publish.LATEST:
+            return real(*args, **kwargs)
+        calls += 1
+        if calls == n and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = real(*args, **kwargs)
+        if calls == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    setattr(owner, attr, killer)
+    with dg.DagsterInstance.ephemeral() as instance:
+        run_release(instance)
+    sys.exit(3)  # the kill point was never reached
+""")
+
+
+def crash(data_dir: Path, owner: str, attr: str, when: str, n: int) -> None:
+    env = {**os.environ, settings.DATA_DIR_ENV: str(data_dir)}
+    done = subprocess.run([sys.executable, "-c", CHILD, owner, attr, when, str(n)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, f"expected SIGKILL, got {done.returncode}:\n{done.stderr[-3000:]}"
+
+
+def rerun() -> None:
+    with dg.DagsterInstance.ephemeral() as instance:
+        run_release(instance)
+
+
+def ledger() -> PrivacyLedger:
+    return PrivacyLedger(settings.private_dir() / "ledger.sqlite")
+
+
+def assert_never_under_charged() -> None:
+    """Every stored draw (releases/<run>/<marginal>.parquet, one row group per partition) has a ledger
+    entry, pending or complete, for its (partition, marginal); spend covers every stored marginal."""
+    charged = {(e.partition, e.marginal) for e in ledger().entries()}
+    stored: dict[str, set[str]] = {}
+    for path in (settings.private_dir() / "releases").rglob("*.parquet"):
+        for partition in pd.read_parquet(path, columns=[PARTITION])[PARTITION].cat.categories:
+            assert (partition, path.stem) in charged, f"{path} holds an uncharged draw of {partition}"
+            stored.setdefault(partition, set()).add(path.stem)
+    for partition, names in stored.items():
+        assert ledger().spent(partition)[0] >= math.fsum(EPSILON[n] for n in names) - 1e-9
+
+
+def assert_charged_exactly_once() -> None:
+    entries = ledger().entries()
+    assert all(e.status == "complete" for e in entries)
+    keys = [(e.partition, e.marginal) for e in entries]
+    assert sorted(keys) == sorted((p, m.name) for p in PARTITIONS for m in MARGINALS)
+    for entry in entries:
+        assert Path(entry.release_ref).is_file()
+    for partition in PARTITIONS:
+        assert ledger().spent(partition)[0] == pytest.approx(8.0)
+
+
+def assert_latest_is_complete() -> str:
+    latest = settings.published_dir() / LATEST
+    validate_published(latest)  # exactly the five files, each well-formed
+    return os.readlink(latest)
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv(settings.DATA_DIR_ENV, str(tmp_path))
+    write_day(settings.raw_dir(), DAY, tiny_day(DAY, trips=1_500))
+    return tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "owner, attr, when, n",
+    [
+        ("PrivacyLedger", "begin_many", "after", 1),  # everything charged, nothing drawn yet
+        ("engine", "write_parquet_atomic", "after", 3),  # three marginals stored, none completed
+        ("PrivacyLedger", "complete_many", "after", 1),  # all completed, the run's outputs never written
+    ],
+)
+def test_killed_release_is_never_under_or_double_charged(data_dir, owner, attr, when, n):
+    crash(data_dir, owner, attr, when, n)
+    assert ledger().entries(), "the kill came before any charge"
+    assert_never_under_charged()
+    assert not (settings.published_dir() / LATEST).exists()
+    rerun()
+    assert_never_under_charged()
+    assert_charged_exactly_once()
+    assert_latest_is_complete()
+
+
+@pytest.mark.slow
+def test_killed_publish_leaves_latest_a_complete_release_and_reruns_charge_nothing(data_dir):
+    """Kill successive publishes at each step of the swap; ``latest`` stays whole throughout."""
+    rerun()
+    seen = [assert_latest_is_complete()]
+    for owner, attr, when, n in [
+        ("publish", "_write", "after", 2),  # staging half written
+        ("publish", "_fsync", "after", 2),  # release folder renamed into place, latest not yet repointed
+        ("os", "symlink", "after", 1),  # new link made, not yet renamed over latest
+        ("os", "replace", "after", 1),  # latest repointed, final fsync not done
+    ]:
+        crash(data_dir, owner, attr, when, n)
+        now = assert_latest_is_complete()
+        assert now == seen[-1] or attr == "replace", f"killed at {attr}: latest moved to an unfinished release"
+        seen.append(now)
+    assert seen[-1] != seen[0]  # the last kill came after the repoint: the new release stands
+    rerun()
+    assert assert_latest_is_complete() not in seen
+    assert_never_under_charged()
+    assert_charged_exactly_once()  # five reruns of the same input: one charge per (partition, marginal)

@@ -1,0 +1,70 @@
+"""End to end: nothing from a bad raw file, or from a day that is not a partition, reaches a release."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from opal_dp import settings
+from opal_dp.cli import run_release
+from opal_dp.release.publish import LATEST, validate_published
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+GOOD, BAD, WRONG_DATES, UNREGISTERED = "2016-07-25", "2016-07-26", "2016-07-27", "2016-07-29"
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv(settings.DATA_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_a_bad_file_fails_its_run_naming_the_file_and_never_reaches_a_release(data_dir):
+    raw = settings.raw_dir()
+    write_day(raw, GOOD, tiny_day(GOOD))
+    bad = write_day(raw, BAD, tiny_day(BAD, seed=1))
+    bad.write_bytes(bad.read_bytes()[:-100])  # truncated Parquet
+    with dg.DagsterInstance.ephemeral() as instance:
+        with pytest.raises(SystemExit) as failed:
+            run_release(instance)
+        message = str(failed.value)
+        assert "job private_stages failed" in message and "events.Failure: " in message
+        assert f"{bad.name}: cannot be read as parquet" in message and "Traceback" not in message
+        assert days_with_bins(data_dir) == set() and not settings.published_dir().exists()
+
+    # The bad file and a good one for a day nobody registered as a partition stay in raw/; neither is read.
+    write_day(raw, UNREGISTERED, tiny_day(UNREGISTERED, seed=3))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run_release(instance, dates=[GOOD])
+        assert instance.get_dynamic_partitions("service_date") == [GOOD]
+        risk = instance.get_latest_materialization_event(dg.AssetKey("disclosure_risk"))
+        assert risk.asset_materialization.metadata["partitions"].value == 4
+    validate_published(settings.published_dir() / LATEST)
+    assert days_with_bins(data_dir) == {GOOD}
+
+
+@pytest.mark.slow
+def test_a_day_whose_taps_are_all_on_another_date_releases_nothing(data_dir):
+    write_day(settings.raw_dir(), GOOD, tiny_day(GOOD))
+    write_day(settings.raw_dir(), WRONG_DATES, tiny_day("2016-07-28", seed=2))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run_release(instance)
+        ingested = instance.get_latest_materialization_event(dg.AssetKey("ingested_trips"))
+    by_day = {r.data["date"]: r.data for r in ingested.asset_materialization.metadata["by_day"].records}
+    assert by_day[WRONG_DATES]["rows_read"] == 2_000 and by_day[WRONG_DATES]["rows_accepted"] == 0
+    assert days_with_bins(data_dir) == {GOOD}
+
+
+def days_with_bins(root: Path) -> set[str]:
+    """Service dates with at least one released bin in the private store or any published file."""
+    stored = [*(root / "private" / "release").rglob("*.parquet"), *(root / "private" / "releases").rglob("*.parquet")]
+    found = {part for p in stored if len(pd.read_parquet(p)) for part in p.parts if ISO_DATE.fullmatch(part)}
+    for csv in (root / "published").rglob("*.csv"):
+        found |= {f"{d[:4]}-{d[4:6]}-{d[6:]}" for d in pd.read_csv(csv, dtype=str)["date"].unique()}
+    return found
