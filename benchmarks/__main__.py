@@ -1,0 +1,157 @@
+"""``python -m benchmarks``: pipeline vs floor vs OpenDP vs PipelineDP, at one or more scales."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from benchmarks import peers, report
+from benchmarks.dataset import ensure_fortnight
+from benchmarks.floor import run_floor
+from benchmarks.pipeline import run_pipeline
+from opal_dp.synth.trips import DEFAULT_SEED
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+NOTES = [
+    "End to end = wall time of a fresh `python -m benchmarks.pipeline` subprocess (interpreter start, "
+    "imports, definitions, three in-process Dagster runs); peak RSS and CPU via `os.wait4` on that child. "
+    "Per-run seconds from the instance's run stats; an ephemeral instance and a fresh data directory per "
+    "repeat, so the ledger never reuses a stored release.",
+    "Floor: pyarrow read of 5 columns, integer binning, one `np.bincount` per tap per day (one-way "
+    "marginals summed from the joint), then `StabilityHistogram.release` with our exact discrete Laplace "
+    "(`opal_dp.core.DiscreteLaplace`, OS CSPRNG) and the pipeline's default parameters; nothing written.",
+    "opendp_threshold: `make_laplace_threshold` (replace-one, d_in=(2,2,1), scale 2/ε, our integer "
+    "threshold; privacy map checked) on the floor's counts, one call per partition × marginal.",
+    "opendp_polars: `dp.Context.compositor` per partition, `unit_of(changes=1)`, (8, 6/8e6) split 1,1,1,1,2,2, "
+    "six `group_by().agg(dp.len())` queries; OpenDP chooses the thresholds. Installed with "
+    "`opendp[polars]==0.16.0`, which pins polars 1.36.1 (our dependencies do not use polars, so no conflict).",
+    "pipelinedp: PipelineDP 0.3.1 `LocalBackend`, one trip per privacy id, `PRIVACY_ID_COUNT`, "
+    "`LAPLACE_THRESHOLDING` with `post_aggregation_thresholding` (add/remove neighbours only; float output).",
+    "Each pipeline subprocess runs under an address-space cap (`--memory-limit-gb`): a step that needs more "
+    "fails that scale's pipeline row instead of invoking the OOM killer.",
+    "Row-level peers run on the leading `--peer-days` day(s) and are extrapolated: PipelineDP by rows, "
+    "OpenDP Polars by partitions (its per-query threshold search dominates, not the rows).",
+]
+
+
+def _scales(text: str) -> list[float]:
+    values = [float(v) for v in text.split(",") if v.strip()]
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive comma-separated scales, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--scale", type=float, default=1.0, help="volume scale (1.0 = about 28 M trips a fortnight)")
+    parser.add_argument("--scales", type=_scales, help="comma-separated scales, e.g. 0.25,0.5,1 (overrides --scale)")
+    parser.add_argument("--repeat", type=int, default=1, help="pipeline and floor repeats per scale (medians reported)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="synthetic data seed (default %(default)s)")
+    parser.add_argument("--no-peers", action="store_true", help="skip OpenDP and PipelineDP")
+    parser.add_argument("--peer-days", type=int, default=1,
+                        help="leading days the row-level peers run on before extrapolation (default %(default)s)")
+    parser.add_argument("--memory-limit-gb", type=float, default=min(16.0, 0.75 * report.memory_gib()),
+                        help="address-space cap of each pipeline subprocess (default %(default).1f)")
+    args = parser.parse_args(argv)
+    if args.repeat < 1 or args.peer_days < 1:
+        parser.error("--repeat and --peer-days must be at least 1")
+    if args.scale <= 0:
+        parser.error("--scale must be positive")
+    return args
+
+
+def bench_scale(args: argparse.Namespace, scale: float) -> dict:
+    fortnight = ensure_fortnight(args.out / "cache", scale, args.seed)
+    files = fortnight.files()
+    millions = fortnight.rows / 1e6
+    print(f"scale {scale:g}: {fortnight.rows:,} trips in {len(files)} files", file=sys.stderr)
+    floors = [run_floor(files) for _ in range(args.repeat)]
+    floor = {
+        "seconds": report.median([f.seconds for f in floors]),
+        "read_bin_s": report.median([f.read_bin_s for f in floors]),
+        "count_s": report.median([f.count_s for f in floors]),
+        "noise_s": report.median([f.noise_s for f in floors]),
+        "rows": floors[0].rows,
+        "bins_present": floors[0].bins_present,
+        "bins_released": floors[0].bins_released,
+        "all_s": [f.seconds for f in floors],
+    }
+    print(f"  floor {floor['seconds']:.2f} s", file=sys.stderr)
+    entry = {"scale": scale, "seed": args.seed, "trips": fortnight.rows, "raw_dir": str(fortnight.raw_dir),
+             "floor": floor, "pipeline": None, "pipeline_error": None, "peers": {}, "ratios": {}}
+    repeats = []
+    for i in range(args.repeat):
+        run_dir = args.out / "runs" / f"scale-{scale:g}" / f"repeat-{i}"
+        try:
+            repeats.append(run_pipeline(fortnight.raw_dir, run_dir, int(args.memory_limit_gb * 2**30)))
+        except RuntimeError as err:
+            entry["pipeline_error"] = str(err)
+            break
+        if repeats[-1]["error"]:
+            entry["pipeline_error"] = repeats[-1]["error"]
+            entry["pipeline_partial"] = {job: run["wall_s"] for job, run in repeats[-1]["runs"].items()}
+            entry["pipeline_partial_steps"] = {step: seconds for run in repeats[-1]["runs"].values()
+                                               for step, seconds in run["steps"].items()}
+            break
+        print(f"  pipeline repeat {i}: {repeats[-1]['wall_s']:.1f} s, "
+              f"peak RSS {repeats[-1]['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr)
+    if entry["pipeline_error"]:
+        print(f"  pipeline FAILED: {entry['pipeline_error']}", file=sys.stderr)
+    else:
+        wall = report.median([r["wall_s"] for r in repeats])
+        steps = {k for r in repeats for run in r["runs"].values() for k in run["steps"]}
+        entry["pipeline"] = {
+            "wall_s": wall,
+            "s_per_m_trips": wall / millions,
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in repeats),
+            "runs": {job: report.median([r["runs"][job]["wall_s"] for r in repeats]) for job in repeats[0]["runs"]},
+            "steps": {k: report.median([run["steps"][k] for r in repeats for run in r["runs"].values()
+                                        if k in run["steps"]]) for k in sorted(steps)},
+            "repeats": repeats,
+        }
+        entry["ratios"]["pipeline_over_floor"] = wall / floor["seconds"]
+        if repeats[0]["rows_accepted"] != floor["rows"]:
+            entry["pipeline_error"] = (f"pipeline accepted {repeats[0]['rows_accepted']:,} trips, the floor counted "
+                                       f"{floor['rows']:,}: the two did not release the same data")
+    if not args.no_peers:
+        for name, peer in peers.PEERS.items():
+            subset = files[: args.peer_days] if name in peers.EXTRAPOLATE_BY else files
+            result = peer(subset)
+            full = result.full_seconds(fortnight.rows, len(files))
+            pipeline_wall = entry["pipeline"]["wall_s"] if entry["pipeline"] else None
+            entry["peers"][name] = {
+                "seconds": result.seconds,
+                "rows": result.rows,
+                "days": result.days,
+                "released_bins": result.released_bins,
+                "full_seconds": full,
+                "extrapolated_by": peers.EXTRAPOLATE_BY[name] if result.days < len(files) else None,
+                "over_pipeline": full / pipeline_wall if pipeline_wall else None,
+                "over_floor": full / floor["seconds"],
+            }
+            print(f"  {name}: {result.seconds:.1f} s on {result.days} day(s), {full:.1f} s for the fortnight",
+                  file=sys.stderr)
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scales = args.scales or [args.scale]
+    results = {
+        "command": "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "repeat": args.repeat,
+        "machine": report.machine(),
+        "scales": [bench_scale(args, scale) for scale in scales],
+        "notes": NOTES,
+    }
+    as_json, as_md = report.write(results, args.out)
+    print(as_md.read_text())
+    print(f"wrote {as_json} and {as_md}", file=sys.stderr)
+    return 1 if any(s["pipeline_error"] for s in results["scales"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""One repeat of the real pipeline: ``opal_dp.cli.run_release`` (the documented backfill) in a fresh
+subprocess, on an ephemeral DagsterInstance and a fresh ``OPAL_DP_DATA_DIR`` whose ``raw/`` links to
+the cached fortnight (a reused data directory would let the ledger return the stored release).
+
+The parent measures the subprocess's wall time and, with ``os.wait4``, its own peak RSS and CPU time
+(not mixed with any other child). The child (``python -m benchmarks.pipeline DATA_DIR RESULT_JSON``)
+times ``run_release`` and reads per-run and per-step durations from the instance's run and step stats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from opal_dp import settings
+from opal_dp.release.publish import LATEST
+
+REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pipeline`` resolves
+
+
+def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int) -> dict:
+    """Run the pipeline once over ``raw_dir``; private intermediates are removed afterwards, the
+    published release is kept under ``run_dir/data/published``. The child's address space is capped
+    at ``memory_limit_bytes`` so that a runaway step fails the repeat (MemoryError) instead of
+    calling the kernel's OOM killer onto a shared machine."""
+    data = run_dir / "data"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    data.mkdir(parents=True)
+    (data / "raw").symlink_to(raw_dir.resolve(), target_is_directory=True)
+    result_file = run_dir / "child.json"
+    log = run_dir / "pipeline.log"
+    env = {**os.environ, settings.DATA_DIR_ENV: str(data)}
+    started = time.perf_counter()
+    with open(log, "wb") as out:  # Dagster's event log: kept beside the result, not printed
+        child = subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", str(data), str(result_file)],
+                                 stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                 preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes,) * 2))
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    shutil.rmtree(data / "private", ignore_errors=True)  # GBs of microdata at full scale
+    if not result_file.exists():  # killed or crashed before it could report
+        raise RuntimeError(f"pipeline subprocess died with exit code {child.returncode} "
+                           f"(peak RSS {usage.ru_maxrss / 2**20:.1f} GiB); see {log}")
+    measured = json.loads(result_file.read_text())
+    if measured["error"]:
+        measured["error"] += f" (peak RSS {usage.ru_maxrss / 2**20:.1f} GiB; see {log})"
+    return {
+        "wall_s": wall,
+        "peak_rss_bytes": usage.ru_maxrss * 1024,  # Linux reports KiB
+        "cpu_user_s": usage.ru_utime,
+        "cpu_system_s": usage.ru_stime,
+        "startup_s": wall - measured["run_release_s"],
+        **measured,
+        "published_dir": str(data / "published" / LATEST),
+    }
+
+
+def _measure_release() -> dict:
+    """In the child: run the release and collect run/step durations from the instance, also those of
+    the runs that completed before a failed one (``error`` then says which)."""
+    import dagster as dg
+
+    from opal_dp.cli import run_release
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        started = time.perf_counter()
+        try:
+            run_release(instance)
+            error = None
+        except SystemExit as failed:  # run_release's report of a failed run
+            error = str(failed)
+        total = time.perf_counter() - started
+        runs = {}
+        for run in sorted(instance.get_runs(), key=lambda r: instance.get_run_stats(r.run_id).start_time):
+            stats = instance.get_run_stats(run.run_id)
+            runs[run.job_name] = {
+                "wall_s": stats.end_time - stats.start_time,
+                "steps": {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(run.run_id)},
+            }
+        rows_accepted = _rows_accepted(instance)
+    published = settings.published_dir() / LATEST
+    return {
+        "error": error,
+        "run_release_s": total,
+        "runs": runs,
+        "rows_accepted": rows_accepted,
+        "published_files": {p.name: _lines(p) - 1 for p in sorted(published.iterdir()) if p.suffix == ".csv"}
+        if published.exists() else {},
+    }
+
+
+def _rows_accepted(instance) -> int | None:
+    """Trips that passed ingest, from the ingest step's metadata (the floor's rows should match)."""
+    import dagster as dg
+
+    event = instance.get_latest_materialization_event(dg.AssetKey("ingested_trips"))
+    return int(event.asset_materialization.metadata["rows_accepted"].value) if event else None
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+
+
+if __name__ == "__main__":
+    data_dir, result_path = map(Path, sys.argv[1:3])
+    if settings.data_dir() != data_dir:
+        raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {settings.data_dir()}")
+    measured = _measure_release()
+    result_path.write_text(json.dumps(measured, indent=2) + "\n")
+    sys.exit(1 if measured["error"] else 0)

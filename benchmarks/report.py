@@ -1,0 +1,126 @@
+"""The machine description and the results as JSON and as a small Markdown report (``RESULTS.md``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("numpy", "pandas", "pyarrow", "dagster", "opendp", "polars", "pipeline-dp")
+TARGETS = ("Targets at scale 1.0 on the 2-core machine: end to end through Dagster <= 60 s wall and "
+           "peak RSS <= 6 GB; <= 3x the floor; >= 10x faster than OpenDP's Polars front end and PipelineDP; "
+           "s/M trips roughly constant from 0.25 to 1.0.")
+
+
+def memory_gib() -> float:
+    return _meminfo_kib("MemTotal") / 2**20
+
+
+def machine() -> dict:
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "memory_gib": round(memory_gib(), 1),
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        **{name: _version(name) for name in PACKAGES},
+    }
+
+
+def _meminfo_kib(field: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def write(results: dict, out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    as_json, as_md = out / "results.json", out / "RESULTS.md"
+    as_json.write_text(json.dumps(results, indent=2) + "\n")
+    as_md.write_text(markdown(results))
+    return as_json, as_md
+
+
+def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        "# opal_dp benchmark",
+        "",
+        f"`{results['command']}` — {results['repeat']} repeat(s) per scale, medians shown. {TARGETS}",
+        "",
+        f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB memory; Python {m['python']}, "
+        + ", ".join(f"{name} {m[name]}" for name in PACKAGES if m[name]) + ".",
+        "",
+        "## Pipeline (Dagster, `opal_dp.cli.run_release`, all 56 (date, mode) partitions)",
+        "",
+        "| scale | trips | end to end s | s/M trips | peak RSS GB | private_stages s | release s | rollup s | "
+        "floor s | pipeline / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results["scales"]:
+        p = s["pipeline"]
+        if p is None:
+            done = s.get("pipeline_partial", {})
+            lines.append(f"| {s['scale']:g} | {s['trips']:,} | FAILED (see below) | | | "
+                         + " | ".join(_fmt(done.get(job)) for job in ("private_stages", "release", "rollup"))
+                         + f" | {_fmt(s['floor']['seconds'], 2)} | |")
+            continue
+        runs = p["runs"]
+        lines.append(
+            f"| {s['scale']:g} | {s['trips']:,} | {_fmt(p['wall_s'])} | {_fmt(p['s_per_m_trips'], 2)} | "
+            f"{_fmt(p['peak_rss_bytes'] / 1e9, 2)} | "
+            + " | ".join(_fmt(runs.get(job)) for job in ("private_stages", "release", "rollup"))
+            + f" | {_fmt(s['floor']['seconds'], 2)} | {_fmt(s['ratios'].get('pipeline_over_floor'), 1, '×')} |"
+        )
+    lines += [f"\n**scale {s['scale']:g}: {s['pipeline_error']}**" for s in results["scales"] if s["pipeline_error"]]
+    lines += ["", "Slowest steps (seconds, median over repeats; of the completed runs where the pipeline failed):", ""]
+    for s in results["scales"]:
+        steps = s["pipeline"]["steps"] if s["pipeline"] else s.get("pipeline_partial_steps", {})
+        if steps:
+            ranked = sorted(steps.items(), key=lambda kv: -kv[1])
+            lines.append(f"- scale {s['scale']:g}: " + ", ".join(f"{k} {v:.1f}" for k, v in ranked))
+    peer_rows = [(s, name, peer) for s in results["scales"] for name, peer in s["peers"].items()]
+    if peer_rows:
+        lines += [
+            "",
+            "## References on the same files",
+            "",
+            "| scale | reference | ran on | measured s | full fortnight s | vs pipeline | vs floor |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for s, name, peer in peer_rows:
+            ran = f"{peer['days']} day(s), {peer['rows']:,} trips"
+            full = _fmt(peer["full_seconds"]) + (f" (extrapolated by {peer['extrapolated_by']})"
+                                                 if peer["extrapolated_by"] else "")
+            lines.append(
+                f"| {s['scale']:g} | {name} | {ran} | {_fmt(peer['seconds'])} | {full} | "
+                f"{_fmt(peer['over_pipeline'], 2, '×')} | {_fmt(peer['over_floor'], 1, '×')} |"
+            )
+        lines += ["", "`vs pipeline` > 1 means the reference is slower than our pipeline."]
+    lines += ["", "## Notes", "", *[f"- {note}" for note in results["notes"]], ""]
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""The benchmark at a tiny scale, so that it never rots: structure only, no timing assertions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.__main__ import main
+from opal_dp.release.publish import FILES, TABLES
+
+PIPELINE_RUNS = {"private_stages", "release", "rollup"}
+
+
+@pytest.mark.slow
+def test_benchmark_smoke(tmp_path):
+    assert main(["--scale", "0.005", "--no-peers", "--repeat", "1", "--out", str(tmp_path)]) == 0
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {"command", "repeat", "machine", "scales", "notes"} <= results.keys()
+    assert {"nproc", "memory_gib", "cpu_model", "python", "numpy", "dagster"} <= results["machine"].keys()
+    (scale,) = results["scales"]
+    assert scale["scale"] == 0.005 and scale["trips"] > 0 and scale["peers"] == {}
+    assert scale["pipeline_error"] is None
+    assert scale["floor"]["rows"] == scale["trips"]
+    pipeline = scale["pipeline"]
+    assert set(pipeline["runs"]) == PIPELINE_RUNS
+    assert {"ingest", "sbh_release", "published_release"} <= pipeline["steps"].keys()
+    assert pipeline["wall_s"] > 0 and pipeline["peak_rss_bytes"] > 0 and pipeline["s_per_m_trips"] > 0
+    assert scale["ratios"]["pipeline_over_floor"] > 0
+    (repeat,) = pipeline["repeats"]
+    assert repeat["rows_accepted"] == scale["trips"]
+
+    latest = tmp_path / "runs" / "scale-0.005" / "repeat-0" / "data" / "published" / "latest"
+    assert latest.is_symlink() and sorted(p.name for p in latest.iterdir()) == sorted(FILES)
+    assert set(repeat["published_files"]) == {f"{t}.csv" for t in TABLES}
+    assert all(rows > 0 for rows in repeat["published_files"].values())
+    assert not (latest.parent.parent / "private").exists()  # microdata removed after the repeat
+
+    markdown = (tmp_path / "RESULTS.md").read_text()
+    assert "| scale | trips | end to end s |" in markdown
+    assert f"| 0.005 | {scale['trips']:,} |" in markdown
+    assert "Machine: " in markdown
