@@ -92,8 +92,8 @@ def _table(scale: float) -> _Table:
 class DiscreteLaplace:
     """Sampler of ``P(Z = z) ∝ exp(-|z|/scale)`` on the integers, exact given uniform ``bits``."""
 
-    def __init__(self, bits: BitSource = SecureBits()) -> None:
-        self._bits = bits
+    def __init__(self, bits: BitSource | None = None) -> None:
+        self._bits = SecureBits() if bits is None else bits
 
     @property
     def seeded(self) -> bool:

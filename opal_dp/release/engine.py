@@ -25,7 +25,6 @@ from opal_dp.core.ledger import Request
 from opal_dp.release.marginals import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
 from opal_dp.storage import write_parquet_atomic
 
-
 PARTITION = "partition"
 
 

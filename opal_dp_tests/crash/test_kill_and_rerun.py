@@ -22,8 +22,8 @@ from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.core import PrivacyLedger
 from opal_dp.network import MODES
-from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.engine import PARTITION
+from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.publish import LATEST, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 

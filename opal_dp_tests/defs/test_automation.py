@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import pytest
 
+from opal_dp.definitions import defs
 from opal_dp.defs.automation import (
     RANGE_END,
     RANGE_START,
@@ -17,7 +18,6 @@ from opal_dp.defs.automation import (
     release_request,
     weekly_request,
 )
-from opal_dp.definitions import defs
 from opal_dp.defs.partitions import contiguous_ranges
 from opal_dp.settings import DATA_DIR_ENV
 from opal_dp_tests.conftest import write_csv
