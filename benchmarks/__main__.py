@@ -111,6 +111,8 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
             "steps": {k: report.median([run["steps"][k] for r in repeats for run in r["runs"].values()
                                         if k in run["steps"]]) for k in sorted(steps)},
             "repeats": repeats,
+            "blocking_checks_passed": all(r["blocking_checks_passed"] for r in repeats),
+            "ledger": repeats[-1]["ledger"],
         }
         entry["ratios"]["pipeline_over_floor"] = wall / floor["seconds"]
         if repeats[0]["rows_accepted"] != floor["rows"]:

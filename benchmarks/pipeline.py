@@ -72,11 +72,12 @@ def _measure_release() -> dict:
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
         try:
-            run_release(instance)
+            results = run_release(instance)
             error = None
         except SystemExit as failed:  # run_release's report of a failed run
-            error = str(failed)
+            results, error = {}, str(failed)
         total = time.perf_counter() - started
+        checks = [e for r in results.get("release", []) for e in r.get_asset_check_evaluations()]
         runs = {}
         for run in sorted(instance.get_runs(), key=lambda r: instance.get_run_stats(r.run_id).start_time):
             stats = instance.get_run_stats(run.run_id)
@@ -91,6 +92,8 @@ def _measure_release() -> dict:
         "run_release_s": total,
         "runs": runs,
         "rows_accepted": rows_accepted,
+        "blocking_checks_passed": all(e.passed for e in checks if e.check_name != "plausible_totals") and bool(checks),
+        "ledger": _ledger_summary(),
         "published_files": {p.name: _lines(p) - 1 for p in sorted(published.iterdir()) if p.suffix == ".csv"}
         if published.exists() else {},
     }
@@ -102,6 +105,17 @@ def _rows_accepted(instance) -> int | None:
 
     event = instance.get_latest_materialization_event(dg.AssetKey("ingested_trips"))
     return int(event.asset_materialization.metadata["rows_accepted"].value) if event else None
+
+
+def _ledger_summary() -> dict:
+    """Charges in the ledger: exactly one per (partition, marginal) is what a clean release leaves."""
+    from opal_dp.core import PrivacyLedger
+
+    path = settings.private_dir() / "ledger.sqlite"
+    entries = PrivacyLedger(path).entries() if path.exists() else []
+    pairs = [(e.partition, e.marginal) for e in entries]
+    return {"charges": len(pairs), "distinct_partition_marginal": len(set(pairs)),
+            "complete": sum(e.status == "complete" for e in entries)}
 
 
 def _lines(path: Path) -> int:

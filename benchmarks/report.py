@@ -98,6 +98,15 @@ def markdown(results: dict) -> str:
             + f" | {_fmt(s['floor']['seconds'], 2)} | {_fmt(s['ratios'].get('pipeline_over_floor'), 1, '×')} |"
         )
     lines += [f"\n**scale {s['scale']:g}: {s['pipeline_error']}**" for s in results["scales"] if s["pipeline_error"]]
+    lines += ["", "Release integrity (from the last repeat): blocking checks, ledger charges per (partition, marginal).", ""]
+    for s in results["scales"]:
+        if s["pipeline"]:
+            ledger = s["pipeline"]["ledger"]
+            lines.append(
+                f"- scale {s['scale']:g}: blocking checks {'all passed' if s['pipeline']['blocking_checks_passed'] else 'FAILED'}; "
+                f"{ledger['charges']} charges for {ledger['distinct_partition_marginal']} (partition, marginal) pairs, "
+                f"{ledger['complete']} complete"
+            )
     lines += ["", "Slowest steps (seconds, median over repeats; of the completed runs where the pipeline failed):", ""]
     for s in results["scales"]:
         steps = s["pipeline"]["steps"] if s["pipeline"] else s.get("pipeline_partial_steps", {})

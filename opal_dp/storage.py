@@ -10,13 +10,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write next to ``path``, fsync, then rename over it."""
+def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True) -> None:
+    """Write next to ``path`` then rename over it: a killed process never leaves half a file.
+
+    ``durable`` also fsyncs before the rename, so the file survives an OS crash or power loss too:
+    needed for what the privacy ledger points at, not for intermediates that can be recomputed.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(_table(frame), tmp)
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
+    table = _table(frame)
+    # Private intermediates favour speed over size: no compression, dictionaries only for categoricals.
+    categorical = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+    pq.write_table(table, tmp, compression="none", use_dictionary=categorical)
+    if durable:
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 

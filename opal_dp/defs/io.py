@@ -1,5 +1,8 @@
 """Parquet IO manager for private intermediates, one file per partition, multi-partition runs included.
 
+Files are replaced atomically but not fsynced: an intermediate lost to an OS crash is recomputed.
+The release store the ledger points at is written durably by the release engine.
+
 Assets return a mapping {partition key: DataFrame}, so one run can materialise a whole backfill
 (``BackfillPolicy.single_run``) and still store, and later load, each partition on its own. Inputs
 load lazily: a downstream run over 56 partitions never holds more than the frames it is using.
@@ -49,7 +52,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         if not context.has_asset_partitions:
             if not isinstance(obj, pd.DataFrame):
                 raise TypeError(f"{context.asset_key.to_user_string()}: expected a DataFrame, got {type(obj)}")
-            write_parquet_atomic(obj, self._path(context.asset_key, None))
+            write_parquet_atomic(obj, self._path(context.asset_key, None), durable=False)
             return
         keys = {str(k) for k in context.asset_partition_keys}
         if not isinstance(obj, Mapping) or {str(k) for k in obj} != keys:
@@ -58,7 +61,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
                 f"partitions {sorted(keys)}, got {sorted(map(str, obj)) if isinstance(obj, Mapping) else type(obj)}"
             )
         for key, frame in obj.items():
-            write_parquet_atomic(frame, self._path(context.asset_key, str(key)))
+            write_parquet_atomic(frame, self._path(context.asset_key, str(key)), durable=False)
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame | PartitionFrames:
         key = context.asset_key

@@ -17,6 +17,8 @@ IDENTIFIERS = ("card_id",)
 
 
 def anonymise(trips: pd.DataFrame) -> pd.DataFrame:
-    order = np.argsort(SecureBits().words(len(trips)), kind="stable")
-    anonymous = trips.drop(columns=list(IDENTIFIERS)).take(order)
+    # Equal 64-bit keys (probability < n^2 / 2^65, about 1e-7 for a 2.35 M-trip day) are the only
+    # pairs whose relative order is left to the sort.
+    order = np.argsort(SecureBits().words(len(trips)))
+    anonymous = trips[[c for c in trips.columns if c not in IDENTIFIERS]].take(order)
     return AnonymisedTrips.validate(anonymous.reset_index(drop=True))

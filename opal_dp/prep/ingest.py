@@ -252,8 +252,11 @@ def _duplicates(keys: list[np.ndarray], sound: np.ndarray) -> np.ndarray:
     mixed = np.zeros(len(rows), dtype=np.uint64)
     for i, key in enumerate(keys):
         mixed = (mixed ^ key[rows].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15 + 2 * i)
-    _, inverse, counts = np.unique(mixed, return_inverse=True, return_counts=True)
-    maybe = rows[counts[inverse] > 1]
+    order = np.argsort(mixed)
+    repeated = mixed[order][1:] == mixed[order][:-1]
+    shared = np.zeros(len(rows), dtype=bool)
+    shared[order[1:][repeated]] = shared[order[:-1][repeated]] = True
+    maybe = rows[shared]
     duplicate = np.zeros(len(sound), dtype=bool)
     if len(maybe):
         frame = pd.DataFrame({f"k{i}": key[maybe] for i, key in enumerate(keys)})

@@ -37,15 +37,17 @@ WINDOW_LABELS = np.array([window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DA
 
 
 def _stack(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """One marginal's partitions in one frame: partition, mode, date, time_window, loc (text), count.
-
-    A dimension the marginal does not have is left empty; an empty input gives an empty frame.
+    """One marginal's partitions in one frame: partition, mode, date (categorical), time_window, loc
+    (text), count. A dimension the marginal does not have is left empty; no input gives an empty frame.
     """
-    parts = [frame.assign(partition=str(key)) for key, frame in frames.items() if len(frame)]
-    stacked = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"partition": []})
-    date, _, mode = stacked["partition"].astype(object).str.partition("|").reindex(columns=[0, 1, 2]).T.to_numpy()
+    present = [(str(key), frame) for key, frame in frames.items() if len(frame)]
+    keys = [key for key, _ in present]
+    stacked = pd.concat([frame for _, frame in present], ignore_index=True) if present else pd.DataFrame()
+    which = np.repeat(np.arange(len(keys)), [len(frame) for _, frame in present]).astype(np.int32)
+    dates, modes = (np.array([key.split("|")[i] for key in keys], dtype=object) for i in (0, 1))
     return pd.DataFrame({
-        "partition": stacked["partition"].to_numpy(object), "mode": mode, "date": date,
+        "partition": pd.Categorical.from_codes(which, categories=keys),
+        "mode": modes[which], "date": dates[which],
         TIME: stacked[TIME].to_numpy("int64") if TIME in stacked else np.zeros(len(stacked), "int64"),
         LOC: stacked[LOC].astype(str).to_numpy(object) if LOC in stacked else np.full(len(stacked), "", object),
         COUNT: stacked[COUNT].to_numpy("int64") if COUNT in stacked else np.zeros(0, "int64"),
@@ -70,12 +72,12 @@ def differencing(releases: Releases, mechanisms: Mapping[str, AccountableMechani
         cells, threshold = _stack(releases[cells_name]), _min_count(mechanisms[cells_name])
         for by, column in (("time", TIME), ("loc", LOC)):
             one_way = _stack(releases[f"tap_{tap}_{by}"])
-            inside = cells.groupby(["partition", column])[COUNT].sum().rename("cells_sum")
+            inside = cells.groupby(["partition", column], observed=True)[COUNT].sum().rename("cells_sum")
             cells_sum = one_way.join(inside, on=["partition", column])["cells_sum"].fillna(0).to_numpy("int64")
             released = one_way[COUNT].to_numpy("int64")
             label = WINDOW_LABELS[one_way[TIME].to_numpy() - UNKNOWN] if by == "time" else one_way[LOC].to_numpy()
             out.append(pd.DataFrame({
-                "partition": one_way["partition"].to_numpy(object), "tap": tap, "by": by, "bin": label,
+                "partition": one_way["partition"].astype(str).to_numpy(object), "tap": tap, "by": by, "bin": label,
                 "released": released, "cells_sum": cells_sum, "residual": released - cells_sum,
                 "threshold": threshold,
             }))
@@ -114,7 +116,10 @@ def duplicated_pairs(
     0..max_offset; the Manly ferry is offset 2 (30 minutes).
     """
     bound = pair_noise_bound(mechanisms, false_alarm)
-    on, off = (_searched(_stack(releases[name]), modes) for name in (TAP_ON_CELLS, TAP_OFF_CELLS))
+    on, off = (
+        _searched(_stack({k: f for k, f in releases[name].items() if k.split("|")[1] in modes}))
+        for name in (TAP_ON_CELLS, TAP_OFF_CELLS)
+    )
     columns = ["mode", "on_loc", "off_loc", "offset", "agreeing", "co_released", "agreement", "max_abs_diff",
                "rms_diff"]
     if not (len(on) and len(off)):
@@ -169,8 +174,9 @@ def pair_noise_rms(mechanisms: Mapping[str, AccountableMechanism]) -> float:
     return math.sqrt(sum(_variance(mechanisms[name].describe()["scale"]) for name in (TAP_ON_CELLS, TAP_OFF_CELLS)))
 
 
-def _searched(cells: pd.DataFrame, modes: tuple[str, ...]) -> pd.DataFrame:
-    return cells.loc[(cells[TIME] != UNKNOWN) & cells["mode"].isin(modes)].reset_index(drop=True)
+def _searched(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells with a known time window (a missing tap-off has no time to be offset from)."""
+    return cells.loc[cells[TIME] != UNKNOWN].reset_index(drop=True)
 
 
 def _variance(scale: float) -> float:
