@@ -120,7 +120,8 @@ def _draw(truth: pd.DataFrame, mechanism: HistogramMechanism) -> pd.DataFrame:
 def _store(drawn: Mapping[str, pd.DataFrame], path: Path) -> None:
     """All partitions' draws of one marginal in one file, tagged with their partition key."""
     keys = list(drawn)
-    stacked = pd.concat([drawn[k].assign(**{PARTITION: k}) for k in keys], ignore_index=True)
+    tagged = [drawn[k].assign(**{PARTITION: k}) for k in keys]
+    stacked = pd.concat([t for t in tagged if len(t)] or tagged[:1], ignore_index=True)
     stacked[PARTITION] = pd.Categorical(stacked[PARTITION], categories=keys)
     write_parquet_atomic(stacked, path)
 
