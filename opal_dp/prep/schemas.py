@@ -26,20 +26,6 @@ UNKNOWN = -1  # missing tap-off time window; its location label is "-1"
 UNKNOWN_LABEL = "-1"
 
 
-class IngestedTrips(pa.DataFrameModel):
-    """Accepted raw trips (one row per trip) of one service day, typed."""
-
-    card_id: Series[int] = pa.Field(gt=0)
-    mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
-    tap_on_time: Series[pd.Timestamp]
-    tap_on_stop: Series["int32"]
-    tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
-    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
-
-    class Config:
-        strict = True
-
-
 class RejectedTrips(pa.DataFrameModel):
     """Raw rows that broke the contract, with where they came from and why; raw values as text.
 
@@ -70,6 +56,16 @@ class AnonymisedTrips(pa.DataFrameModel):
     tap_on_stop: Series["int32"]
     tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
     tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+
+
+class IngestedTrips(AnonymisedTrips):
+    """Accepted raw trips (one row per trip) of one service day, typed: the anonymised columns plus the
+    card id."""
+
+    card_id: Series[int] = pa.Field(gt=0)
 
     class Config:
         strict = True
