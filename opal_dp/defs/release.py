@@ -15,7 +15,7 @@ from opal_dp.prep.binning import location_labels
 from opal_dp.release.checks import BLOCKING_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
 from opal_dp.release.engine import ReleasedMarginal, release_partitions
 from opal_dp.release.marginals import BY_NAME, MARGINALS
-from opal_dp.release.schemas import schema_for
+from opal_dp.release.schemas import LedgerSummary, schema_for
 
 RELEASE_PREFIX = "release"
 RELEASE_KEYS = {m.name: dg.AssetKey([RELEASE_PREFIX, m.name]) for m in MARGINALS}
@@ -146,10 +146,12 @@ def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dic
     group_name="release",
     deps=list(RELEASE_KEYS.values()),
     io_manager_key="private_parquet",
+    metadata=column_schema(LedgerSummary),
 )
 def privacy_ledger(privacy_budget: PrivacyBudget) -> dg.Output[pd.DataFrame]:
     """Spent and remaining (epsilon, delta) per (date, mode) partition, read from the persistent ledger."""
-    summary = pd.DataFrame(privacy_budget.ledger().summary())
+    columns = list(LedgerSummary.to_schema().columns)
+    summary = LedgerSummary.validate(pd.DataFrame(privacy_budget.ledger().summary(), columns=columns))
     cap_epsilon, cap_delta = privacy_budget.partition_cap
     return dg.Output(
         summary,

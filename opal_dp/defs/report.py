@@ -7,9 +7,11 @@ import pandas as pd
 
 from opal_dp import settings
 from opal_dp.defs.io import PartitionFrames
+from opal_dp.defs.metadata import column_schema
 from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.release import RELEASE_KEYS
 from opal_dp.release.marginals import MARGINALS, histograms
+from opal_dp.release.schemas import UtilitySummary
 from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
@@ -18,6 +20,7 @@ PLOTTED = "tap_on_time_loc"
 @dg.asset(
     group_name="report",
     io_manager_key="private_parquet",
+    metadata=column_schema(UtilitySummary),
     ins={"trip_partitions": dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
 )
 def utility_report(trip_partitions: PartitionFrames, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
@@ -35,7 +38,7 @@ def utility_report(trip_partitions: PartitionFrames, **released: PartitionFrames
                          **partition_utility(marginal, truth, frame, len(partition))})
             if marginal.name == PLOTTED and mode == "train" and plot is None and len(frame):
                 plot = busiest_location_plot(truth, frame, f"{day} train tap-on")
-    summary = summarise(rows)
+    summary = UtilitySummary.validate(summarise(rows))
     metadata = {"summary": dg.MetadataValue.md(summary.to_markdown(index=False, floatfmt=".4f"))}
     if plot is not None:
         path = settings.private_dir() / "reports" / "busiest_location.png"

@@ -38,6 +38,36 @@ class TimeLocRelease(pa.DataFrameModel):
         ordered = True
 
 
+class LedgerSummary(pa.DataFrameModel):
+    """Spend per (date, mode) partition, from the privacy ledger (internal)."""
+
+    partition: Series[str]
+    epsilon_spent: Series[float] = pa.Field(ge=0)
+    delta_spent: Series[float] = pa.Field(ge=0)
+    epsilon_remaining: Series[float] = pa.Field(ge=0)
+    delta_remaining: Series[float] = pa.Field(ge=0)
+    releases: Series[int] = pa.Field(ge=0)
+    pending: Series[int] = pa.Field(ge=0)
+    last_release_at: Series[str]
+
+    class Config:
+        strict = True
+
+
+class UtilitySummary(pa.DataFrameModel):
+    """Cost of the protection per marginal and mode, measured against the truth (internal)."""
+
+    marginal: Series[str]
+    mode: Series[str]
+    share_of_bins_suppressed: Series[float] = pa.Field(ge=0, le=1)
+    share_of_trips_suppressed: Series[float] = pa.Field(ge=0, le=1)
+    mean_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
+    bins_released: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+
+
 def schema_for(marginal: Marginal) -> type[pa.DataFrameModel]:
     return {(True, False): TimeRelease, (False, True): LocRelease, (True, True): TimeLocRelease}[
         (marginal.by_time, marginal.by_loc)
