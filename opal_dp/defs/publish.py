@@ -7,18 +7,18 @@ import dagster as dg
 from opal_dp import settings
 from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.io import PartitionFrames
-from opal_dp.defs.release import RELEASE_KEYS
+from opal_dp.defs.release import RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems, standing_entry
-from opal_dp.release.marginals import MARGINALS, histograms
+from opal_dp.release.marginals import MARGINALS, histograms_from_cells
 from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
 from opal_dp.release.statement import privacy_statement, render_markdown
 
 
 def _gate(
     releases: dict[str, PartitionFrames],
-    trip_partitions: PartitionFrames,
+    cells: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
 ) -> None:
@@ -34,8 +34,8 @@ def _gate(
     spending = {row["partition"]: (row["epsilon_spent"], row["delta_spent"]) for row in ledger.summary()}
 
     def under_check():
-        for key in trip_partitions:
-            truths, mine = histograms(trip_partitions[key]), [e for e in entries if e.partition == key]
+        for key in cells:
+            truths, mine = histograms_from_cells(cells[key]), [e for e in entries if e.partition == key]
             for m in MARGINALS:
                 yield ReleaseUnderCheck(key, m, releases[m.name][key], truths[m.name], params[m.name],
                                         standing_entry(mine, m.name), spending.get(key, (0.0, 0.0)),
@@ -53,18 +53,18 @@ def _gate(
 @dg.asset(
     group_name="publish",
     deps=["privacy_audit"],
-    ins={"trip_partitions": dg.AssetIn(), **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
+    ins={TRUE_CELLS: dg.AssetIn(), **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
     description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md, published atomically.",
 )
 def published_release(
     context: dg.AssetExecutionContext,
-    trip_partitions: PartitionFrames,
+    true_cells: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     **releases: PartitionFrames,
 ) -> dg.MaterializeResult:
     """Check, build the tables and the statement, publish them as a new release, repoint ``latest``."""
-    _gate(releases, trip_partitions, privacy_budget, reference)
+    _gate(releases, true_cells, privacy_budget, reference)
     now = datetime.now(timezone.utc)
     release_id = f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
     statement = privacy_statement(

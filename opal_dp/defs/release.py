@@ -14,10 +14,11 @@ from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.checks import BLOCKING_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
 from opal_dp.release.engine import ReleasedMarginal, release_partitions
-from opal_dp.release.marginals import BY_NAME, MARGINALS
-from opal_dp.release.schemas import LedgerSummary, schema_for
+from opal_dp.release.marginals import BY_NAME, MARGINALS, true_cells
+from opal_dp.release.schemas import LedgerSummary, TrueCells, schema_for
 
 RELEASE_PREFIX = "release"
+TRUE_CELLS = "true_cells"
 RELEASE_KEYS = {m.name: dg.AssetKey([RELEASE_PREFIX, m.name]) for m in MARGINALS}
 # One-way marginals of the same taps, whose released totals must roughly agree (warning check).
 PLAUSIBLE_PAIRS = {"tap_on_time": "tap_on_loc", "tap_off_time": "tap_off_loc"}
@@ -37,14 +38,23 @@ CHECK_SPECS = [
 
 @dg.multi_asset(
     outs={
-        m.name: dg.AssetOut(
-            key_prefix=RELEASE_PREFIX,
-            group_name="release",
+        **{
+            m.name: dg.AssetOut(
+                key_prefix=RELEASE_PREFIX,
+                group_name="release",
+                io_manager_key="private_parquet",
+                description=f"SBH release of the {m.name.replace('_', ' ')} marginal (DP; not yet published).",
+                metadata=column_schema(schema_for(m)),
+            )
+            for m in MARGINALS
+        },
+        TRUE_CELLS: dg.AssetOut(
+            group_name="partition",
             io_manager_key="private_parquet",
-            description=f"SBH release of the {m.name.replace('_', ' ')} marginal (DP; not yet published).",
-            metadata=column_schema(schema_for(m)),
-        )
-        for m in MARGINALS
+            description="True time x location counts per partition (NOT private; for checks and internal "
+                        "reports only, never published).",
+            metadata=column_schema(TrueCells),
+        ),
     },
     ins={"trip_partitions": dg.AssetIn()},
     partitions_def=date_mode,
@@ -64,6 +74,7 @@ def sbh_release(
     labels = frozenset(location_labels(reference.stops()))
     store = settings.private_dir() / "releases"
     frames = {m.name: {} for m in MARGINALS}
+    cells = {}
     rows = {m.name: [] for m in MARGINALS}
     under_check, plausible = [], {time: [] for time in PLAUSIBLE_PAIRS}
     try:  # trip_partitions holds exactly this run's partitions, loaded one at a time
@@ -75,6 +86,7 @@ def sbh_release(
     entries = {e.id: e for e in ledger.entries()}
     spending = {row["partition"]: row for row in ledger.summary()}
     for key, released in released_by_key.items():
+        cells[key] = TrueCells.validate(true_cells({name: result.truth for name, result in released.items()}))
         spent = (spending[key]["epsilon_spent"], spending[key]["delta_spent"])
         left = (spending[key]["epsilon_remaining"], spending[key]["delta_remaining"])
         for name, result in released.items():
@@ -103,6 +115,7 @@ def sbh_release(
                 "by_partition": partition_table(rows[marginal.name]),
             },
         )
+    yield dg.Output(cells, TRUE_CELLS, metadata={"partitions": len(cells)})
     yield from _check_results(blocking_problems(under_check), plausible)
 
 

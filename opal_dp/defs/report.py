@@ -9,8 +9,8 @@ from opal_dp import settings
 from opal_dp.defs.io import PartitionFrames
 from opal_dp.defs.metadata import column_schema
 from opal_dp.defs.partitions import date_and_mode
-from opal_dp.defs.release import RELEASE_KEYS
-from opal_dp.release.marginals import MARGINALS, histograms
+from opal_dp.defs.release import RELEASE_KEYS, TRUE_CELLS
+from opal_dp.release.marginals import MARGINALS, histograms_from_cells
 from opal_dp.release.schemas import UtilitySummary
 from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
 
@@ -21,21 +21,21 @@ PLOTTED = "tap_on_time_loc"
     group_name="report",
     io_manager_key="private_parquet",
     metadata=column_schema(UtilitySummary),
-    ins={"trip_partitions": dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
+    ins={TRUE_CELLS: dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
 )
-def utility_report(trip_partitions: PartitionFrames, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
+def utility_report(true_cells: PartitionFrames, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
     """Share of bins/trips suppressed and mean relative error per marginal and mode, plus a plot of
     true vs released counts at the busiest location. Private: compares with true counts."""
     rows, plot = [], None
-    for key in sorted(trip_partitions):
+    for key in sorted(true_cells):
         day, mode = date_and_mode(key)
-        partition = trip_partitions[key]
-        truths = histograms(partition)
+        truths = histograms_from_cells(true_cells[key])
+        trips = int(truths["tap_on_time"]["count"].sum())  # every trip has exactly one tap-on
         for marginal in MARGINALS:
             truth = truths[marginal.name]
             frame = released[marginal.name][key]
             rows.append({"marginal": marginal.name, "mode": mode,
-                         **partition_utility(marginal, truth, frame, len(partition))})
+                         **partition_utility(marginal, truth, frame, trips)})
             if marginal.name == PLOTTED and mode == "train" and plot is None and len(frame):
                 plot = busiest_location_plot(truth, frame, f"{day} train tap-on")
     summary = UtilitySummary.validate(summarise(rows))

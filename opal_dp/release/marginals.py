@@ -16,7 +16,7 @@ import pandas as pd
 
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 
-TIME, LOC, COUNT = "time_window", "loc", "count"
+TAP, TIME, LOC, COUNT = "tap", "time_window", "loc", "count"
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,27 @@ def histograms(partition: pd.DataFrame, marginals: Iterable[Marginal] = MARGINAL
     wanted = list(marginals)
     joint = {tap: _joint_counts(partition, tap) for tap in {m.tap for m in wanted}}
     return {m.name: _present_bins(joint[m.tap], m) for m in wanted}
+
+
+def histograms_from_cells(cells: pd.DataFrame, marginals: Iterable[Marginal] = MARGINALS) -> dict[str, pd.DataFrame]:
+    """The same histograms from stored true time x location cells (``true_cells``): every marginal of a
+    tap is a sum of that tap's cells."""
+    wanted = list(marginals)
+    labels = cells[LOC].cat.categories
+    joint = {}
+    for tap in {m.tap for m in wanted}:
+        mine = cells.loc[cells[TAP] == tap]
+        counts = np.zeros((WINDOWS_PER_DAY + 1, len(labels)), dtype=np.int64)
+        counts[mine[TIME].to_numpy("int64") - UNKNOWN, mine[LOC].cat.codes.to_numpy("int64")] = mine[COUNT]
+        joint[tap] = (counts, labels)
+    return {m.name: _present_bins(joint[m.tap], m) for m in wanted}
+
+
+def true_cells(truths: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Both taps' true time x location histograms in one frame (tap, time_window, loc, count)."""
+    frames = [truths[m.name].assign(**{TAP: m.tap}) for m in MARGINALS if m.by_time and m.by_loc]
+    cells = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+    return cells[[TAP, TIME, LOC, COUNT]]
 
 
 def _joint_counts(partition: pd.DataFrame, tap: str) -> tuple[np.ndarray, pd.Index]:

@@ -38,6 +38,19 @@ class TimeLocRelease(pa.DataFrameModel):
         ordered = True
 
 
+class TrueCells(pa.DataFrameModel):
+    """True time x location counts of one partition, both taps: NOT private, never published.
+    The checks and the internal utility report derive every true marginal from them."""
+
+    tap: Series[str] = pa.Field(isin=["on", "off"])
+    time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
+    loc: Series[pd.CategoricalDtype]
+    count: Series["int64"] = pa.Field(ge=1)
+
+    class Config:
+        strict = True
+
+
 class LedgerSummary(pa.DataFrameModel):
     """Spend per (date, mode) partition, from the privacy ledger (internal)."""
 

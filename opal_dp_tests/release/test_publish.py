@@ -262,18 +262,18 @@ def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_p
     them (and bins absent from the data) are refused, and nothing appears under published/."""
     monkeypatch.setenv("OPAL_DP_DATA_DIR", str(tmp_path))
     keys = [f"2016-07-25|{mode}" for mode in MODES]
-    empty_trips = pd.DataFrame({
-        "tap_on_window": pd.array([], dtype="int16"), "tap_on_loc": pd.Categorical([], categories=LABELS),
-        "tap_off_window": pd.array([], dtype="int16"), "tap_off_loc": pd.Categorical([], categories=LABELS),
+    no_trips = pd.DataFrame({
+        "tap": pd.array([], dtype=object), "time_window": pd.array([], dtype="int16"),
+        "loc": pd.Categorical([], categories=LABELS), "count": pd.array([], dtype="int64"),
     })
     for key in keys:
-        write_parquet_atomic(empty_trips, tmp_path.joinpath("private", "trip_partitions", *key.split("|")).with_suffix(".parquet"))
+        write_parquet_atomic(no_trips, tmp_path.joinpath("private", "true_cells", *key.split("|")).with_suffix(".parquet"))
         for marginal in MARGINALS:
             path = tmp_path.joinpath("private", "release", marginal.name, *key.split("|"))
             write_parquet_atomic(released(marginal, KEYS[0]), path.with_suffix(".parquet"))
     sources = [
         dg.AssetSpec(key, partitions_def=date_mode).with_io_manager_key("private_parquet")
-        for key in (["trip_partitions"], *(["release", m.name] for m in MARGINALS))
+        for key in (["true_cells"], *(["release", m.name] for m in MARGINALS))
     ]
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("service_date", ["2016-07-25"])
