@@ -48,14 +48,9 @@ MARGINALS = (
 BY_NAME = {m.name: m for m in MARGINALS}
 
 
-def histogram(partition: pd.DataFrame, marginal: Marginal) -> pd.DataFrame:
-    """True counts of the bins present in ``partition`` for ``marginal``, canonically ordered."""
-    return histograms(partition, [marginal])[marginal.name]
-
-
 def histograms(partition: pd.DataFrame, marginals: Iterable[Marginal] = MARGINALS) -> dict[str, pd.DataFrame]:
-    """True histograms of several marginals from one count per tap (time x location); the one-way
-    marginals are its row and column sums."""
+    """True counts of the bins present in ``partition`` for each marginal, canonically ordered, from one
+    count per tap (time x location); the one-way marginals are its row and column sums."""
     wanted = list(marginals)
     joint = {tap: _joint_counts(partition, tap) for tap in {m.tap for m in wanted}}
     return {m.name: _present_bins(joint[m.tap], m) for m in wanted}

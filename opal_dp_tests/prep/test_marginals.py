@@ -7,7 +7,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opal_dp.release.marginals import MARGINALS, histogram
+from opal_dp.release.marginals import MARGINALS, histograms, histograms_from_cells, true_cells
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
 
@@ -30,9 +30,12 @@ trip = st.tuples(st.integers(0, 95), st.integers(1, 4), st.integers(-1, 95), st.
 def test_histograms_match_groupby_and_ignore_row_order(rows, seed):
     part = partition(rows)
     shuffled = part.sample(frac=1, random_state=np.random.RandomState(seed)).reset_index(drop=True)
+    truths, again = histograms(part), histograms(shuffled)
+    from_cells = histograms_from_cells(true_cells(truths))
     for marginal in MARGINALS:
-        hist = histogram(part, marginal)
-        pd.testing.assert_frame_equal(hist, histogram(shuffled, marginal))
+        hist = truths[marginal.name]
+        pd.testing.assert_frame_equal(hist, again[marginal.name])
+        pd.testing.assert_frame_equal(hist, from_cells[marginal.name])  # every marginal from the true cells
         assert (hist["count"] > 0).all() and hist["count"].sum() == len(rows)
         keys = list(hist.columns[:-1])
         renamed = part.rename(columns={f"tap_{marginal.tap}_window": "time_window", f"tap_{marginal.tap}_loc": "loc"})
@@ -44,6 +47,7 @@ def test_histograms_match_groupby_and_ignore_row_order(rows, seed):
 
 
 def test_time_loc_order_is_window_then_label():
-    hist = histogram(partition([(5, 3, -1, 0), (5, 1, -1, 0), (2, 4, -1, 0), (5, 1, 3, 2)]), MARGINALS[4])
+    hist = histograms(partition([(5, 3, -1, 0), (5, 1, -1, 0), (2, 4, -1, 0), (5, 1, 3, 2)]), [MARGINALS[4]])[
+        MARGINALS[4].name]
     assert list(zip(hist["time_window"], hist["loc"].astype(str))) == [(2, "Manly"), (5, "2000"), (5, "Central")]
     assert hist["count"].tolist() == [1, 2, 1]

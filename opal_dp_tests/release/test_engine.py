@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, DiscreteLaplace, PrivacyLedger, SeededBits, StabilityHistogram
 from opal_dp.release.engine import release_partitions
-from opal_dp.release.marginals import MARGINALS, histogram
+from opal_dp.release.marginals import MARGINALS, histograms
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
 
@@ -90,7 +90,7 @@ def test_release_is_canonical_and_independent_of_row_order(tmp_path_factory, n, 
         outputs.append(release_partitions({"k": frame}, mechanisms(SeededBits(7)), ledger, folder, "run")["k"])
     for name, result in outputs[0].items():
         pd.testing.assert_frame_equal(result.frame, outputs[1][name].frame)
-        truth = histogram(part, result.marginal)
+        truth = histograms(part, [result.marginal])[result.marginal.name]
         keys = result.marginal.dimensions
         assert set(map(tuple, result.frame[keys].astype(str).to_numpy())) <= set(map(tuple, truth[keys].astype(str).to_numpy()))
         floor = StabilityHistogram(result.marginal.default_epsilon, 1 / 8e6).min_released_count
