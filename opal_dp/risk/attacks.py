@@ -156,17 +156,37 @@ def duplicated_pairs(
     found = found.loc[found["agreeing"] >= min_windows]
     if found.empty:
         return pd.DataFrame({c: [] for c in columns})
-    # Windows where both cells of a candidate pair are released, agreeing or not.
-    both = (
-        found[pair].merge(on.rename(columns={LOC: "on_loc"}), on=["mode", "on_loc"])
-        .assign(**{TIME: lambda f: f[TIME] + f["offset"]})
-        .merge(off.rename(columns={LOC: "off_loc"})[["mode", "date", TIME, "off_loc"]], on=["mode", "date", TIME, "off_loc"])
-        .groupby(pair).size().rename("co_released")
-    )
-    found = found.join(both, on=pair).assign(agreement=lambda f: f["agreeing"] / f["co_released"])
+    found = found.assign(co_released=_co_released(found, on, off, group(on, 0), group(off, 0)))
+    found = found.assign(agreement=found["agreeing"] / found["co_released"])
     found = found.loc[found["agreement"] >= min_agreement, columns]
     return found.sort_values(["agreeing", "agreement", *pair], ascending=[False, False, True, True, True, True],
                              kind="stable").reset_index(drop=True)
+
+
+def _co_released(found: pd.DataFrame, on: pd.DataFrame, off: pd.DataFrame, on_slot: np.ndarray,
+                 off_slot: np.ndarray) -> np.ndarray:
+    """Per candidate pair: the (date, window)s where both its cells are released, agreeing or not.
+
+    Each pair is expanded over the released tap-on cells of its mode and location (``on_slot`` is the
+    cell's (mode, date) slot and window as one integer); a window counts when the tap-off cell of the
+    pair's location ``offset`` windows later is released too. Integer keys throughout, no joins.
+    """
+    places = pd.Index(pd.unique(np.concatenate([on[LOC].to_numpy(object), off[LOC].to_numpy(object)])))
+    modes = pd.Index(pd.unique(on["mode"].to_numpy(object)))
+    n_places = len(places)
+    released_off = np.sort(off_slot * n_places + places.get_indexer(off[LOC]))
+    on_place = modes.get_indexer(on["mode"]) * n_places + places.get_indexer(on[LOC])
+    order = np.argsort(on_place, kind="stable")
+    wanted = modes.get_indexer(found["mode"]) * n_places + places.get_indexer(found["on_loc"])
+    lo, hi = np.searchsorted(on_place[order], wanted, "left"), np.searchsorted(on_place[order], wanted, "right")
+    n = hi - lo
+    pair_idx = np.repeat(np.arange(len(found)), n)
+    cell_idx = order[np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)]
+    keys = (on_slot[cell_idx] + found["offset"].to_numpy()[pair_idx]) * n_places + places.get_indexer(
+        found["off_loc"])[pair_idx]
+    position = np.minimum(np.searchsorted(released_off, keys), len(released_off) - 1)
+    both = released_off[position] == keys
+    return np.bincount(pair_idx[both], minlength=len(found))
 
 
 def pair_noise_rms(mechanisms: Mapping[str, AccountableMechanism]) -> float:
