@@ -1,4 +1,5 @@
-"""Stability-Based Histogram (SBH, Algorithm 1 of the Opal 2016 release) with discrete Laplace noise."""
+"""Stability-Based Histogram (SBH, Algorithm 1 of the Opal 2016 release) with discrete Laplace noise,
+generalised from one trip to any bounded contribution (L0, L1, L-infinity)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from numbers import Real
 
 import numpy as np
 
-from opal_dp.core.mechanism import Relation
+from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.noise import MAX_SCALE, DiscreteLaplace
+from opal_dp.core.sensitivity import Sensitivity
 
 
 def _is_real(x: object) -> bool:
@@ -60,26 +62,28 @@ def error_bound(scale: float, confidence: float = 0.95) -> int:
 
 
 class StabilityHistogram:
-    """SBH: ``a = count + Z`` (discrete Laplace, ``scale = k/epsilon``), released iff ``a >= threshold``.
+    """SBH: ``a = count + Z`` (discrete Laplace, ``scale = l1/epsilon``), released iff ``a >= threshold``.
 
-    ``k = relation.bins_touched`` (2 for replace-one, 1 for add/remove), ``threshold =
-    1 + scale*ln(k/delta)``; ``a`` is an integer, so ``a >= threshold`` iff ``a >= min_released_count
-    = ceil(threshold)``. Only bins present in the data (count > 0) are passed in, so no new bins.
+    Calibrated to a ``Sensitivity`` (l0, l1, linf): ``threshold = linf + scale*ln(l0/delta)``; ``a`` is an
+    integer, so ``a >= threshold`` iff ``a >= min_released_count = ceil(threshold)``. Only bins present in
+    the data (count > 0) are passed in, so no new bins. For one trip (l0 = l1 = k, linf = 1) this is the
+    2016 document's ``1 + (k/epsilon) ln(k/delta)``.
 
-    Privacy ((epsilon, delta)-DP under ``relation``; neighbours differ in at most k bins, each by 1):
-    (i) a bin with count > 0 in both neighbours: discrete Laplace with scale k/epsilon on a
-        sensitivity-1 integer count is (epsilon/k, 0)-DP; thresholding is post-processing.
-    (ii) a bin with count 1 in D and absent in D': it is released only if ``Z >= m - 1``
-        (``m = min_released_count``). As ``m - 1 >= scale*ln(k/delta)`` and ``P(Z >= t*scale) =
-        q**ceil(t*scale)/(1+q) <= exp(-t)`` (the document's Eq. (1) holds for the discrete Laplace
-        too), this is at most delta/k: (0, delta/k). Because ``threshold`` is a float, the
-        constructor verifies ``q**(m-1)/(1+q) <= delta/k`` itself with rigorous decimal bounds
-        (ValueError otherwise).
-    (iii) composing over the k touched bins gives (epsilon, delta); all other bins are identically
-        distributed.
-    Noise is drawn in input order and is independent of the counts; the output order is the
-    input order, so the caller must order bins independently of the data (the release engine
-    sorts them canonically; §3.3.1 of the document).
+    Privacy ((epsilon, delta)-DP for neighbours within the sensitivity): bins get independent noise, so
+    the release composes over bins.
+    (i) bins present in both neighbours: the counts move by ``|d_b|`` with ``sum |d_b| <= l1``; discrete
+        Laplace of scale ``l1/epsilon`` makes each bin (|d_b| epsilon/l1, 0)-DP, together (epsilon, 0);
+        thresholding is post-processing.
+    (ii) a bin present in D only has count ``c <= linf`` and is released only if ``Z >= m - c >= m - linf``
+        (``m = min_released_count``), with probability at most ``q**(m-linf)/(1+q)``; in D' it is never
+        output, so this bin is (0, q**(m-linf)/(1+q))-DP. As ``m - linf >= scale*ln(l0/delta)`` and
+        ``P(Z >= t*scale) = q**ceil(t*scale)/(1+q) <= exp(-t)``, that is at most delta/l0, and at most
+        l0 bins are such: (0, delta) together. The constructor verifies ``l0 q**(m-linf)/(1+q) <= delta``
+        itself with rigorous decimal bounds (ValueError otherwise), since ``threshold`` is a float.
+    (iii) basic composition of (i) and (ii): (epsilon, delta); all other bins are identically distributed.
+    Noise is drawn in input order and is independent of the counts; the output order is the input
+    order, so the caller must order bins independently of the data (the release engine sorts them
+    canonically; document §3.3.1).
     """
 
     name = "stability_based_histogram"
@@ -88,36 +92,35 @@ class StabilityHistogram:
         self,
         epsilon: float,
         delta: float,
-        relation: Relation = Relation.REPLACE_ONE,
+        sensitivity: Sensitivity,
         noise: DiscreteLaplace | None = None,
     ) -> None:
         if not (_is_real(epsilon) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
         if not (_is_real(delta) and 0 < delta < 1):
             raise ValueError(f"delta must satisfy 0 < delta < 1, got {delta!r}")
+        if not isinstance(sensitivity, Sensitivity):
+            raise ValueError(f"sensitivity must be a Sensitivity, got {sensitivity!r}")
         self.epsilon = float(epsilon)
         self.delta = float(delta)
-        self.relation = Relation(relation)
-        k = self.relation.bins_touched
-        self.scale = k / self.epsilon
+        self.sensitivity = sensitivity
+        self.scale = sensitivity.l1 / self.epsilon
         if self.scale > MAX_SCALE:
-            raise ValueError(f"epsilon too small: scale {self.scale} exceeds {MAX_SCALE}")
-        self.threshold = 1 + self.scale * math.log(k / self.delta)
+            raise ValueError(f"epsilon too small for l1 = {sensitivity.l1}: scale {self.scale} exceeds {MAX_SCALE}")
+        self.threshold = sensitivity.linf + self.scale * math.log(sensitivity.l0 / self.delta)
         self.min_released_count = math.ceil(self.threshold)
-        if not _tail_within(self.scale, self.min_released_count - 1, self.delta, k):
+        if not _tail_within(self.scale, self.min_released_count - sensitivity.linf, self.delta, sensitivity.l0):
             raise ValueError("float rounding of the threshold breaks the delta bound; adjust epsilon or delta")
         self._noise = DiscreteLaplace() if noise is None else noise
 
     def release(self, counts: np.ndarray) -> np.ndarray:
         """Noisy int64 counts in input order, 0 where suppressed. ``counts``: 1-D ints, all > 0."""
-        counts = np.asarray(counts)
-        if counts.ndim != 1 or counts.dtype.kind not in "iu" or not np.can_cast(counts.dtype, np.int64):
-            raise ValueError(f"counts must be a 1-D integer array castable to int64, got {counts.dtype} "
-                             f"with shape {counts.shape}")
-        if counts.size and counts.min() <= 0:
-            raise ValueError("counts must all be > 0: only bins present in the data may be released")
-        noisy = counts.astype(np.int64) + self._noise.sample(self.scale, counts.size)
+        counts = checked_counts(counts)
+        noisy = counts + self._noise.sample(self.scale, counts.size)
         return np.where(noisy >= self.min_released_count, noisy, 0)
+
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost.approx_dp(self.epsilon, self.delta)
 
     def release_probability(self, n: int) -> float:
         """Closed-form ``P(n + Z >= min_released_count)`` (see the module function)."""
@@ -130,12 +133,24 @@ class StabilityHistogram:
     def describe(self) -> dict:
         return {
             "mechanism": self.name,
+            "noise": "discrete_laplace",
             "epsilon": self.epsilon,
             "delta": self.delta,
-            "relation": self.relation.value,
-            "noise": "discrete_laplace",
             "scale": self.scale,
             "threshold": self.threshold,
             "min_released_count": self.min_released_count,
+            "sensitivity": self.sensitivity.describe(),
+            "cost": self.cost().describe(),
             "seeded": self._noise.seeded,
         }
+
+
+def checked_counts(counts: np.ndarray) -> np.ndarray:
+    """``counts`` as int64 after checking it is a 1-D integer array of present bins (all > 0)."""
+    counts = np.asarray(counts)
+    if counts.ndim != 1 or counts.dtype.kind not in "iu" or not np.can_cast(counts.dtype, np.int64):
+        raise ValueError(f"counts must be a 1-D integer array castable to int64, got {counts.dtype} "
+                         f"with shape {counts.shape}")
+    if counts.size and counts.min() <= 0:
+        raise ValueError("counts must all be > 0: only bins present in the data may be released")
+    return counts.astype(np.int64)
