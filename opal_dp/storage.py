@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+_TEMPORARY = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True) -> None:
@@ -16,6 +19,53 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True) 
     ``durable`` also fsyncs before the rename, so the file survives an OS crash or power loss too:
     needed for what the privacy ledger points at, not for intermediates that can be recomputed.
     """
+    tmp = _write_temporary(frame, path, durable)
+    os.replace(tmp, path)
+
+
+def write_parquet_exclusive(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Durably store ``frame`` at ``path`` unless a file is already there; return the frame that stands.
+
+    The file is linked into place only if none exists (``os.link`` fails otherwise), so of two writers
+    racing for one path exactly one wins and the other gets the winner's content back: a ledger draw is
+    stored once, never replaced.
+    """
+    tmp = _write_temporary(frame, path, durable=True)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return read_parquet(path)
+    finally:
+        os.unlink(tmp)
+    _fsync_folder(path.parent)
+    return frame
+
+
+def read_parquet(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(path)
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Delete temporary files left under ``folder`` by writers that died (their process is gone)."""
+    if not folder.exists():
+        return
+    for path in folder.rglob(".*.tmp"):
+        match = _TEMPORARY.match(path.name)
+        if match and not _alive(int(match["pid"])):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_temporary(frame: pd.DataFrame, path: Path, durable: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     table = _table(frame)
@@ -25,7 +75,15 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True) 
     if durable:
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    return tmp
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _table(frame: pd.DataFrame) -> pa.Table:

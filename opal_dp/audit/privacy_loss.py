@@ -62,6 +62,13 @@ from opal_dp.core.bits import SecureBits, SeededBits
 from opal_dp.core.mechanism import HistogramMechanism, Relation
 from opal_dp.core.noise import DiscreteLaplace
 from opal_dp.core.sbh import StabilityHistogram, release_probability
+from opal_dp.core.sensitivity import Sensitivity
+from opal_dp.core.units import ContributionBounds, PrivacyUnit, sensitivity
+
+
+def trip_sensitivity(relation: Relation) -> Sensitivity:
+    """One trip under ``relation``: the neighbours ``neighbouring_pairs`` builds."""
+    return sensitivity(PrivacyUnit.TRIP, relation, ContributionBounds())
 
 AUDIT_EPSILON = 1.0
 AUDIT_DELTA = 0.01
@@ -71,8 +78,8 @@ LEVELS = np.arange(13) / 4
 CHUNK = 2**18
 """Releases per ``mechanism.release`` call (bounds memory; the call is vectorised)."""
 
-MechanismFactory = Callable[[float, float, Relation, DiscreteLaplace], HistogramMechanism]
-"""Builds the audited mechanism from ``(epsilon, delta, relation, noise)``; ``StabilityHistogram`` is one."""
+MechanismFactory = Callable[[float, float, Sensitivity, DiscreteLaplace], HistogramMechanism]
+"""Builds the audited mechanism from ``(epsilon, delta, sensitivity, noise)``; ``StabilityHistogram`` is one."""
 Sample = tuple[np.ndarray, np.ndarray]
 """An empirical output distribution: sorted encoded outputs and how often each occurred."""
 Order = Callable[[np.ndarray], np.ndarray]
@@ -272,7 +279,7 @@ def audit_mechanism(
     if runs < 1 or selection_runs < 1:
         raise ValueError("runs and selection_runs must be >= 1")
     bits = SecureBits() if seed is None else SeededBits(seed)
-    mech = factory(epsilon, delta, relation, DiscreteLaplace(bits))
+    mech = factory(epsilon, delta, trip_sensitivity(relation), DiscreteLaplace(bits))
     description = mech.describe()
     pairs = neighbouring_pairs(relation, description["min_released_count"])
     candidates = len(pairs) * 2 * (LEVELS.size + 1)
@@ -315,7 +322,7 @@ def membership_game(mech: HistogramMechanism, runs: int = 10**6, alpha: float = 
         for start in range(0, runs, CHUNK)
     )
     lower, upper = (float(b) for b in clopper_pearson(released, runs, alpha))
-    bound = mech.delta / Relation(description["relation"]).bins_touched
+    bound = mech.delta / mech.sensitivity.l0
     return MembershipReport(
         runs=runs,
         released=released,

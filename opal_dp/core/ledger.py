@@ -1,137 +1,233 @@
-"""Persistent privacy ledger: the (ε, δ) spent per partition, across runs and processes.
+"""Persistent privacy ledger: what every noise draw cost each privacy unit, across runs and processes.
 
-DP libraries forget what they spent when the process exits; re-running a release draws
-fresh noise, and publishing both draws spends the budget twice. The ledger records every
-charge in SQLite (WAL, ``synchronous=FULL``) and every mutation runs in one
-``BEGIN IMMEDIATE`` transaction, so concurrent processes serialise and a killed process
-leaves either the whole entry or none of it.
+DP libraries forget what they spent when the process exits; re-running a release draws fresh noise,
+and publishing both draws spends the budget twice. The ledger records every charge in SQLite (WAL,
+``synchronous=FULL``), and every mutation runs in one ``BEGIN IMMEDIATE`` transaction, so concurrent
+processes serialise and a killed process leaves either the whole change or none of it.
 
-Protocol, per (partition, marginal) release::
+Model.
+- A *scope* is what one unit's privacy loss accumulates over (``core.units``): a (date, mode)
+  partition for ``trip``, a date for ``card_day``, a period for ``card_period``.
+- A *charge* is one application of a mechanism to one marginal's histogram over a scope; it costs a
+  ``PrivacyCost`` once. A scope's histogram is released in *parts* (its (date, mode) partitions); a
+  *draw* is the noise of one part under one charge. Parts of one histogram drawn under one charge are
+  one mechanism application (the noise of each bin is independent of every other bin), so a new part
+  joins an open charge for free; drawing a part again (fresh noise, or changed input) opens a new
+  charge. Never two draws of one part under one charge (UNIQUE).
+- A scope's spend is the composition (``core.accounting.compose``) of its charges, pending ones
+  included. A charge that would take it over the unit's cap is refused before any noise is drawn.
+- The cap per unit is ledger state, fixed when the ledger is created; ``raise_cap`` changes it, and
+  every change is recorded with its reason (``cap_history``).
+- Where a draw will be stored (``release_ref``, relative to the storage root) is recorded with its
+  pending charge, before any noise is drawn: a resumed run finds it, and no draw is ever orphaned.
+- Fingerprints of the mechanism input are keyed (HMAC, by the caller) and never appear in a message.
+- The ledger has a random id. Published releases name it and the draws they contain; opening a ledger
+  that lacks either (missing, replaced or emptied ledger: a budget reset) is refused unless the reset
+  is acknowledged, and the acknowledgement is recorded.
 
-    decision = ledger.begin(partition, marginal, epsilon=..., delta=..., mechanism=...,
-                            fingerprint=..., run_id=...)      # BEFORE drawing any noise
-    if decision.kind == "reuse":
-        ref = decision.entry.release_ref                      # load it; no new noise
-    else:                                                     # "charge" or "resume"
-        ref = store(draw_noise())
-        ref = ledger.complete(decision.entry.id, ref, run_id=...)  # may return another run's ref
+Protocol, per run::
 
-Spend composes additively (basic composition) within a partition; pending entries count.
+    decisions = ledger.begin_many(requests, run_id=...)    # BEFORE drawing any noise
+    for each decision: "reuse": load draw.release_ref (no noise, no charge); "resume": load
+        draw.release_ref if it was stored, else draw and store it there; "join"/"charge": draw and store
+        at draw.release_ref (exclusively: if another run stored it first, load theirs)
+    ledger.complete_many(draw ids, run_id=...)
 """
 
 from __future__ import annotations
 
+import json
 import math
+import secrets
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-SCHEMA_VERSION = 1
+from opal_dp.core.accounting import Guarantee, PrivacyCost, compose
+from opal_dp.core.units import PrivacyUnit
+
+SCHEMA_VERSION = 2
 REL_TOL = 1e-9
 """Relative slack on the cap, only to absorb float rounding in sums such as 6 × 1/8e6."""
+RELEASES = "releases"
+"""Folder of stored draws, relative to the storage root."""
 
 _SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     """
-CREATE TABLE entries (
+CREATE TABLE caps (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    unit     TEXT NOT NULL,
+    epsilon  REAL NOT NULL CHECK (epsilon > 0),
+    delta    REAL NOT NULL CHECK (delta > 0 AND delta < 1),
+    set_at   TEXT NOT NULL,
+    action   TEXT NOT NULL CHECK (action IN ('create', 'raise')),
+    reason   TEXT NOT NULL CHECK (reason <> '')
+)""",
+    """
+CREATE TABLE resets (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    acknowledged_at TEXT NOT NULL,
+    reason          TEXT NOT NULL CHECK (reason <> ''),
+    ledger_ids      TEXT NOT NULL,
+    missing_draws   INTEGER NOT NULL
+)""",
+    """
+CREATE TABLE charges (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    unit       TEXT NOT NULL,
+    scope      TEXT NOT NULL CHECK (scope <> ''),
+    marginal   TEXT NOT NULL CHECK (marginal <> ''),
+    relation   TEXT NOT NULL CHECK (relation <> ''),
+    measure    TEXT NOT NULL CHECK (measure IN ('approx_dp', 'zcdp')),
+    epsilon    REAL NOT NULL CHECK (epsilon >= 0),
+    rho        REAL NOT NULL CHECK (rho >= 0),
+    delta      REAL NOT NULL CHECK (delta >= 0 AND delta < 1),
+    mechanism  TEXT NOT NULL CHECK (mechanism <> ''),
+    bounds     TEXT NOT NULL,
+    run_id     TEXT NOT NULL CHECK (run_id <> ''),
+    created_at TEXT NOT NULL
+)""",
+    """
+CREATE TABLE draws (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    partition    TEXT NOT NULL CHECK (partition <> ''),
-    marginal     TEXT NOT NULL CHECK (marginal <> ''),
-    epsilon      REAL NOT NULL CHECK (epsilon > 0),
-    delta        REAL NOT NULL CHECK (delta > 0 AND delta < 1),
-    mechanism    TEXT NOT NULL CHECK (mechanism <> ''),
-    run_id       TEXT NOT NULL CHECK (run_id <> ''),
+    charge_id    INTEGER NOT NULL REFERENCES charges (id),
+    part         TEXT NOT NULL CHECK (part <> ''),
+    date         TEXT NOT NULL CHECK (date <> ''),
     fingerprint  TEXT NOT NULL CHECK (fingerprint <> ''),
+    release_ref  TEXT NOT NULL UNIQUE,
+    run_id       TEXT NOT NULL CHECK (run_id <> ''),
     created_at   TEXT NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('pending', 'complete')),
-    release_ref  TEXT,
     completed_at TEXT,
     completed_by TEXT,
-    CHECK ((status = 'pending' AND release_ref IS NULL AND completed_at IS NULL
-            AND completed_by IS NULL)
-        OR (status = 'complete' AND release_ref IS NOT NULL AND completed_at IS NOT NULL
-            AND completed_by IS NOT NULL))
+    UNIQUE (charge_id, part),
+    CHECK ((status = 'pending' AND completed_at IS NULL AND completed_by IS NULL)
+        OR (status = 'complete' AND completed_at IS NOT NULL AND completed_by IS NOT NULL))
 )""",
-    "CREATE INDEX entries_key ON entries (partition, marginal, fingerprint)",
-)
-
-_KEY_WHERE = (
-    "partition = ? AND marginal = ? AND fingerprint = ? AND epsilon = ? AND delta = ?"
-    " AND mechanism = ?"
+    "CREATE INDEX charges_scope ON charges (unit, scope, marginal)",
+    "CREATE INDEX draws_part ON draws (part, fingerprint)",
+    "CREATE INDEX draws_date ON draws (date)",
 )
 
 
 class LedgerError(Exception):
-    """Misuse of the ledger or a ledger file this code cannot trust."""
+    """Misuse of the ledger, or a ledger this code cannot trust."""
 
 
 class BudgetExceeded(LedgerError):
-    """A new charge would take the partition over its (ε, δ) cap; nothing was recorded."""
+    """A new charge would take a scope over its unit's cap; nothing was recorded."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        partition: str,
-        spent: tuple[float, float],
-        requested: tuple[float, float],
-        cap: tuple[float, float],
-    ) -> None:
+    def __init__(self, message: str, *, scope: str, spent: Guarantee, requested: PrivacyCost, cap: tuple) -> None:
         super().__init__(message)
-        self.partition = partition
+        self.scope = scope
         self.spent = spent
         self.requested = requested
         self.cap = cap
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One charge; ``release_ref``, ``completed_at``, ``completed_by`` are None while pending."""
+class LedgerResetRefused(LedgerError):
+    """The ledger does not account for releases already published: it looks like a budget reset."""
 
-    id: int
-    partition: str
-    marginal: str
+
+@dataclass(frozen=True)
+class Cap:
+    """The cap in force for one unit: per scope, (epsilon, delta) of everything released from it."""
+
+    unit: str
     epsilon: float
     delta: float
+    set_at: str
+    action: Literal["create", "raise"]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Charge:
+    id: int
+    unit: str
+    scope: str
+    marginal: str
+    relation: str
+    measure: str
+    epsilon: float
+    rho: float
+    delta: float
     mechanism: str
+    bounds: str
     run_id: str
+    created_at: str
+
+    @property
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost(self.measure, self.epsilon, self.rho, self.delta)
+
+
+@dataclass(frozen=True)
+class Draw:
+    id: int
+    charge_id: int
+    part: str
+    date: str
     fingerprint: str
+    release_ref: str
+    run_id: str
     created_at: str
     status: Literal["pending", "complete"]
-    release_ref: str | None
     completed_at: str | None
     completed_by: str | None
 
 
 @dataclass(frozen=True)
 class Request:
-    """One release asking to be charged: its key in the ledger."""
+    """One part of one marginal asking to be released under ``unit``."""
 
-    partition: str
+    unit: str
+    scope: str
+    part: str
+    date: str
     marginal: str
-    epsilon: float
-    delta: float
-    mechanism: str
+    relation: str
+    cost: PrivacyCost
+    mechanism: str  # JSON of the mechanism's describe(): two charges join only if equal
+    bounds: str  # JSON of the contribution bounds
     fingerprint: str
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What ``begin`` decided.
+    """What ``begin_many`` decided for a request.
 
-    - ``reuse``: a stored release exists; load ``entry.release_ref``. No noise, no charge.
-    - ``resume``: an earlier draw was charged but never stored; redraw under that charge.
-    - ``charge``: a new entry was charged; draw.
+    - ``reuse``: a stored draw of the same input exists; load it. No noise, no charge.
+    - ``resume``: an earlier draw was charged but not completed; load it if it was stored, else draw.
+    - ``join``: a new draw under an open charge of the same histogram (no new cost).
+    - ``charge``: a new draw under a new charge.
     """
 
-    kind: Literal["reuse", "resume", "charge"]
-    entry: Entry
+    kind: Literal["reuse", "resume", "join", "charge"]
+    draw: Draw
+    charge: Charge
 
 
-_COLUMNS = ", ".join(Entry.__dataclass_fields__)
+@dataclass(frozen=True)
+class ScopeSpend:
+    unit: str
+    scope: str
+    guarantee: Guarantee
+    cap: Cap
+    charges: int
+    draws: int
+    pending: int
+    last_charge_at: str
+
+
+_CHARGE_COLUMNS = ", ".join(Charge.__dataclass_fields__)
+_DRAW_COLUMNS = ", ".join(Draw.__dataclass_fields__)
+_CAP_COLUMNS = "unit, epsilon, delta, set_at, action, reason"
 
 
 def _now() -> str:
@@ -144,41 +240,46 @@ def _name(label: str, value: object) -> str:
     return value
 
 
-def _number(label: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LedgerError(f"{label} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise LedgerError(f"{label} must be finite, got {value!r}")
+def _positive(label: str, value: object, below_one: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise LedgerError(f"{label} must be a finite number > 0, got {value!r}")
+    if below_one and value >= 1:
+        raise LedgerError(f"{label} must be < 1, got {value!r}")
     return float(value)
 
 
-def _epsilon(label: str, value: object) -> float:
-    eps = _number(label, value)
-    if eps <= 0:
-        raise LedgerError(f"{label} must be > 0, got {eps!r}")
-    return eps
-
-
-def _delta(label: str, value: object) -> float:
-    delta = _number(label, value)
-    if not 0 < delta < 1:
-        raise LedgerError(f"{label} must satisfy 0 < delta < 1, got {delta!r}")
-    return delta
-
-
 class PrivacyLedger:
-    """Per-partition (ε, δ) ledger stored in the SQLite file at ``path``.
+    """The ledger in the SQLite file at ``path`` (module docstring).
 
-    The cap is policy, not state: each process passes its own, and every new charge is
-    checked against the cap of the ledger object making it.
+    ``initial_caps``: unit -> (epsilon, delta) per scope, recorded as the caps when the ledger is created
+    (and for a unit the ledger has never had a cap for); ignored afterwards: the cap is ledger state.
+    ``published``: ledger id -> draw ids, for every release already published (``privacy.json``).
+    ``acknowledge_reset``: a reason; only then may a ledger that lacks those be used, and the reset is
+    recorded.
     """
 
     def __init__(
-        self, path: Path, cap_epsilon: float = 8.0, cap_delta: float = 6 / 8_000_000
+        self,
+        path: Path,
+        initial_caps: Mapping[str, tuple[float, float]],
+        *,
+        published: Mapping[str, Collection[int]] | None = None,
+        acknowledge_reset: str | None = None,
     ) -> None:
         self.path = Path(path)
-        self.cap_epsilon = _epsilon("cap_epsilon", cap_epsilon)
-        self.cap_delta = _delta("cap_delta", cap_delta)
+        caps = {PrivacyUnit(u).value: (_positive("cap epsilon", e), _positive("cap delta", d, True))
+                for u, (e, d) in initial_caps.items()}
+        published = {_name("published ledger id", k): set(v) for k, v in (published or {}).items()}
+        if acknowledge_reset is not None:
+            _name("acknowledge_reset", acknowledge_reset)
+        existed = self.path.exists()
+        if not existed and published and acknowledge_reset is None:
+            raise LedgerResetRefused(
+                f"no privacy ledger at {self.path}, but {len(published)} ledger(s) "
+                f"({', '.join(sorted(published))}) stand behind releases already published: starting a new "
+                "ledger would reset their budget. Restore the ledger, or acknowledge the reset explicitly "
+                "(privacy_budget.acknowledge_ledger_reset / --acknowledge-ledger-reset) with a reason."
+            )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             if conn.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
@@ -186,14 +287,55 @@ class PrivacyLedger:
             with self._transaction(conn):
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version == 0:
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    self._create(conn)
                 elif version != SCHEMA_VERSION:
                     raise LedgerError(
-                        f"ledger {self.path} has schema version {version}; this code"
-                        f" reads version {SCHEMA_VERSION} only"
+                        f"ledger {self.path} has schema version {version}; this code reads version "
+                        f"{SCHEMA_VERSION} only. A version-1 ledger (trip unit, unkeyed fingerprints) cannot be "
+                        "carried forward: keep it as the record of the releases it made, move it aside, and start "
+                        "a new ledger with an acknowledged reset."
                     )
+                self.ledger_id = conn.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchone()[0]
+                for unit, (eps, delta) in caps.items():
+                    if not conn.execute("SELECT 1 FROM caps WHERE unit = ?", (unit,)).fetchone():
+                        conn.execute(f"INSERT INTO caps ({_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'create', ?)",
+                                     (unit, eps, delta, _now(), "cap at ledger creation (first use of the unit)"))
+                self._check_published(conn, published, acknowledge_reset)
+
+    def _create(self, conn: sqlite3.Connection) -> None:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute("INSERT INTO meta VALUES ('ledger_id', ?), ('created_at', ?)", (secrets.token_hex(16), _now()))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _check_published(
+        self, conn: sqlite3.Connection, published: dict[str, set[int]], acknowledge_reset: str | None
+    ) -> None:
+        """Refuse (unless acknowledged, then record) published releases this ledger does not account for."""
+        acknowledged = set()
+        for (ids,) in conn.execute("SELECT ledger_ids FROM resets"):
+            acknowledged.update(json.loads(ids))
+        foreign = sorted(set(published) - {self.ledger_id} - acknowledged)
+        cited = published.get(self.ledger_id, set())
+        known = {row[0] for row in conn.execute("SELECT id FROM draws")} if cited else set()
+        missing = sorted(cited - known)
+        if not foreign and not missing:
+            return
+        if acknowledge_reset is None:
+            what = []
+            if foreign:
+                what.append(f"releases published under other ledger(s) {', '.join(foreign)}")
+            if missing:
+                what.append(f"{len(missing)} draws cited by published releases are gone from this ledger")
+            raise LedgerResetRefused(
+                f"the privacy ledger {self.path} does not account for what was published: {'; '.join(what)}. "
+                "Using it would reset the budget of those releases. Restore the right ledger, or acknowledge "
+                "the reset explicitly with a reason."
+            )
+        conn.execute(
+            "INSERT INTO resets (acknowledged_at, reason, ledger_ids, missing_draws) VALUES (?, ?, ?, ?)",
+            (_now(), acknowledge_reset, json.dumps(foreign + ([self.ledger_id] if missing else [])), len(missing)),
+        )
 
     # -- connections -------------------------------------------------------------------
 
@@ -219,196 +361,243 @@ class PrivacyLedger:
         conn.execute("COMMIT")
 
     @staticmethod
-    def _select(conn: sqlite3.Connection, where: str, params: tuple) -> list[Entry]:
-        rows = conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE {where}", params)
-        return [Entry(*row) for row in rows]
+    def _charges(conn: sqlite3.Connection, where: str, params: tuple) -> list[Charge]:
+        return [Charge(*row) for row in conn.execute(f"SELECT {_CHARGE_COLUMNS} FROM charges WHERE {where}", params)]
 
     @staticmethod
-    def _spent(conn: sqlite3.Connection, partition: str) -> tuple[float, float]:
-        rows = conn.execute(
-            "SELECT epsilon, delta FROM entries WHERE partition = ?", (partition,)
-        ).fetchall()
-        return math.fsum(r[0] for r in rows), math.fsum(r[1] for r in rows)
+    def _draws(conn: sqlite3.Connection, where: str, params: tuple) -> list[Draw]:
+        return [Draw(*row) for row in conn.execute(f"SELECT {_DRAW_COLUMNS} FROM draws WHERE {where}", params)]
+
+    @staticmethod
+    def _cap(conn: sqlite3.Connection, unit: str) -> Cap:
+        row = conn.execute(f"SELECT {_CAP_COLUMNS} FROM caps WHERE unit = ? ORDER BY id DESC LIMIT 1", (unit,)).fetchone()
+        if row is None:
+            raise LedgerError(f"the ledger has no cap for unit {unit!r}")
+        return Cap(*row)
+
+    def _spend(self, conn: sqlite3.Connection, unit: str, scope: str, extra: Sequence[PrivacyCost] = ()) -> Guarantee:
+        costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (unit, scope))] + list(extra)
+        return compose(costs, delta_target=self._cap(conn, unit).delta)
 
     # -- mutations ---------------------------------------------------------------------
 
-    def begin(
-        self,
-        partition: str,
-        marginal: str,
-        *,
-        epsilon: float,
-        delta: float,
-        mechanism: str,
-        fingerprint: str,
-        run_id: str,
-        fresh: bool = False,
-    ) -> Decision:
-        """``begin_many`` for one release."""
-        request = Request(partition, marginal, epsilon, delta, mechanism, fingerprint)
-        return self.begin_many([request], run_id=run_id, fresh=fresh)[0]
-
     def begin_many(self, requests: Sequence[Request], *, run_id: str, fresh: bool = False) -> list[Decision]:
-        """Decide, before any noise is drawn, whether each release reuses, resumes or charges.
+        """Decide, before any noise is drawn, how each request is served (``Decision``).
 
-        The key is (partition, marginal, fingerprint, epsilon, delta, mechanism). Unless
-        ``fresh``: a complete entry for the key is reused (the most recently charged one, so
-        a completed fresh draw supersedes older ones), else a pending entry is resumed (the
-        oldest). Otherwise a pending entry is inserted (the charge) if the partition's
-        spent + (epsilon, delta) stays within the cap. All requests are decided in one
-        transaction: if any would exceed its cap, ``BudgetExceeded`` is raised and nothing at
-        all is recorded.
+        The draw key is (unit, scope, part, marginal, fingerprint, mechanism). Unless ``fresh``: a complete
+        draw of the key is reused (the latest), else a pending one is resumed (the oldest). Otherwise the
+        request joins the latest charge of the same histogram (unit, scope, marginal, relation, mechanism,
+        bounds, cost) that has no draw of this part, or opens a new charge if the scope stays within its
+        cap. One transaction for all requests: if any would exceed its cap, ``BudgetExceeded`` is raised and
+        nothing is recorded.
         """
-        keys = [
-            (
-                _name("partition", r.partition),
-                _name("marginal", r.marginal),
-                _name("fingerprint", r.fingerprint),
-                _epsilon("epsilon", r.epsilon),
-                _delta("delta", r.delta),
-                _name("mechanism", r.mechanism),
-            )
-            for r in requests
-        ]
         _name("run_id", run_id)
         if not isinstance(fresh, bool):
             raise LedgerError(f"fresh must be a bool, got {fresh!r}")
+        for r in requests:
+            PrivacyUnit(r.unit)
+            for label in ("scope", "part", "date", "marginal", "relation", "mechanism", "bounds", "fingerprint"):
+                _name(label, getattr(r, label))
+            if not isinstance(r.cost, PrivacyCost):
+                raise LedgerError(f"cost must be a PrivacyCost, got {r.cost!r}")
         with self._connect() as conn, self._transaction(conn):
-            return [self._decide(conn, key, run_id, fresh) for key in keys]
+            return [self._decide(conn, r, run_id, fresh) for r in requests]
 
-    def _decide(self, conn: sqlite3.Connection, key: tuple, run_id: str, fresh: bool) -> Decision:
+    def _decide(self, conn: sqlite3.Connection, r: Request, run_id: str, fresh: bool) -> Decision:
         if not fresh:
-            done = self._select(conn, f"{_KEY_WHERE} AND status = 'complete' ORDER BY id DESC", key)
+            same = self._draws(
+                conn,
+                "part = ? AND fingerprint = ? AND charge_id IN (SELECT id FROM charges WHERE unit = ? AND scope = ?"
+                " AND marginal = ? AND mechanism = ?) ORDER BY id",
+                (r.part, r.fingerprint, r.unit, r.scope, r.marginal, r.mechanism),
+            )
+            done = [d for d in same if d.status == "complete"]
             if done:
-                return Decision("reuse", done[0])
-            pending = self._select(conn, f"{_KEY_WHERE} AND status = 'pending' ORDER BY id", key)
-            if pending:
-                return Decision("resume", pending[0])
-        self._check_cap(conn, key[0], key[3], key[4])
-        cur = conn.execute(
-            "INSERT INTO entries (partition, marginal, fingerprint, epsilon, delta,"
-            " mechanism, run_id, created_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
-            " 'pending')",
-            (*key, run_id, _now()),
+                return Decision("reuse", done[-1], self._charge(conn, done[-1].charge_id))
+            if same:
+                return Decision("resume", same[0], self._charge(conn, same[0].charge_id))
+        self._check_period(conn, r)
+        open_charges = self._charges(
+            conn,
+            "unit = ? AND scope = ? AND marginal = ? AND relation = ? AND mechanism = ? AND bounds = ? AND measure = ?"
+            " AND epsilon = ? AND rho = ? AND delta = ? AND id NOT IN (SELECT charge_id FROM draws WHERE part = ?)"
+            " ORDER BY id DESC LIMIT 1",
+            (r.unit, r.scope, r.marginal, r.relation, r.mechanism, r.bounds, r.cost.measure, r.cost.epsilon,
+             r.cost.rho, r.cost.delta, r.part),
         )
-        (entry,) = self._select(conn, "id = ?", (cur.lastrowid,))
-        return Decision("charge", entry)
+        if open_charges:
+            return Decision("join", self._insert_draw(conn, open_charges[0], r, run_id), open_charges[0])
+        self._check_cap(conn, r)
+        cur = conn.execute(
+            f"INSERT INTO charges ({_CHARGE_COLUMNS.replace('id, ', '', 1)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (r.unit, r.scope, r.marginal, r.relation, r.cost.measure, r.cost.epsilon, r.cost.rho, r.cost.delta,
+             r.mechanism, r.bounds, run_id, _now()),
+        )
+        charge = self._charge(conn, cur.lastrowid)
+        return Decision("charge", self._insert_draw(conn, charge, r, run_id), charge)
 
-    def _check_cap(
-        self, conn: sqlite3.Connection, partition: str, epsilon: float, delta: float
-    ) -> None:
-        spent_eps, spent_delta = self._spent(conn, partition)
-        need_eps, need_delta = spent_eps + epsilon, spent_delta + delta
-        if need_eps <= self.cap_epsilon * (1 + REL_TOL) and need_delta <= self.cap_delta * (
-            1 + REL_TOL
-        ):
+    def _charge(self, conn: sqlite3.Connection, charge_id: int) -> Charge:
+        return self._charges(conn, "id = ?", (charge_id,))[0]
+
+    def _insert_draw(self, conn: sqlite3.Connection, charge: Charge, r: Request, run_id: str) -> Draw:
+        ref = f"{RELEASES}/{r.unit}/{r.marginal}/{secrets.token_hex(16)}.parquet"
+        cur = conn.execute(
+            "INSERT INTO draws (charge_id, part, date, fingerprint, release_ref, run_id, created_at, status)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')",
+            (charge.id, r.part, r.date, r.fingerprint, ref, run_id, _now()),
+        )
+        return self._draws(conn, "id = ?", (cur.lastrowid,))[0]
+
+    def _check_period(self, conn: sqlite3.Connection, r: Request) -> None:
+        """A date belongs to one card_period scope only: periods must not overlap."""
+        if r.unit != PrivacyUnit.CARD_PERIOD.value:
+            return
+        other = conn.execute(
+            "SELECT c.scope FROM draws d JOIN charges c ON c.id = d.charge_id WHERE d.date = ? AND c.unit = ?"
+            " AND c.scope <> ? LIMIT 1",
+            (r.date, r.unit, r.scope),
+        ).fetchone()
+        if other:
+            raise LedgerError(
+                f"{r.date} was already released in the card_period scope {other[0]!r}; a date can belong to one "
+                f"period only, so {r.scope!r} cannot include it (periods must not overlap)"
+            )
+
+    def _check_cap(self, conn: sqlite3.Connection, r: Request) -> None:
+        cap = self._cap(conn, r.unit)
+        before = self._spend(conn, r.unit, r.scope)
+        after = self._spend(conn, r.unit, r.scope, [r.cost])
+        if after.epsilon <= cap.epsilon * (1 + REL_TOL) and after.delta <= cap.delta * (1 + REL_TOL):
             return
         charged = "\n".join(
-            f"  - {e.marginal}: ε={e.epsilon!r}, δ={e.delta!r}, run {e.run_id},"
-            f" {e.created_at}, {e.status}, input fingerprint {e.fingerprint[:12]}"
-            for e in self._select(conn, "partition = ? ORDER BY id", (partition,))
+            f"  - {c.marginal}: {c.cost.measure} ε={c.epsilon!r} ρ={c.rho!r} δ={c.delta!r}, run {c.run_id},"
+            f" {c.created_at}"
+            for c in self._charges(conn, "unit = ? AND scope = ? ORDER BY id", (r.unit, r.scope))
         )
         raise BudgetExceeded(
-            f"privacy budget exceeded for partition {partition!r}: already spent"
-            f" ε={spent_eps!r}, δ={spent_delta!r} by\n{charged or '  (no entries)'}\n"
-            f"this release needs ε={epsilon!r}, δ={delta!r}, which would total"
-            f" ε={need_eps!r}, δ={need_delta!r} against the cap ε={self.cap_epsilon!r},"
-            f" δ={self.cap_delta!r}. Publish the existing release instead, or raise the"
-            " partition cap (privacy_budget.cap_epsilon / cap_delta) only if you accept"
-            " the extra privacy loss; each fresh draw is charged.",
-            partition=partition,
-            spent=(spent_eps, spent_delta),
-            requested=(epsilon, delta),
-            cap=(self.cap_epsilon, self.cap_delta),
+            f"privacy budget exceeded for {r.unit} scope {r.scope!r}: it already holds\n{charged or '  (nothing)'}\n"
+            f"for (ε, δ) = ({before.epsilon!r}, {before.delta!r}); this release of {r.marginal} would take it to "
+            f"({after.epsilon!r}, {after.delta!r}) against the cap ({cap.epsilon!r}, {cap.delta!r}) set {cap.set_at}. "
+            "Publish the existing release instead, or raise the cap with `python -m opal_dp.cli ledger raise-cap` "
+            "only if you accept the extra privacy loss; every fresh draw and every changed input is charged.",
+            scope=r.scope,
+            spent=before,
+            requested=r.cost,
+            cap=(cap.epsilon, cap.delta),
         )
 
-    def complete(self, entry_id: int, release_ref: str, *, run_id: str) -> str:
-        """``complete_many`` for one entry."""
-        return self.complete_many([(entry_id, release_ref)], run_id=run_id)[0]
-
-    def complete_many(self, completions: Sequence[tuple[int, str]], *, run_id: str) -> list[str]:
-        """Record the stored releases of pending entries (one transaction); return, per entry,
-        the ref that stands for it.
-
-        Two runs can hold the same pending entry (one charged it, the other resumed it)
-        and both draw. The first to complete wins; a later ``complete`` from a different
-        ``run_id`` changes nothing and returns the winner's ref: that caller must publish
-        the returned ref and discard its own draw. Completing an unknown entry, or an entry
-        this same run already completed, raises ``LedgerError`` (and records nothing).
-        """
-        for entry_id, release_ref in completions:
-            if isinstance(entry_id, bool) or not isinstance(entry_id, int):
-                raise LedgerError(f"entry_id must be an int, got {entry_id!r}")
-            _name("release_ref", release_ref)
+    def complete_many(self, draw_ids: Sequence[int], *, run_id: str) -> None:
+        """Mark the draws stored (one transaction). A draw another run completed first stays as it is (both
+        runs stored the one file at its ``release_ref``); completing an unknown draw, or one this run
+        already completed, raises ``LedgerError`` and records nothing."""
+        for draw_id in draw_ids:
+            if isinstance(draw_id, bool) or not isinstance(draw_id, int):
+                raise LedgerError(f"draw id must be an int, got {draw_id!r}")
         _name("run_id", run_id)
         with self._connect() as conn, self._transaction(conn):
-            return [self._complete(conn, entry_id, ref, run_id) for entry_id, ref in completions]
+            for draw_id in draw_ids:
+                found = self._draws(conn, "id = ?", (draw_id,))
+                if not found:
+                    raise LedgerError(f"no draw with id {draw_id}")
+                if found[0].status == "complete":
+                    if found[0].completed_by == run_id:
+                        raise LedgerError(f"draw {draw_id} was already completed by run {run_id}")
+                    continue
+                conn.execute("UPDATE draws SET status = 'complete', completed_at = ?, completed_by = ? WHERE id = ?",
+                             (_now(), run_id, draw_id))
 
-    def _complete(self, conn: sqlite3.Connection, entry_id: int, release_ref: str, run_id: str) -> str:
-        found = self._select(conn, "id = ?", (entry_id,))
-        if not found:
-            raise LedgerError(f"no ledger entry with id {entry_id}")
-        entry = found[0]
-        if entry.status == "complete":
-            if entry.completed_by == run_id:
+    def raise_cap(self, unit: str, epsilon: float, delta: float, reason: str) -> Cap:
+        """Raise ``unit``'s cap per scope (both coordinates at least the current ones), recording why.
+
+        Statements of earlier releases name the cap in force when they were made and say that it can
+        only be raised this way; every later statement lists the raise.
+        """
+        unit = PrivacyUnit(unit).value
+        epsilon, delta = _positive("epsilon", epsilon), _positive("delta", delta, True)
+        _name("reason", reason)
+        with self._connect() as conn, self._transaction(conn):
+            current = self._cap(conn, unit)
+            if epsilon < current.epsilon or delta < current.delta or (epsilon, delta) == (current.epsilon, current.delta):
                 raise LedgerError(
-                    f"ledger entry {entry_id} was already completed by run {run_id}"
-                    f" with release {entry.release_ref!r}"
+                    f"a new cap must raise the current one ({current.epsilon!r}, {current.delta!r}) for {unit}; "
+                    f"got ({epsilon!r}, {delta!r})"
                 )
-            return entry.release_ref
-        conn.execute(
-            "UPDATE entries SET status = 'complete', release_ref = ?, completed_at = ?,"
-            " completed_by = ? WHERE id = ? AND status = 'pending'",
-            (release_ref, _now(), run_id, entry_id),
-        )
-        return release_ref
+            conn.execute(f"INSERT INTO caps ({_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'raise', ?)",
+                         (unit, epsilon, delta, _now(), reason))
+            return self._cap(conn, unit)
 
     # -- reads -------------------------------------------------------------------------
 
-    def spent(self, partition: str) -> tuple[float, float]:
-        """(ε, δ) charged to ``partition``, pending entries included (exactly rounded sums)."""
+    def cap(self, unit: str) -> Cap:
         with self._connect() as conn:
-            return self._spent(conn, _name("partition", partition))
+            return self._cap(conn, PrivacyUnit(unit).value)
 
-    def remaining(self, partition: str) -> tuple[float, float]:
-        """(ε, δ) left under this ledger's cap, floored at 0."""
-        return self._remaining(*self.spent(partition))
-
-    def _remaining(self, epsilon: float, delta: float) -> tuple[float, float]:
-        return max(0.0, self.cap_epsilon - epsilon), max(0.0, self.cap_delta - delta)
-
-    def entries(self, partition: str | None = None) -> list[Entry]:
-        """All entries, or those of ``partition``, in charge order."""
+    def cap_history(self, unit: str) -> list[Cap]:
         with self._connect() as conn:
-            if partition is None:
-                return self._select(conn, "1 ORDER BY id", ())
-            return self._select(
-                conn, "partition = ? ORDER BY id", (_name("partition", partition),)
-            )
+            rows = conn.execute(f"SELECT {_CAP_COLUMNS} FROM caps WHERE unit = ? ORDER BY id", (PrivacyUnit(unit).value,))
+            return [Cap(*row) for row in rows]
 
-    def summary(self) -> list[dict]:
-        """Per partition (sorted): spend, remaining, entry counts, latest charge time."""
+    def resets(self) -> list[dict]:
         with self._connect() as conn:
-            all_entries = self._select(conn, "1 ORDER BY id", ())
-        by_partition: dict[str, list[Entry]] = {}
-        for entry in all_entries:
-            by_partition.setdefault(entry.partition, []).append(entry)
-        rows = []
-        for partition in sorted(by_partition):
-            group = by_partition[partition]
-            eps = math.fsum(e.epsilon for e in group)
-            delta = math.fsum(e.delta for e in group)
-            eps_left, delta_left = self._remaining(eps, delta)
-            rows.append(
-                {
-                    "partition": partition,
-                    "epsilon_spent": eps,
-                    "delta_spent": delta,
-                    "epsilon_remaining": eps_left,
-                    "delta_remaining": delta_left,
-                    "releases": len(group),
-                    "pending": sum(e.status == "pending" for e in group),
-                    "last_release_at": max(e.created_at for e in group),
-                }
-            )
-        return rows
+            rows = conn.execute("SELECT acknowledged_at, reason, ledger_ids, missing_draws FROM resets ORDER BY id")
+            return [{"acknowledged_at": a, "reason": r, "ledger_ids": json.loads(i), "missing_draws": m}
+                    for a, r, i, m in rows]
+
+    def spend(self, unit: str, scope: str) -> Guarantee:
+        """What everything charged to ``scope`` costs one unit together, pending charges included."""
+        with self._connect() as conn:
+            return self._spend(conn, PrivacyUnit(unit).value, _name("scope", scope))
+
+    def charges(self, unit: str | None = None, scope: str | None = None) -> list[Charge]:
+        with self._connect() as conn:
+            where, params = self._filter(unit, scope)
+            return self._charges(conn, f"{where} ORDER BY id", params)
+
+    def draws(self, ids: Collection[int] | None = None) -> list[Draw]:
+        with self._connect() as conn:
+            if ids is None:
+                return self._draws(conn, "1 ORDER BY id", ())
+            wanted = sorted({int(i) for i in ids})
+            found = []
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                found += self._draws(conn, f"id IN ({', '.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
+            return found
+
+    def draws_on(self, dates: Collection[str]) -> list[tuple[Draw, Charge]]:
+        """Every draw of the given dates, with its charge (whatever the unit)."""
+        with self._connect() as conn:
+            out = []
+            for day in sorted(set(dates)):
+                for draw in self._draws(conn, "date = ? ORDER BY id", (day,)):
+                    out.append((draw, self._charge(conn, draw.charge_id)))
+            return out
+
+    @staticmethod
+    def _filter(unit: str | None, scope: str | None) -> tuple[str, tuple]:
+        clauses, params = ["1"], []
+        if unit is not None:
+            clauses.append("unit = ?")
+            params.append(PrivacyUnit(unit).value)
+        if scope is not None:
+            clauses.append("scope = ?")
+            params.append(_name("scope", scope))
+        return " AND ".join(clauses), tuple(params)
+
+    def summary(self, unit: str | None = None) -> list[ScopeSpend]:
+        """Per (unit, scope), sorted: what it costs one unit, its cap, charges, draws, pending draws."""
+        with self._connect() as conn:
+            where, params = self._filter(unit, None)
+            scopes = conn.execute(
+                f"SELECT unit, scope, COUNT(*), MAX(created_at) FROM charges WHERE {where} GROUP BY unit, scope"
+                " ORDER BY unit, scope", params,
+            ).fetchall()
+            rows = []
+            for u, scope, n_charges, last in scopes:
+                n_draws, pending = conn.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(status = 'pending'), 0) FROM draws WHERE charge_id IN"
+                    " (SELECT id FROM charges WHERE unit = ? AND scope = ?)", (u, scope),
+                ).fetchone()
+                rows.append(ScopeSpend(u, scope, self._spend(conn, u, scope), self._cap(conn, u), n_charges,
+                                       n_draws, pending, last))
+            return rows

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from opal_dp.audit import audit_mechanism, membership_game
+from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.core import Relation, StabilityHistogram
 from opal_dp.defs.budget import PrivacyBudget
 
@@ -17,9 +18,9 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
     1 - 1e-6 confidence, or if a count-1 bin is released more often than delta/k allows. Runs at
     the audit's relaxed (eps, delta) = (1, 0.01); the formulas and sampler are those of the release.
     """
-    relation = Relation(privacy_budget.relation)
+    relation = Relation(privacy_budget.plan().relation)
     report = audit_mechanism(StabilityHistogram, relation, runs=AUDIT_RUNS)
-    mech = StabilityHistogram(report.epsilon, report.delta, relation, privacy_budget.noise())
+    mech = StabilityHistogram(report.epsilon, report.delta, trip_sensitivity(relation))
     membership = membership_game(mech, runs=AUDIT_RUNS)
     metadata = {
         "relation": relation.value,

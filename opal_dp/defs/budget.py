@@ -1,39 +1,50 @@
-"""The privacy budget: one validated resource holds every privacy parameter of a release."""
+"""The privacy budget: one validated resource holds every privacy setting of a release (unit, bounds,
+mechanism, nominal budget) and opens the ledger."""
 
 
+import json
 import math
 
 import dagster as dg
 from pydantic import model_validator
 
 from opal_dp import settings
-from opal_dp.core import (
-    DiscreteLaplace,
-    HistogramMechanism,
-    PrivacyLedger,
-    Relation,
-    SecureBits,
-    StabilityHistogram,
-)
+from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relation
+from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.plan import MECHANISMS, ReleasePlan, build_plan, parse_period
 
 DEFAULT_DELTA = 1 / 8_000_000
+SECRET_FILE = "secret.key"
+LEDGER_FILE = "ledger.sqlite"
 
 
 class PrivacyBudget(dg.ConfigurableResource):
-    """Per-marginal (epsilon_j, delta_j), neighbouring relation, per-partition ledger cap.
+    """Privacy unit, contribution bounds, mechanism, per-marginal nominal (epsilon_j, delta_j).
 
-    Defaults are the 2016 release's: epsilon_j = 1,1,1,1,2,2 and delta_j = 1/8,000,000, so one full
-    release spends (8, 6/8,000,000) per (date, mode) partition; the cap defaults to exactly that.
+    Defaults reproduce the 2016 release: unit ``trip``, relation ``replace_one``, epsilon_j = 1,1,1,1,2,2 and
+    delta_j = 1/8,000,000, so one full release costs (8, 6/8,000,000) per scope. Card units default to
+    add/remove and the bounds below; ``card_period`` to the thresholded discrete Gaussian in zCDP.
+
+    The ledger's cap per scope is ledger state: ``cap_epsilon``/``cap_delta`` only set it when the ledger is
+    created (default: one full release, the sums of epsilon_j and delta_j); afterwards a different value is
+    refused, and ``python -m opal_dp.cli ledger raise-cap`` is the only way to change it.
     ``fresh_draw`` asks for new noise over an input that was already released: it is charged.
     """
 
+    privacy_unit: str = PrivacyUnit.TRIP.value
+    relation: str | None = None  # default: the unit's (replace_one for trip, add_remove for card units)
+    mechanism: str | None = None  # laplace | gaussian; default: laplace, gaussian for card_period
     epsilon: dict[str, float] = {m.name: m.default_epsilon for m in MARGINALS}
     delta: dict[str, float] = {m.name: DEFAULT_DELTA for m in MARGINALS}
-    relation: str = Relation.REPLACE_ONE.value
-    cap_epsilon: float | None = None  # default: the sum of epsilon_j (one full release)
-    cap_delta: float | None = None  # default: the sum of delta_j
+    max_trips_per_card_day: int = ContributionBounds.max_trips_per_card_day
+    max_per_bin: int = ContributionBounds.max_per_bin
+    max_days_per_card: int | None = None
+    period: str | None = None  # card_period: "2016-07-25..2016-07-31,2016-08-08..2016-08-14"
+    cap_epsilon: float | None = None
+    cap_delta: float | None = None
     fresh_draw: bool = False
+    acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
 
     @model_validator(mode="after")
     def _validate(self) -> "PrivacyBudget":
@@ -47,31 +58,76 @@ class PrivacyBudget(dg.ConfigurableResource):
                 raise ValueError(f"epsilon[{name}] must be finite and > 0, got {eps}")
             if not 0 < delta < 1:
                 raise ValueError(f"delta[{name}] must satisfy 0 < delta < 1, got {delta}")
-        if self.relation not in {r.value for r in Relation}:
-            raise ValueError(f"relation must be one of {[r.value for r in Relation]}, got {self.relation!r}")
+        PrivacyUnit(self.privacy_unit)
+        if self.relation is not None:
+            Relation(self.relation)
+        if self.mechanism is not None and self.mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}")
+        self.bounds  # validates the bounds
+        if self.period is not None:
+            parse_period(self.period)
         for label, cap in (("cap_epsilon", self.cap_epsilon), ("cap_delta", self.cap_delta)):
             if cap is not None and not cap > 0:
                 raise ValueError(f"{label} must be > 0, got {cap}")
         return self
 
     @property
-    def partition_cap(self) -> tuple[float, float]:
-        return (
-            self.cap_epsilon if self.cap_epsilon is not None else math.fsum(self.epsilon.values()),
-            self.cap_delta if self.cap_delta is not None else math.fsum(self.delta.values()),
+    def unit(self) -> PrivacyUnit:
+        return PrivacyUnit(self.privacy_unit)
+
+    @property
+    def bounds(self) -> ContributionBounds:
+        return ContributionBounds(self.max_trips_per_card_day, self.max_per_bin, self.max_days_per_card)
+
+    @property
+    def nominal(self) -> tuple[float, float]:
+        """What one full release costs a scope: (sum epsilon_j, sum delta_j)."""
+        return math.fsum(self.epsilon.values()), math.fsum(self.delta.values())
+
+    def plan(self) -> ReleasePlan:
+        """The release plan; production noise from the OS CSPRNG (there is no seed to set)."""
+        return build_plan(
+            self.unit, self.epsilon, self.delta, relation=self.relation, mechanism=self.mechanism,
+            bounds=self.bounds, period=parse_period(self.period) if self.period else (),
         )
 
-    def noise(self) -> DiscreteLaplace:
-        """Production noise: exact discrete Laplace from the OS CSPRNG. There is no seed to set."""
-        return DiscreteLaplace(SecureBits())
-
-    def mechanisms(self) -> dict[str, HistogramMechanism]:
-        noise = self.noise()
-        return {
-            m.name: StabilityHistogram(self.epsilon[m.name], self.delta[m.name], Relation(self.relation), noise)
-            for m in MARGINALS
-        }
-
     def ledger(self) -> PrivacyLedger:
-        cap_epsilon, cap_delta = self.partition_cap
-        return PrivacyLedger(settings.private_dir() / "ledger.sqlite", cap_epsilon=cap_epsilon, cap_delta=cap_delta)
+        """The ledger under the private folder; refuses a configured cap that differs from the ledger's."""
+        nominal = self.nominal
+        wanted = (self.cap_epsilon or nominal[0], self.cap_delta or nominal[1])
+        caps = {u.value: nominal for u in PrivacyUnit} | {self.unit.value: wanted}
+        ledger = PrivacyLedger(settings.private_dir() / LEDGER_FILE, caps, published=published_ledger_draws(),
+                               acknowledge_reset=self.acknowledge_ledger_reset)
+        cap = ledger.cap(self.unit)
+        for label, configured, held in (("cap_epsilon", self.cap_epsilon, cap.epsilon),
+                                        ("cap_delta", self.cap_delta, cap.delta)):
+            if configured is not None and configured != held:
+                raise dg.Failure(
+                    description=f"privacy_budget.{label} = {configured} but the ledger's cap for {self.unit.value} is "
+                                f"{held} (set {cap.set_at}, {cap.action}). The cap is ledger state: raise it with "
+                                "`python -m opal_dp.cli ledger raise-cap`, which records the reason."
+                )
+        return ledger
+
+    def fingerprint_key(self) -> bytes:
+        return derive_key(load_or_create_secret(settings.private_dir() / SECRET_FILE), "fingerprint")
+
+    def bounding_key(self) -> bytes:
+        return derive_key(load_or_create_secret(settings.private_dir() / SECRET_FILE), "bounding")
+
+
+def published_ledger_draws() -> dict[str, set[int]]:
+    """Ledger id -> draw ids, over every release already published (their privacy.json)."""
+    found: dict[str, set[int]] = {}
+    root = settings.published_dir()
+    if not root.exists():
+        return found
+    for statement in root.glob("*/privacy.json"):
+        if statement.parent.name.startswith("."):
+            continue
+        ledger = json.loads(statement.read_text(encoding="utf-8")).get("ledger")
+        if not ledger:  # a release from before the ledger was named (schema 1)
+            found.setdefault("schema-1 release", set())
+            continue
+        found.setdefault(ledger["id"], set()).update(ledger["draws"])
+    return found

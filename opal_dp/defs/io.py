@@ -28,6 +28,10 @@ class PartitionFrames(Mapping[str, pd.DataFrame]):
     def __getitem__(self, key: str) -> pd.DataFrame:
         return pd.read_parquet(self._paths[str(key)])
 
+    def __contains__(self, key: object) -> bool:
+        """Registered and materialised (a partition that was never written is not "in" the mapping)."""
+        return str(key) in self._paths and self._paths[str(key)].exists()
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths)
 

@@ -6,14 +6,14 @@ import dagster as dg
 
 private_stages_job = dg.define_asset_job(
     "private_stages",
-    selection=dg.AssetSelection.groups("ingest", "anonymise", "bin"),
-    description="Ingest, anonymise and bin the trips of the selected service days.",
+    selection=dg.AssetSelection.groups("ingest", "bin", "bound"),
+    description="Ingest, bin, bound and anonymise the trips of the selected service days.",
 )
 
 release_job = dg.define_asset_job(
     "release",
     selection=dg.AssetSelection.groups("partition", "release") - dg.AssetSelection.assets("privacy_ledger"),
-    description="Partition by (date, mode) and release the six SBH marginals.",
+    description="Partition by (date, mode) and release the six DP marginals under the configured privacy unit.",
 )
 
 rollup_job = dg.define_asset_job(

@@ -1,10 +1,14 @@
-"""Private stages: ingest -> anonymise -> bin -> partition. Thin wrappers over ``opal_dp.prep``.
+"""Private stages: ingest -> bin -> bound and anonymise -> partition. Thin wrappers over ``opal_dp.prep``.
 
-Everything here is microdata and lives under ``$OPAL_DP_DATA_DIR/private`` only.
+Everything here is microdata and lives under ``$OPAL_DP_DATA_DIR/private`` only. The card id is kept until
+contribution bounding, which is the only step that uses it, and dropped there.
 """
 
 
+from datetime import date
+
 import dagster as dg
+import numpy as np
 import pandas as pd
 
 from opal_dp import settings
@@ -12,18 +16,22 @@ from opal_dp.defs.io import PartitionFrames
 from opal_dp.defs.metadata import SINGLE_RUN, column_schema, partition_table
 from opal_dp.defs.partitions import date_and_mode, date_mode, service_dates
 from opal_dp.defs.resources import ReferenceNetwork
-from opal_dp.prep.anonymise import anonymise
-from opal_dp.prep.binning import bin_trips, split_by_mode
+from opal_dp.core import PrivacyUnit
+from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
+from opal_dp.prep.bounding import bound_day, select_card_days
 from opal_dp.prep.ingest import RawInputError, ingest_file, raw_file_for
 from opal_dp.prep.schemas import (
-    AnonymisedTrips,
     BinnedTrips,
+    CardBinnedTrips,
+    CardDays,
     IngestedTrips,
     PartitionTrips,
     RejectedTrips,
 )
 
 PRIVATE = "private_parquet"
+CARD_DAYS, OVER_BOUND = "card_days", "trips_over_bound"
 
 
 @dg.multi_asset(
@@ -74,33 +82,104 @@ def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork):
     )
 
 
-@dg.asset(
-    group_name="anonymise",
-    io_manager_key=PRIVATE,
+@dg.multi_asset(
+    outs={
+        "binned_trips": dg.AssetOut(
+            group_name="bin",
+            io_manager_key=PRIVATE,
+            description="15-minute windows; bus stops collapsed to postcodes; missing tap-off as -1. Still carries "
+                        "the card id, for contribution bounding only (private microdata).",
+            metadata=column_schema(CardBinnedTrips),
+        ),
+        CARD_DAYS: dg.AssetOut(
+            group_name="bin",
+            io_manager_key=PRIVATE,
+            description="The card ids that travelled on the day (private): only the card_period day cap reads them.",
+            metadata=column_schema(CardDays),
+        ),
+    },
     partitions_def=service_dates,
     backfill_policy=SINGLE_RUN,
-    metadata=column_schema(AnonymisedTrips),
 )
-def anonymised_trips(
-    context: dg.AssetExecutionContext, ingested_trips: PartitionFrames
-) -> dict[str, pd.DataFrame]:
-    """Trips without card ids (the only unique identifier) and without their raw row order."""
-    return {day: anonymise(ingested_trips[day]) for day in context.partition_keys}
-
-
-@dg.asset(
-    group_name="bin",
-    io_manager_key=PRIVATE,
-    partitions_def=service_dates,
-    backfill_policy=SINGLE_RUN,
-    metadata=column_schema(BinnedTrips),
-)
-def binned_trips(
-    context: dg.AssetExecutionContext, anonymised_trips: PartitionFrames, reference: ReferenceNetwork
-) -> dict[str, pd.DataFrame]:
-    """15-minute windows; bus stops collapsed to postcodes; missing tap-off as -1."""
+def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFrames, reference: ReferenceNetwork):
+    """Coarsen each day's trips to the published bins (seed §4.1 steps 2-3)."""
     stops = reference.stops()
-    return {day: bin_trips(anonymised_trips[day], stops) for day in context.partition_keys}
+    binned = {day: bin_trips(ingested_trips[day], stops) for day in context.partition_keys}
+    yield dg.Output(binned, "binned_trips")
+    yield dg.Output({day: card_days_of(frame) for day, frame in binned.items()}, CARD_DAYS)
+
+
+@dg.multi_asset(
+    outs={
+        "bounded_trips": dg.AssetOut(
+            group_name="bound",
+            io_manager_key=PRIVATE,
+            description="Bounded and anonymised: each card's contribution cut to the privacy unit's public bounds, "
+                        "then the card id dropped and the rows put in a CSPRNG-random order (private microdata).",
+            metadata=column_schema(BinnedTrips),
+        ),
+        OVER_BOUND: dg.AssetOut(
+            group_name="bound",
+            io_manager_key=PRIVATE,
+            description="Trips removed by contribution bounding, without card id (private; internal utility "
+                        "report only). Rows in = bounded + over the bound.",
+            metadata=column_schema(BinnedTrips),
+        ),
+    },
+    ins={"binned_trips": dg.AssetIn(), CARD_DAYS: dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
+    partitions_def=service_dates,
+    backfill_policy=SINGLE_RUN,
+)
+def bounded_trips(
+    context: dg.AssetExecutionContext,
+    binned_trips: PartitionFrames,
+    card_days: PartitionFrames,
+    privacy_budget: PrivacyBudget,
+):
+    """Bound every card's contribution (``opal_dp.prep.bounding``), then drop the card id.
+
+    The share of trips dropped is internal, non-DP metadata.
+    """
+    unit, bounds, key = privacy_budget.unit, privacy_budget.bounds, privacy_budget.bounding_key()
+    days = list(context.partition_keys)
+    kept_days = _card_period_days(privacy_budget, card_days, days) if unit is PrivacyUnit.CARD_PERIOD else None
+    kept, over, report = {}, {}, []
+    for day in days:
+        cards = None if kept_days is None else kept_days.get(day, np.zeros(0, np.int64))
+        result = bound_day(binned_trips[day], date.fromisoformat(day), unit, bounds, key, cards)
+        kept[day], over[day] = result.kept, result.over_bound
+        report.append({"date": day, "trips": len(result.kept) + len(result.over_bound), "kept": len(result.kept),
+                       "over_bound": len(result.over_bound), "share_dropped": result.share_dropped})
+        context.add_asset_metadata({"dagster/row_count": len(result.kept), "share_dropped_by_bounding":
+                                    result.share_dropped}, asset_key="bounded_trips", partition_key=day)
+    total = sum(r["trips"] for r in report)
+    metadata = {
+        "privacy_unit": unit.value,
+        "contribution_bounds": dg.MetadataValue.json(bounds.describe() if unit.bounds_cards else {}),
+        "share_dropped_by_bounding (internal, not DP)": sum(r["over_bound"] for r in report) / total if total else 0.0,
+        "by_day (internal, not DP)": partition_table(report),
+    }
+    yield dg.Output(kept, "bounded_trips", metadata=metadata)
+    yield dg.Output(over, OVER_BOUND)
+
+
+def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames, days: list[str]) -> dict | None:
+    """With a day cap: per date, the sorted ids of the cards for which it is one of their kept days."""
+    plan = privacy_budget.plan()
+    outside = sorted(set(days) - set(plan.period))
+    if outside:
+        raise dg.Failure(description=f"dates {outside} are outside the card_period period {plan.period_name}")
+    if privacy_budget.max_days_per_card is None:
+        return None
+    missing = [d for d in plan.period if d not in card_days]
+    if missing:
+        raise dg.Failure(description=f"the card_period day cap needs every day of the period {plan.period_name}; "
+                                     f"not ingested yet: {missing}")
+    chosen = select_card_days(
+        pd.concat([card_days[d].assign(date=d) for d in plan.period], ignore_index=True),
+        privacy_budget.max_days_per_card, privacy_budget.bounding_key(),
+    )
+    return {d: np.sort(group["card_id"].to_numpy(np.int64)) for d, group in chosen.groupby("date", sort=False)}
 
 
 @dg.asset(
@@ -111,14 +190,15 @@ def binned_trips(
     metadata=column_schema(PartitionTrips),
 )
 def trip_partitions(
-    context: dg.AssetExecutionContext, binned_trips: PartitionFrames
+    context: dg.AssetExecutionContext, bounded_trips: PartitionFrames
 ) -> dg.Output[dict[str, pd.DataFrame]]:
-    """Disjoint (date, mode) partitions: one trip is in exactly one, so budgets compose in parallel."""
+    """(date, mode) partitions of the bounded trips: the pieces the release draws and the ledger charges."""
     parts, report, by_day = {}, [], {}
     for key in map(str, context.partition_keys):
         day, mode = date_and_mode(key)
         if day not in by_day:
-            by_day = {day: binned_trips[day]}  # keys are date-major: one day in memory at a time
+            by_day = {day: bounded_trips[day]}  # keys are date-major: one day in memory at a time
         parts[key] = split_by_mode(by_day[day], mode)
         report.append({"partition": key, "trips": len(parts[key])})
+        context.add_asset_metadata({"dagster/row_count": len(parts[key])}, partition_key=key)
     return dg.Output(parts, metadata={"partitions": len(parts), "by_partition": partition_table(report)})

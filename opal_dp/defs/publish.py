@@ -1,83 +1,134 @@
-"""Publish: the released marginals become the open-data files and their privacy statement."""
+"""Publish: the released marginals become the open-data files and their privacy statement, built from the
+ledger records of the draws that produced them."""
 
+import json
 from datetime import datetime, timezone
 
 import dagster as dg
+import pandas as pd
 
 from opal_dp import settings
+from opal_dp.core import PrivacyLedger
 from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.io import PartitionFrames
-from opal_dp.defs.release import RELEASE_KEYS, TRUE_CELLS
+from opal_dp.defs.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
-from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems, standing_entry
-from opal_dp.release.marginals import MARGINALS, histograms_from_cells
+from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
+from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
-from opal_dp.release.statement import privacy_statement, render_markdown
+from opal_dp.release.statement import LedgerEvidence, StatementError, privacy_statement, render_markdown
+from opal_dp.storage import read_parquet
+
+
+def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int]) -> LedgerEvidence:
+    """The ledger's records of the draws (partition, marginal) -> draw id, and of everything they touch."""
+    draws = {d.id: d for d in ledger.draws(draw_ids.values())}
+    missing = sorted(set(draw_ids.values()) - set(draws))
+    if missing:
+        raise StatementError(f"the ledger has no draws {missing[:5]}: the release assets do not come from this ledger")
+    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws.values()}}
+    units = {c.unit for c in charges.values()}
+    scopes = {(c.unit, c.scope) for c in charges.values()}
+    dates = {d.date for d in draws.values()}
+    other: dict[str, set[str]] = {}
+    for draw, charge in ledger.draws_on(dates):
+        if charge.unit not in units:
+            other.setdefault(charge.unit, set()).add(draw.date)
+    unit = sorted(units)[0]
+    return LedgerEvidence(
+        ledger_id=ledger.ledger_id,
+        draws={pair: draws[i] for pair, i in draw_ids.items()},
+        charges=charges,
+        scopes=[s for s in ledger.summary() if (s.unit, s.scope) in scopes],
+        cap_history=ledger.cap_history(unit),
+        other_units={u: sorted(d) for u, d in other.items()},
+        resets=ledger.resets(),
+    )
 
 
 def _gate(
     releases: dict[str, PartitionFrames],
     cells: PartitionFrames,
+    standing: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
-) -> None:
-    """Re-run every blocking check on exactly what is about to be published; refuse on any failure.
+) -> tuple[LedgerEvidence, dict[str, dict[str, pd.DataFrame]]]:
+    """Check exactly what is about to be published against the ledger; refuse on any failure.
 
-    The release step evaluated the same checks, but publishing is a separate run: checking again here
-    leaves no gap between what was checked and what goes out (configuration changes included).
+    For every (partition, marginal): the draw that stands for it must be a completed ledger draw whose stored
+    file equals the release asset, and every blocking check must pass on it with the mechanism the ledger
+    charged. The release step evaluated the same checks, but publishing is a separate run: checking again
+    here leaves no gap between what was checked and what goes out.
     """
-    params = {name: mechanism.describe() for name, mechanism in privacy_budget.mechanisms().items()}
-    labels = frozenset(location_labels(reference.stops()))
     ledger = privacy_budget.ledger()
-    entries = ledger.entries()
-    spending = {row["partition"]: (row["epsilon_spent"], row["delta_spent"]) for row in ledger.summary()}
+    labels = frozenset(location_labels(reference.stops()))
+    loaded = {m.name: {} for m in MARGINALS}
+    draw_ids, problems = {}, []
+    for key in cells:
+        for row in standing[key].itertuples():
+            draw_ids[key, row.marginal] = int(row.draw_id)
+    try:
+        evidence = ledger_evidence(ledger, draw_ids)
+    except StatementError as err:
+        raise dg.Failure(description=f"publishing refused: {err}") from err
+    caps = {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}}
+    spend = {(s.unit, s.scope): s.guarantee for s in evidence.scopes}
 
     def under_check():
         for key in cells:
-            truths, mine = histograms_from_cells(cells[key]), [e for e in entries if e.partition == key]
+            truths = histograms_from_cells(cells[key], column=BOUNDED)
             for m in MARGINALS:
-                yield ReleaseUnderCheck(key, m, releases[m.name][key], truths[m.name], params[m.name],
-                                        standing_entry(mine, m.name), spending.get(key, (0.0, 0.0)),
-                                        privacy_budget.partition_cap, labels)
+                draw = evidence.draws[key, m.name]
+                charge = evidence.charges[draw.charge_id]
+                frame = releases[m.name][key]
+                if draw.status != "complete" or not same_bins(read_parquet(settings.private_dir() / draw.release_ref), frame):
+                    problems.append(f"{key} {m.name}: the release asset is not the ledger's stored draw {draw.id}")
+                loaded[m.name][key] = frame
+                cap = caps[charge.unit]
+                yield ReleaseUnderCheck(key, m, frame, truths[m.name], json.loads(charge.mechanism),
+                                        draw, charge, spend[charge.unit, charge.scope], (cap.epsilon, cap.delta),
+                                        labels)
 
     failed = {name: found for name, found in blocking_problems(under_check()).items() if found}
+    if problems:
+        failed["matches_ledger_draw"] = problems
     if failed:
         lines = [f"{name}: {problem}" for name, found in failed.items() for problem in found[:5]]
         raise dg.Failure(
             description="publishing refused, blocking checks failed:\n" + "\n".join(lines),
             metadata={"failed_checks": dg.MetadataValue.json({k: len(v) for k, v in failed.items()})},
         )
+    return evidence, loaded
 
 
 @dg.asset(
     group_name="publish",
     deps=["privacy_audit"],
-    ins={TRUE_CELLS: dg.AssetIn(), **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
-    description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md, published atomically.",
+    ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(),
+         **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
+    description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md built from the ledger, "
+                "published atomically.",
 )
 def published_release(
     context: dg.AssetExecutionContext,
     true_cells: PartitionFrames,
+    release_draws: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     **releases: PartitionFrames,
 ) -> dg.MaterializeResult:
     """Check, build the tables and the statement, publish them as a new release, repoint ``latest``."""
-    _gate(releases, true_cells, privacy_budget, reference)
+    evidence, loaded = _gate(releases, true_cells, release_draws, privacy_budget, reference)
     now = datetime.now(timezone.utc)
     release_id = f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
-    statement = privacy_statement(
-        privacy_budget.mechanisms(),
-        sorted(releases[MARGINALS[0].name]),
-        privacy_budget.relation,
-        privacy_budget.partition_cap,
-        release_id,
-        now.isoformat(timespec="seconds"),
-    )
+    try:
+        statement = privacy_statement(evidence, sorted(true_cells), release_id, now.isoformat(timespec="seconds"))
+    except StatementError as err:
+        raise dg.Failure(description=f"publishing refused: {err}") from err
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    tables = to_open_data(releases)
+    tables = to_open_data(loaded)
     folder = publish(settings.published_dir(), tables, statement, release_id)
     return dg.MaterializeResult(
         metadata={
@@ -85,8 +136,10 @@ def published_release(
             "release_id": release_id,
             "files": dg.MetadataValue.json(list(FILES)),
             **{f"rows_{table}": len(tables[table]) for table in TABLES},
-            "epsilon_per_partition": statement["per_partition"]["epsilon"],
-            "delta_per_partition": statement["per_partition"]["delta"],
+            "privacy_unit": statement["privacy_unit"]["unit"],
+            "epsilon_per_unit": statement["guarantee"]["epsilon"],
+            "delta_per_unit": statement["guarantee"]["delta"],
+            "per": statement["guarantee"]["per"],
             "noise_seeded": statement["noise_seeded"],
             "privacy_statement": dg.MetadataValue.md(render_markdown(statement)),
         }

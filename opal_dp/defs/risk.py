@@ -35,7 +35,7 @@ def disclosure_risk(
     context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, **released: PartitionFrames
 ) -> dg.MaterializeResult:
     """What an outsider can compute from our released counts and public parameters."""
-    mechanisms = privacy_budget.mechanisms()
+    mechanisms = privacy_budget.plan().mechanisms
     releases = {name: {key: frames[key] for key in frames} for name, frames in released.items()}
 
     residuals = differencing(releases, mechanisms)
@@ -62,13 +62,12 @@ def disclosure_risk(
             "duplicated_pairs_table": _table(pairs),
             **{f"duplication_{key}": value for key, value in effect.items()},
             "duplication_explained": dg.MetadataValue.md(
-                f"A trip in a duplicated pair is counted by two cells holding the same count: the loss on "
-                f"that count is {effect['epsilon_share_tap_on_cell']:g} + {effect['epsilon_share_tap_off_cell']:g}"
-                f" = {effect['epsilon_on_duplicated_count']:g} (ε_j/k per cell, k = "
-                f"{effect['bins_touched_per_marginal']}), not the {effect['epsilon_share_tap_on_cell']:g} one "
-                f"cell suggests. The stated ε = {effect['stated_epsilon_per_partition']:g} per partition already "
-                f"composes all six marginals, so it is not exceeded; but averaging the two views shrinks the "
-                f"noise standard deviation on that count from {effect['noise_std_one_view']:.3f} to "
+                f"A trip in a duplicated pair is counted by two cells holding the same count: the loss on that count "
+                f"({effect['loss_measure']}) is {effect['loss_share_tap_on_cell']:g} + "
+                f"{effect['loss_share_tap_off_cell']:g} = {effect['loss_on_duplicated_count']:g}, not the "
+                f"{effect['loss_share_tap_on_cell']:g} one cell suggests. The stated per-scope guarantee already "
+                f"composes all six marginals, so it is not exceeded; but averaging the two views shrinks the noise "
+                f"standard deviation on that count from {effect['noise_std_one_view']:.3f} to "
                 f"{effect['noise_std_pair_average']:.3f} (÷{effect['noise_std_reduction']:.3f})."
             ),
             **{f"presence_probability_{name}": p for name, p in presence.items()},

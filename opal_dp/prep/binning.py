@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.network import MODES
-from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOW_MINUTES, BinnedTrips, PartitionTrips
+from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOW_MINUTES, CardBinnedTrips, CardDays, PartitionTrips
 
 
 def stop_labels(stops: pd.DataFrame) -> pd.Series:
@@ -48,6 +48,7 @@ def window_label(window: int) -> str:
 
 
 def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
+    """Ingested trips -> binned trips, still with the card id (``CardBinnedTrips``), in the same row order."""
     categories = location_labels(stops)
     label_code = _label_codes(stops, categories)
     off_stop = trips["tap_off_stop"]
@@ -56,6 +57,7 @@ def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
     off_code[has_off] = label_code[off_stop.to_numpy(np.int64, na_value=0)[has_off]]
     binned = pd.DataFrame(
         {
+            "card_id": trips["card_id"].to_numpy(np.int64),
             "mode": pd.Categorical(trips["mode"], categories=list(MODES)),  # also for an empty day
             "tap_on_window": time_window(trips["tap_on_time"]),
             "tap_on_loc": pd.Categorical.from_codes(label_code[trips["tap_on_stop"].to_numpy(np.int64)], categories),
@@ -63,7 +65,12 @@ def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
             "tap_off_loc": pd.Categorical.from_codes(off_code, categories),
         }
     )
-    return BinnedTrips.validate(binned)
+    return CardBinnedTrips.validate(binned[list(CardBinnedTrips.to_schema().columns)])
+
+
+def card_days_of(binned: pd.DataFrame) -> pd.DataFrame:
+    """The distinct card ids of one day's binned trips, sorted."""
+    return CardDays.validate(pd.DataFrame({"card_id": np.unique(binned["card_id"].to_numpy(np.int64))}))
 
 
 def _label_codes(stops: pd.DataFrame, categories: list[str]) -> np.ndarray:

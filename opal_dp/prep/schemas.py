@@ -48,24 +48,16 @@ class RejectedTrips(pa.DataFrameModel):
         strict = True
 
 
-class AnonymisedTrips(pa.DataFrameModel):
-    """Trips with the card id (the only unique identifier) removed; strict, so none can return."""
+class IngestedTrips(pa.DataFrameModel):
+    """Accepted raw trips (one row per trip) of one service day, typed. The card id is kept only until
+    contribution bounding; strict, so no other column can ride along."""
 
+    card_id: Series[int] = pa.Field(gt=0)
     mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
     tap_on_time: Series[pd.Timestamp]
     tap_on_stop: Series["int32"]
     tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
     tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
-
-    class Config:
-        strict = True
-
-
-class IngestedTrips(AnonymisedTrips):
-    """Accepted raw trips (one row per trip) of one service day, typed: the anonymised columns plus the
-    card id."""
-
-    card_id: Series[int] = pa.Field(gt=0)
 
     class Config:
         strict = True
@@ -84,9 +76,28 @@ class PartitionTrips(pa.DataFrameModel):
 
 
 class BinnedTrips(PartitionTrips):
-    """Trips of one service day with 15-minute windows and published location labels."""
+    """Trips of one service day with 15-minute windows and published location labels, without card id
+    (bounded and anonymised)."""
 
     mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
+
+    class Config:
+        strict = True
+
+
+class CardBinnedTrips(BinnedTrips):
+    """Binned trips of one service day that still carry the card id, for contribution bounding only."""
+
+    card_id: Series[int] = pa.Field(gt=0)
+
+    class Config:
+        strict = True
+
+
+class CardDays(pa.DataFrameModel):
+    """The distinct card ids that travelled on one service day (private)."""
+
+    card_id: Series[int] = pa.Field(gt=0, unique=True)
 
     class Config:
         strict = True

@@ -5,6 +5,7 @@ both call ``blocking_problems``, so what is published is exactly what was checke
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -13,7 +14,8 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
-from opal_dp.core.ledger import Entry
+from opal_dp.core.accounting import Guarantee
+from opal_dp.core.ledger import Charge, Draw
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals import COUNT, LOC, TIME, Marginal
 from opal_dp.release.schemas import schema_for
@@ -30,10 +32,11 @@ class ReleaseUnderCheck:
     marginal: Marginal
     released: pd.DataFrame
     truth: pd.DataFrame  # true histogram (internal only; checks never publish it)
-    mechanism: Mapping  # HistogramMechanism.describe()
-    entry: Entry | None  # ledger entry that stands for this release
-    partition_spent: tuple[float, float]
-    cap: tuple[float, float]
+    mechanism: Mapping  # HistogramMechanism.describe() of the mechanism that drew it
+    draw: Draw | None  # the ledger draw that stands for this release
+    charge: Charge | None  # and its charge
+    scope_spend: Guarantee  # what the draw's ledger scope costs one unit in total
+    cap: tuple[float, float]  # the cap in force for the unit, per scope
     public_labels: frozenset[str]
 
 
@@ -96,16 +99,16 @@ def schema_valid(r: ReleaseUnderCheck) -> str | None:
 
 
 def budget_recorded(r: ReleaseUnderCheck) -> str | None:
-    if r.entry is None:
-        return "no ledger entry stands for this release"
-    if r.entry.status != "complete":
-        return f"ledger entry {r.entry.id} is {r.entry.status}, not complete"
-    expected = (r.mechanism["epsilon"], r.mechanism["delta"])
-    if (r.entry.epsilon, r.entry.delta) != expected:
-        return f"ledger recorded (ε, δ) = {(r.entry.epsilon, r.entry.delta)}, configured {expected}"
-    (eps, delta), (cap_eps, cap_delta) = r.partition_spent, r.cap
-    if eps > cap_eps * (1 + 1e-9) or delta > cap_delta * (1 + 1e-9):
-        return f"partition spent (ε, δ) = ({eps}, {delta}) exceeds the cap ({cap_eps}, {cap_delta})"
+    """The release is a completed ledger draw, charged with exactly this mechanism, within the cap."""
+    if r.draw is None or r.charge is None:
+        return "no ledger draw stands for this release"
+    if r.draw.status != "complete":
+        return f"ledger draw {r.draw.id} is {r.draw.status}, not complete"
+    if json.loads(r.charge.mechanism) != dict(r.mechanism):
+        return f"ledger charge {r.charge.id} was made for other mechanism parameters than this release's"
+    (cap_eps, cap_delta), spend = r.cap, r.scope_spend
+    if spend.epsilon > cap_eps * (1 + 1e-9) or spend.delta > cap_delta * (1 + 1e-9):
+        return f"scope {r.charge.scope} costs (ε, δ) = ({spend.epsilon}, {spend.delta}), over the cap ({cap_eps}, {cap_delta})"
     return None
 
 
@@ -132,12 +135,6 @@ BLOCKING_CHECKS: dict[str, Callable[[ReleaseUnderCheck], str | None]] = {
     "budget_recorded": budget_recorded,
     "no_identifiers": no_identifiers,
 }
-
-
-def standing_entry(entries: Iterable[Entry], marginal: str) -> Entry | None:
-    """The ledger entry whose release stands for ``marginal``: its latest completed charge."""
-    complete = [e for e in entries if e.marginal == marginal and e.status == "complete"]
-    return max(complete, key=lambda e: e.id, default=None)
 
 
 def blocking_problems(releases: Iterable[ReleaseUnderCheck]) -> dict[str, list[str]]:
@@ -177,15 +174,20 @@ def _schema_holds(group: list[ReleaseUnderCheck]) -> bool:
     return True
 
 
-def noise_sum_bound(bins: int, scale: float, false_alarm: float = PLAUSIBILITY_FALSE_ALARM) -> float:
-    """b with P(|Z_1 + ... + Z_bins| > b) <= false_alarm for iid discrete Laplace(scale) noise.
+def noise_sum_bound(bins: int, mechanism: Mapping, false_alarm: float = PLAUSIBILITY_FALSE_ALARM) -> float:
+    """b with P(|Z_1 + ... + Z_bins| > b) <= false_alarm for the iid noise of ``mechanism`` (its describe()).
 
-    Chernoff: for every 0 < t < 1/scale, P(S >= b) <= exp(n ln M(t) - t b) with the moment generating
-    function M(t) = (1-q)^2 / ((1 - q e^t)(1 - q e^-t)), q = exp(-1/scale). Each t on a grid gives a
-    valid b = (n ln M(t) + ln(2/false_alarm)) / t (two-sided); we return the smallest.
+    Discrete Laplace (scale s): Chernoff; for every 0 < t < 1/s, P(S >= b) <= exp(n ln M(t) - t b) with the
+    moment generating function M(t) = (1-q)^2 / ((1 - q e^t)(1 - q e^-t)), q = exp(-1/s). Each t on a grid
+    gives a valid b = (n ln M(t) + ln(2/false_alarm)) / t (two-sided); we return the smallest.
+    Discrete Gaussian (sigma): sigma²-subgaussian (Canonne, Kamath & Steinke 2020, Cor. 9), so the sum is
+    n·sigma²-subgaussian and b = sigma·sqrt(2 n ln(2/false_alarm)).
     """
     if bins == 0:
         return 0.0
+    scale = mechanism["scale"]
+    if mechanism["noise"] == "discrete_gaussian":
+        return scale * math.sqrt(2 * bins * math.log(2 / false_alarm))
     q = math.exp(-1 / scale)
     t = np.linspace(1, 199, 199) / (200 * scale)
     log_mgf = 2 * math.log1p(-q) - np.log1p(-q * np.exp(t)) - np.log1p(-q * np.exp(-t))
@@ -194,12 +196,12 @@ def noise_sum_bound(bins: int, scale: float, false_alarm: float = PLAUSIBILITY_F
 
 def plausibility(
     time_release: pd.DataFrame, loc_release: pd.DataFrame, time_truth: pd.DataFrame, loc_truth: pd.DataFrame,
-    time_scale: float, loc_scale: float,
+    time_mechanism: Mapping, loc_mechanism: Mapping,
 ) -> tuple[bool, dict[str, float]]:
     """Released totals of two one-way marginals of the same taps should agree.
 
-    Both true histograms sum to the partition's trips N. A released total is N minus the true mass of
-    the suppressed bins plus the noise on the released bins, so
+    Both true histograms (of the same bounded trips) sum to the partition's trips N. A released total is N
+    minus the true mass of the suppressed bins plus the noise on the released bins, so
     |T_time - T_loc| <= S_time + S_loc + |noise_time| + |noise_loc|, each noise sum bounded with
     false-alarm 1e-6 by ``noise_sum_bound``. Internal warning check only: S is not private.
     """
@@ -210,6 +212,6 @@ def plausibility(
     gap = abs(int(time_release[COUNT].sum()) - int(loc_release[COUNT].sum()))
     bound = (
         suppressed["time"] + suppressed["loc"]
-        + noise_sum_bound(len(time_release), time_scale) + noise_sum_bound(len(loc_release), loc_scale)
+        + noise_sum_bound(len(time_release), time_mechanism) + noise_sum_bound(len(loc_release), loc_mechanism)
     )
     return gap <= bound, {"released_total_gap": float(gap), "allowed_gap": float(bound)}

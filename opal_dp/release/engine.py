@@ -1,18 +1,22 @@
-"""Release the six marginals of (date, mode) partitions, charged to the privacy ledger.
+"""Release the six marginals of (date, mode) partitions under a release plan, charged to the privacy ledger.
 
 Order of operations, which is the privacy argument for the ledger:
-1. compute the six true histograms and a fingerprint of them (exactly the mechanisms' input);
-2. ask the ledger about all six *before any noise is drawn*: reuse a stored release of the same input
-   (no noise, no charge), resume a charge whose draw was never stored, or charge anew (failing here,
-   before any noise, if the partition's cap would be exceeded);
-3. draw, store the release atomically, and only then mark the charge complete.
-A run killed between 2 and 3 leaves a charge without a stored release; the rerun resumes it, so the
-ledger is never under-charged and never charged twice for one stored release.
+1. compute the six true histograms of each partition's bounded trips (exactly the mechanisms' input) and
+   a keyed fingerprint of them;
+2. ask the ledger about every (partition, marginal) *before any noise is drawn*: reuse a stored draw of the
+   same input (no noise, no charge), resume a charged draw, join an open charge of the same scope
+   histogram, or charge anew (failing here, before any noise, if a scope's cap would be exceeded); the
+   ledger records where each new draw will be stored;
+3. draw, store each draw at its recorded place (exclusively: if another run stored it first, theirs
+   stands and ours is discarded unseen), and only then mark the draws complete.
+A run killed between 2 and 3 leaves charged draws; the rerun resumes them, loading any that were stored,
+so the ledger is never under-charged and a charge never holds two draws of one part.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,25 +25,30 @@ from pathlib import Path
 import pandas as pd
 
 from opal_dp.core import HistogramMechanism, PrivacyLedger
-from opal_dp.core.ledger import Request
+from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.release.marginals import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
-from opal_dp.storage import write_parquet_atomic
-
-PARTITION = "partition"
+from opal_dp.release.plan import ReleasePlan
+from opal_dp.storage import read_parquet, remove_stale_temporaries, write_parquet_exclusive
 
 
 @dataclass(frozen=True)
 class ReleasedMarginal:
     marginal: Marginal
     frame: pd.DataFrame  # released bins only, canonical order, integer counts
-    truth: pd.DataFrame  # the true histogram it was drawn from (private: for checks only)
-    entry_id: int
-    reused: bool  # True: an identical earlier release was returned, no noise drawn, nothing charged
+    truth: pd.DataFrame  # the mechanism's input: true counts of the bounded trips (private: checks only)
+    draw: Draw  # the ledger draw that stands for ``frame``
+    charge: Charge
+    decision: str  # reuse | resume | join | charge
+
+    @property
+    def reused(self) -> bool:
+        return self.decision == "reuse"
 
 
-def fingerprint(truths: Mapping[str, pd.DataFrame]) -> str:
-    """SHA-256 of the true histograms: equal fingerprints mean identical mechanism inputs."""
-    digest = hashlib.sha256()
+def fingerprint(truths: Mapping[str, pd.DataFrame], key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` of the true histograms: equal fingerprints mean identical mechanism inputs,
+    and without the key a fingerprint reveals nothing about them."""
+    digest = hmac.new(key, digestmod=hashlib.sha256)
     for name in sorted(truths):
         frame = truths[name]
         digest.update(name.encode())
@@ -58,77 +67,48 @@ def mechanism_id(mechanism: HistogramMechanism) -> str:
 
 def release_partitions(
     partitions: Mapping[str, pd.DataFrame],
-    mechanisms: Mapping[str, HistogramMechanism],
+    plan: ReleasePlan,
     ledger: PrivacyLedger,
-    store: Path,
+    root: Path,
     run_id: str,
+    fingerprint_key: bytes,
     fresh: bool = False,
 ) -> dict[str, dict[str, ReleasedMarginal]]:
-    """Release ``mechanisms`` (marginal name -> mechanism) over every partition; see module docstring.
-
-    All charges are decided in one ledger transaction (all or nothing), all draws of one marginal
-    are stored in one file per run, and all completions are recorded in one transaction.
-    """
-    truths = {key: histograms(partitions[key], [BY_NAME[name] for name in mechanisms]) for key in partitions}
-    prints = {key: fingerprint(hists) for key, hists in truths.items()}
-    requests = [
-        Request(key, name, m.epsilon, m.delta, mechanism_id(m), prints[key])
-        for key in truths
-        for name, m in mechanisms.items()
-    ]
-    decisions = dict(zip(((r.partition, r.marginal) for r in requests), ledger.begin_many(requests, run_id=run_id, fresh=fresh)))
-    frames = {pair: None for pair in decisions}
-    for pair, decision in decisions.items():
-        if decision.kind != "reuse":
-            key, name = pair
-            frames[pair] = _draw(truths[key][name], mechanisms[name])
-    completions = []
-    for name in mechanisms:
-        drawn = {key: frames[(key, name)] for key in truths if decisions[(key, name)].kind != "reuse"}
-        if drawn:
-            path = store / run_id / f"{name}.parquet"
-            _store(drawn, path)
-            completions += [(decisions[(key, name)].entry.id, str(path)) for key in drawn]
-    ours = dict(completions)
-    standing = dict(zip(ours, ledger.complete_many(completions, run_id=run_id)))
-    to_load = {}  # stored releases to use: reused ones, and another run's where it completed first
-    for pair, decision in decisions.items():
-        entry = decision.entry
-        ref = entry.release_ref if decision.kind == "reuse" else standing[entry.id]
-        if decision.kind == "reuse" or ref != ours[entry.id]:
-            to_load.setdefault(ref, []).append(pair)
-    for ref, pairs in to_load.items():
-        stored = _load(ref, [key for key, _ in pairs])
-        for pair in pairs:
-            frames[pair] = stored[pair[0]]
-    return {
-        key: {
-            name: ReleasedMarginal(BY_NAME[name], frames[(key, name)], truths[key][name],
-                                   decisions[(key, name)].entry.id, decisions[(key, name)].kind == "reuse")
-            for name in mechanisms
-        }
-        for key in truths
-    }
+    """Release every marginal of ``plan`` over ``partitions`` ({"YYYY-MM-DD|mode": bounded trips}); see the
+    module docstring. ``root`` is the storage root the ledger's ``release_ref``s are relative to."""
+    names = list(plan.mechanisms)
+    truths = {key: histograms(partitions[key], [BY_NAME[name] for name in names]) for key in partitions}
+    bounds = plan.bounds_json()
+    requests = []
+    for key, hists in truths.items():
+        day, mode = key.split("|")
+        prints = fingerprint(hists, fingerprint_key)
+        for name in names:
+            mech = plan.mechanisms[name]
+            requests.append(Request(plan.unit.value, plan.scope(day, mode), key, day, name, plan.relation.value,
+                                    mech.cost(), mechanism_id(mech), bounds, prints))
+    decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
+    remove_stale_temporaries(root / "releases")
+    frames = {}
+    for request, decision in zip(requests, decisions):
+        path = root / decision.draw.release_ref
+        if decision.kind == "reuse" or (decision.kind == "resume" and path.exists()):
+            frames[request.part, request.marginal] = read_parquet(path)
+        else:
+            drawn = _draw(truths[request.part][request.marginal], plan.mechanisms[request.marginal])
+            frames[request.part, request.marginal] = write_parquet_exclusive(drawn, path)
+    ledger.complete_many([d.draw.id for d in decisions if d.kind != "reuse"], run_id=run_id)
+    stored = {d.id: d for d in ledger.draws([d.draw.id for d in decisions])}
+    out: dict[str, dict[str, ReleasedMarginal]] = {key: {} for key in truths}
+    for request, decision in zip(requests, decisions):
+        out[request.part][request.marginal] = ReleasedMarginal(
+            BY_NAME[request.marginal], frames[request.part, request.marginal], truths[request.part][request.marginal],
+            stored[decision.draw.id], decision.charge, decision.kind,
+        )
+    return out
 
 
 def _draw(truth: pd.DataFrame, mechanism: HistogramMechanism) -> pd.DataFrame:
     noisy = mechanism.release(truth[COUNT].to_numpy("int64"))
     kept = noisy > 0
     return truth.loc[kept].assign(**{COUNT: noisy[kept]}).reset_index(drop=True)
-
-
-def _store(drawn: Mapping[str, pd.DataFrame], path: Path) -> None:
-    """All partitions' draws of one marginal in one file, tagged with their partition key."""
-    keys = list(drawn)
-    tagged = [drawn[k].assign(**{PARTITION: k}) for k in keys]
-    stacked = pd.concat([t for t in tagged if len(t)] or tagged[:1], ignore_index=True)
-    stacked[PARTITION] = pd.Categorical(stacked[PARTITION], categories=keys)
-    write_parquet_atomic(stacked, path)
-
-
-def _load(ref: str, partitions: list[str]) -> dict[str, pd.DataFrame]:
-    """The stored draws of ``partitions`` (a partition with nothing released has no rows)."""
-    stored = pd.read_parquet(ref)
-    groups = {str(k): g for k, g in stored.groupby(PARTITION, observed=True, sort=False)}
-    empty = stored.iloc[:0]
-    return {p: groups.get(p, empty).drop(columns=[PARTITION]).reset_index(drop=True) for p in partitions}

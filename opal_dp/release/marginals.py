@@ -16,7 +16,8 @@ import pandas as pd
 
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 
-TAP, TIME, LOC, COUNT = "tap", "time_window", "loc", "count"
+TAP, TIME, LOC, COUNT, BOUNDED = "tap", "time_window", "loc", "count", "bounded_count"
+TAPS = ("on", "off")
 
 
 @dataclass(frozen=True)
@@ -56,33 +57,69 @@ def histograms(partition: pd.DataFrame, marginals: Iterable[Marginal] = MARGINAL
     return {m.name: _present_bins(joint[m.tap], m) for m in wanted}
 
 
-def histograms_from_cells(cells: pd.DataFrame, marginals: Iterable[Marginal] = MARGINALS) -> dict[str, pd.DataFrame]:
-    """The same histograms from stored true time x location cells (``true_cells``): every marginal of a
-    tap is a sum of that tap's cells."""
+def histograms_from_cells(
+    cells: pd.DataFrame, marginals: Iterable[Marginal] = MARGINALS, column: str = COUNT
+) -> dict[str, pd.DataFrame]:
+    """The same histograms from stored time x location cells (``true_cells``): every marginal of a tap is a
+    sum of that tap's cells. ``column``: ``count`` (all trips) or ``bounded_count`` (the mechanism's input)."""
     wanted = list(marginals)
     labels = cells[LOC].cat.categories
     joint = {}
     for tap in {m.tap for m in wanted}:
         mine = cells.loc[cells[TAP] == tap]
         counts = np.zeros((WINDOWS_PER_DAY + 1, len(labels)), dtype=np.int64)
-        counts[mine[TIME].to_numpy("int64") - UNKNOWN, mine[LOC].cat.codes.to_numpy("int64")] = mine[COUNT]
+        counts[mine[TIME].to_numpy("int64") - UNKNOWN, mine[LOC].cat.codes.to_numpy("int64")] = mine[column]
         joint[tap] = (counts, labels)
     return {m.name: _present_bins(joint[m.tap], m) for m in wanted}
 
 
-def true_cells(truths: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Both taps' true time x location histograms in one frame (tap, time_window, loc, count)."""
-    frames = [truths[m.name].assign(**{TAP: m.tap}) for m in MARGINALS if m.by_time and m.by_loc]
-    cells = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
-    return cells[[TAP, TIME, LOC, COUNT]]
+def true_cells(truths: dict[str, pd.DataFrame], over_bound: pd.DataFrame) -> pd.DataFrame:
+    """Both taps' time x location cells of a partition with any trip: ``count`` over all its trips and
+    ``bounded_count`` over the trips kept by contribution bounding. ``truths``: the partition's histograms of
+    the bounded trips (``histograms``); ``over_bound``: the partition's trips over the bound."""
+    frames = []
+    for marginal in (m for m in MARGINALS if m.by_time and m.by_loc):
+        truth = truths[marginal.name]
+        labels = truth[LOC].cat.categories
+        kept = np.zeros((WINDOWS_PER_DAY + 1, len(labels)), dtype=np.int64)
+        kept[truth[TIME].to_numpy("int64") - UNKNOWN, truth[LOC].cat.codes.to_numpy("int64")] = truth[COUNT]
+        over, _ = _joint_counts(over_bound, marginal.tap, labels)
+        total = (kept + over).ravel()
+        present = np.flatnonzero(total)
+        frames.append(pd.DataFrame({
+            TAP: np.full(len(present), marginal.tap, dtype=object),
+            TIME: (present // len(labels) + UNKNOWN).astype("int16"),
+            LOC: pd.Categorical.from_codes(present % len(labels), categories=labels),
+            COUNT: total[present].astype("int64"),
+            BOUNDED: kept.ravel()[present].astype("int64"),
+        }))
+    return pd.concat(frames, ignore_index=True)
 
 
-def _joint_counts(partition: pd.DataFrame, tap: str) -> tuple[np.ndarray, pd.Index]:
-    """(counts of shape (windows + 1, locations), location labels); window row 0 = unknown (-1)."""
+def same_bins(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether two released frames hold the same bins and counts in the same order (labels compared as text)."""
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        return False
+    return all(
+        (a[c].astype(str).to_numpy() == b[c].astype(str).to_numpy()).all() if c == LOC
+        else (a[c].to_numpy("int64") == b[c].to_numpy("int64")).all()
+        for c in a.columns
+    )
+
+
+def _joint_counts(partition: pd.DataFrame, tap: str, labels: pd.Index | None = None) -> tuple[np.ndarray, pd.Index]:
+    """(counts of shape (windows + 1, locations), location labels); window row 0 = unknown (-1).
+    ``labels``: the label universe to count over (default: the column's categories)."""
     loc = partition[f"tap_{tap}_loc"]
-    labels = loc.cat.categories
+    codes = loc.cat.codes.to_numpy("int64")
+    if labels is None:
+        labels = loc.cat.categories
+    elif not loc.cat.categories.equals(labels):
+        codes = labels.get_indexer(loc.cat.categories)[codes] if len(codes) else codes
+        if (codes < 0).any():
+            raise ValueError(f"tap_{tap}_loc holds labels outside the given universe")
     window = partition[f"tap_{tap}_window"].to_numpy("int64") - UNKNOWN
-    key = window * len(labels) + loc.cat.codes.to_numpy("int64")
+    key = window * len(labels) + codes
     counts = np.bincount(key, minlength=(WINDOWS_PER_DAY + 1) * len(labels))
     return counts.reshape(WINDOWS_PER_DAY + 1, len(labels)), labels
 

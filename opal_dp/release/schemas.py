@@ -39,29 +39,45 @@ class TimeLocRelease(pa.DataFrameModel):
 
 
 class TrueCells(pa.DataFrameModel):
-    """True time x location counts of one partition, both taps: NOT private, never published.
+    """True time x location counts of one partition, both taps: NOT private, never published. ``count``
+    over all trips, ``bounded_count`` over those kept by contribution bounding (the mechanism's input).
     The checks and the internal utility report derive every true marginal from them."""
 
     tap: Series[str] = pa.Field(isin=["on", "off"])
     time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
     loc: Series[pd.CategoricalDtype]
     count: Series["int64"] = pa.Field(ge=1)
+    bounded_count: Series["int64"] = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+
+
+class ReleaseDraws(pa.DataFrameModel):
+    """The ledger draw (and its charge) that stands for each released marginal of a partition."""
+
+    marginal: Series[str] = pa.Field(unique=True)
+    draw_id: Series[int] = pa.Field(ge=1)
+    charge_id: Series[int] = pa.Field(ge=1)
 
     class Config:
         strict = True
 
 
 class LedgerSummary(pa.DataFrameModel):
-    """Spend per (date, mode) partition, from the privacy ledger (internal)."""
+    """What each ledger scope costs one privacy unit, against the cap in force (internal)."""
 
-    partition: Series[str]
-    epsilon_spent: Series[float] = pa.Field(ge=0)
-    delta_spent: Series[float] = pa.Field(ge=0)
-    epsilon_remaining: Series[float] = pa.Field(ge=0)
-    delta_remaining: Series[float] = pa.Field(ge=0)
-    releases: Series[int] = pa.Field(ge=0)
+    unit: Series[str]
+    scope: Series[str]
+    epsilon: Series[float] = pa.Field(ge=0)
+    delta: Series[float] = pa.Field(ge=0)
+    rho: Series[float] = pa.Field(ge=0, nullable=True)
+    cap_epsilon: Series[float] = pa.Field(gt=0)
+    cap_delta: Series[float] = pa.Field(gt=0)
+    charges: Series[int] = pa.Field(ge=1)
+    draws: Series[int] = pa.Field(ge=0)
     pending: Series[int] = pa.Field(ge=0)
-    last_release_at: Series[str]
+    last_charge_at: Series[str]
 
     class Config:
         strict = True

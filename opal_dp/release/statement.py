@@ -1,99 +1,138 @@
-"""The published privacy statement (privacy.json and PRIVACY.md) of a release.
+"""The published privacy statement (privacy.json and PRIVACY.md) of a release, built from the ledger.
 
-Everything in it follows from the mechanisms' parameters, the public partition keys and the release
-id: no figure is computed from the data (the 2016 release's parameters had to be inferred by an
-outside assessment; here they are published, together with what they do and do not protect).
+Every claim is what the ledger recorded for the draws that produced the published numbers: the privacy
+unit, the neighbouring relation, the contribution bounds, each marginal's mechanism and parameters,
+what each ledger scope (a partition, a date or the period) costs one person in total, the cap in force
+and its history. Nothing comes from the publishing run's configuration, and no figure is computed
+from the data. A release whose draws disagree (two units, two relations, two parameter sets for one
+marginal) gets no statement: ``StatementError``, and the publish gate refuses it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 from importlib.metadata import version
-from typing import Protocol
 
-from opal_dp.core import HistogramMechanism, Relation
+from opal_dp.core import PrivacyUnit, Relation
+from opal_dp.core import discrete_gaussian as gaussian_tail
+from opal_dp.core import sbh as laplace_tail
+from opal_dp.core.ledger import Cap, Charge, Draw, ScopeSpend
 from opal_dp.network import MODES
-from opal_dp.release.marginals import MARGINALS, Marginal
+from opal_dp.release.marginals import MARGINALS
 
-SCHEMA_VERSION = 1
-TRUE_COUNTS = (1, 5, 10, 18, 20, 30, 35, 40, 50, 100)
+SCHEMA_VERSION = 2
+TRUE_COUNTS = (1, 2, 5, 10, 18, 20, 30, 40, 50, 100, 200)
 CONFIDENCE = 0.95
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-PACKAGES = ("opal_dp", "dagster", "numpy", "pandas", "pyarrow")
+PACKAGES = ("opal_dp", "dagster", "numpy", "pandas", "pyarrow", "opendp", "cryptography")
+COMMUTER_DAYS, COMMUTER_TRIPS = 10, 2  # a commuter: 2 trips on each of 10 weekdays, one mode
+OCCASIONAL_DAYS = 3  # an occasional rider: 1 trip on each of 3 days
 
-MECHANISM = {
-    "name": "stability_based_histogram",
-    "reference": (
-        "Stability-based histogram (SBH), Algorithm 1 of the Data61 Opal release document (2016), after "
-        "Bun, Nissim & Stemmer, ITCS 2016, and Vadhan, The Complexity of Differential Privacy, 2016, §7.1."
-    ),
-    "algorithm": (
-        "Only bins present in the data (true count > 0) are considered; no new bin is ever published. "
-        "Each gets a = count + Z with Z discrete Laplace of scale k/epsilon_j, k = bins one trip changes "
-        "under the neighbouring relation; the bin is published with count a iff a >= threshold = "
-        "1 + (k/epsilon_j)·ln(k/delta_j), i.e. iff a >= min_released_count = ceil(threshold). "
-        "A bin absent from the data and a suppressed bin look the same."
-    ),
-    "noise": (
-        "Discrete Laplace, P(Z = z) proportional to exp(-|z|/scale), sampled exactly (difference of two "
-        "geometric variables drawn by integer inversion, no floating point)."
-    ),
+MECHANISMS = {
+    "stability_based_histogram": {
+        "reference": (
+            "Stability-based histogram (SBH), Algorithm 1 of the Data61 Opal release document (2016), after "
+            "Bun, Nissim & Stemmer, ITCS 2016, and Vadhan, The Complexity of Differential Privacy, 2016, §7.1; "
+            "calibrated to bounded contributions (L0 bins, L1 in total, at most Linf per bin)."
+        ),
+        "algorithm": (
+            "Only bins present in the data (true count > 0) are considered; no new bin is ever published. Each "
+            "gets a = count + Z with Z discrete Laplace of scale L1/epsilon; the bin is published with count a "
+            "iff a >= threshold = Linf + scale·ln(L0/delta), i.e. iff a >= min_released_count = ceil(threshold). "
+            "A bin absent from the data and a suppressed bin look the same."
+        ),
+        "noise": (
+            "Discrete Laplace, P(Z = z) proportional to exp(-|z|/scale), sampled exactly (difference of two "
+            "geometric variables drawn by integer inversion, no floating point)."
+        ),
+    },
+    "gaussian_threshold_histogram": {
+        "reference": (
+            "Thresholded discrete Gaussian histogram (as OpenDP's make_gaussian_threshold), accounted in "
+            "zero-concentrated DP (Bun & Steinke 2016); discrete Gaussian of Canonne, Kamath & Steinke 2020."
+        ),
+        "algorithm": (
+            "Only bins present in the data (true count > 0) are considered; no new bin is ever published. Each "
+            "gets a = count + Z with Z discrete Gaussian of standard deviation sigma = sqrt(L2²/(2 rho)); the bin "
+            "is published iff a >= min_released_count, the smallest integer m with L0·P(Z >= m - Linf) <= delta. "
+            "A bin absent from the data and a suppressed bin look the same."
+        ),
+        "noise": (
+            "Discrete Gaussian, P(Z = z) proportional to exp(-z²/(2 sigma²)), sampled exactly (rejection from "
+            "an exact discrete Laplace with exact acceptance decisions, no floating point)."
+        ),
+    },
 }
 RANDOMNESS = {
     False: "operating system CSPRNG (os.urandom); no seed exists",
     True: "SEEDED pseudo-random generator: anyone who knows the seed can remove the noise",
 }
 RELATIONS = {
-    Relation.REPLACE_ONE.value: (
-        "Neighbouring datasets differ by one trip replaced with another: at most two bins of each "
-        "marginal change, each by 1 (k = 2)."
+    Relation.REPLACE_ONE.value: "one {unit}'s data replaced with another's",
+    Relation.ADD_REMOVE.value: "one {unit}'s data added or removed",
+}
+UNIT_NOUN = {"trip": "trip", "card_day": "card-day", "card_period": "card's period"}
+COMPOSITION = {
+    "trip": (
+        "Trips are split into disjoint partitions by (service date = tap-on date, mode). Within a partition the "
+        "six marginals are computed from the same trips and compose sequentially; a trip lies in exactly one "
+        "partition, so partitions compose in parallel: the whole release protects one trip at its partition's "
+        "(epsilon, delta)."
     ),
-    Relation.ADD_REMOVE.value: (
-        "Neighbouring datasets differ by one trip added or removed: one bin of each marginal changes, "
-        "by 1 (k = 1)."
+    "card_day": (
+        "All trips of one card on one service day, in every mode, are bounded together before the card id is "
+        "dropped. The four (date, mode) partitions of a date are pieces of one histogram over (mode, time, "
+        "location) per marginal, released with one noise draw whose sensitivity covers the whole card-day; so "
+        "each date is one ledger scope, the six marginals compose sequentially within it, and dates compose in "
+        "parallel (a card-day lies in one date). A card travelling on k days is protected, for all those days "
+        "together, at the sum of those dates' (epsilon, delta)."
+    ),
+    "card_period": (
+        "All trips of one card over the release period are bounded together before the card id is dropped. "
+        "Every (date, mode) partition of the period is a piece of one histogram over (date, mode, time, "
+        "location) per marginal, released with one noise draw whose sensitivity covers the card's whole "
+        "period; the period is one ledger scope and its marginals compose in zero-concentrated DP (rho adds "
+        "up) before one conversion to (epsilon, delta) by OpenDP. The period's (epsilon, delta) holds for "
+        "each card, whatever it did in the period."
     ),
 }
-COMPOSITION = (
-    "Trips are split into disjoint partitions by (service date = tap-on date, mode). Within a partition "
-    "the six marginals are computed from the same trips: sequential composition gives "
-    "(sum epsilon_j, sum delta_j). A trip lies in exactly one partition, so by parallel composition the "
-    "whole release protects one trip at that same per-partition (epsilon, delta). Under replace_one a trip "
-    "replaced by one of another partition changes one bin per marginal in each of the two partitions, "
-    "which costs no more than two bins of one partition (each bin costs epsilon_j/k, delta_j/k)."
-)
 LEDGER = (
-    "A persistent ledger records every noise draw per (date, mode) partition across runs; a draw that "
-    "would take a partition's cumulative spend (basic composition) above the cap is refused before any "
-    "noise is drawn. Publishing a stored draw again costs nothing. Over all releases of a partition the "
-    "spend is therefore at most the cap."
-)
-NOT_PROTECTED = (
-    "The unit is one trip, not one person or card. A card with trips in k different (date, mode) "
-    "partitions is protected, for all those trips together, only at (k·epsilon, k·delta).",
-    "Several trips of the same card within one partition compose too, by group privacy: m trips are "
-    "protected together only at (m·epsilon, m·exp((m-1)·epsilon)·delta), as is any group of m trips.",
-    "Presence: a published bin proves its true count was > 0. A single trip alone in an otherwise empty "
-    "bin is published with the presence probability given per marginal (at most delta_j/k; this is the event "
-    "delta bounds).",
-    "Public by design: the (date, mode) partition keys and the location labels (from the public stop list).",
-    "Timing and other side channels (run time, resource use) are out of scope.",
+    "A persistent ledger records every noise draw and what it cost each scope, across runs. A draw that would "
+    "take a scope over the cap in force is refused before any noise is drawn; publishing a stored draw again "
+    "costs nothing. The cap is ledger state, fixed when the ledger was created: it can only be raised by an "
+    "explicit, recorded command, and every raise is listed in the statements of later releases (this one "
+    "lists the history up to its own creation). The per-scope totals above include everything the ledger had "
+    "charged to those scopes when this release was made; anything released from them later is added there "
+    "and stated by that release."
 )
 ACCURACY = (
-    "Figures follow from the parameters alone. release_probability[n] = P(n + Z >= min_released_count), "
-    "exact closed form. error_bound_95: |Z| <= e with probability >= 95% for each noisy count; a published "
-    "count of a bin whose true count is near the threshold is biased upwards by the selection."
+    "Figures follow from the parameters alone. release_probability[n] = P(n + Z >= min_released_count), where "
+    "n is the count of the mechanism's input (after contribution bounding). error_bound_95: |Z| <= e with "
+    "probability >= 95% for each noisy count; a published count of a bin whose true count is near the "
+    "threshold is biased upwards by the selection, and contribution bounding can only lower a count."
 )
 
 
-class AccountableMechanism(HistogramMechanism, Protocol):
-    """A histogram mechanism whose accuracy follows from its parameters."""
+class StatementError(ValueError):
+    """The ledger draws of a release do not support one honest statement."""
 
-    def release_probability(self, n: int) -> float: ...
 
-    def error_bound(self, confidence: float = 0.95) -> int: ...
+@dataclass(frozen=True)
+class LedgerEvidence:
+    """What the ledger holds about the draws that produced a release."""
+
+    ledger_id: str
+    draws: Mapping[tuple[str, str], Draw]  # (partition, marginal) -> the draw published
+    charges: Mapping[int, Charge]  # charge id -> charge, for those draws
+    scopes: Sequence[ScopeSpend]  # every scope those draws belong to
+    cap_history: Sequence[Cap]  # of the release's unit
+    other_units: Mapping[str, Sequence[str]]  # other unit -> dates of this release it also drew on
+    resets: Sequence[Mapping]
 
 
 def open_data_partition(key: str) -> tuple[str, str]:
@@ -104,67 +143,169 @@ def open_data_partition(key: str) -> tuple[str, str]:
     return date.fromisoformat(day).strftime("%Y%m%d"), mode
 
 
-def privacy_statement(
-    mechanisms: Mapping[str, AccountableMechanism],
-    partitions: list[str],
-    relation: str,
-    cap: tuple[float, float],
-    release_id: str,
-    created_at: str,
-) -> dict:
-    """JSON-ready statement of a release; raises if a mechanism is not the SBH under ``relation``."""
-    expected = [m.name for m in MARGINALS]
-    if sorted(mechanisms) != sorted(expected):
-        raise ValueError(f"mechanisms must be exactly the marginals {expected}, got {sorted(mechanisms)}")
-    relation = Relation(relation).value
-    params = {name: mechanisms[name].describe() for name in expected}
-    for name, p in params.items():
-        if (p["mechanism"], p["noise"], p["relation"]) != (MECHANISM["name"], "discrete_laplace", relation):
-            raise ValueError(f"{name}: statement covers SBH with discrete Laplace under {relation}, got {p}")
+def privacy_statement(evidence: LedgerEvidence, partitions: list[str], release_id: str, created_at: str) -> dict:
+    """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone."""
+    names = [m.name for m in MARGINALS]
+    wanted = {(p, n) for p in partitions for n in names}
+    if set(evidence.draws) != wanted:
+        raise StatementError("the ledger evidence must name exactly one draw per published (partition, marginal)")
+    charges = [evidence.charges[d.charge_id] for d in evidence.draws.values()]
+    unit = PrivacyUnit(_one({c.unit for c in charges}, "privacy units"))
+    relation = _one({c.relation for c in charges}, "neighbouring relations")
+    bounds = json.loads(_one({c.bounds for c in charges}, "contribution bounds"))
+    params = {
+        name: json.loads(_one({evidence.charges[evidence.draws[p, name].charge_id].mechanism for p in partitions},
+                              f"parameter sets for {name}"))
+        for name in names
+    }
     seeded = any(p["seeded"] for p in params.values())
+    scopes = sorted(evidence.scopes, key=lambda s: s.scope)
+    worst = max(scopes, key=lambda s: (s.guarantee.epsilon, s.guarantee.delta))
+    cap = evidence.cap_history[-1]
     return {
         "schema_version": SCHEMA_VERSION,
         "release": {"id": release_id, "created_at": created_at},
         "noise_seeded": seeded,
-        "mechanism": {**MECHANISM, "randomness": RANDOMNESS[seeded]},
-        "privacy_unit": {"unit": "one trip", "relation": relation, "meaning": RELATIONS[relation]},
+        "privacy_unit": {
+            "unit": unit.value,
+            "protects": unit.protects,
+            "relation": relation,
+            "meaning": "Neighbouring datasets differ by " + RELATIONS[relation].format(unit=UNIT_NOUN[unit.value]) + ".",
+            "contribution_bounds": {k: v for k, v in bounds.items() if k != "unit"},
+            "scope": unit.scope_kind,
+        },
+        "guarantee": {
+            "epsilon": worst.guarantee.epsilon,
+            "delta": worst.guarantee.delta,
+            "per": unit.scope_kind,
+            "composition": COMPOSITION[unit.value],
+            "scopes": [_scope(s) for s in scopes],
+        },
+        "worked_examples": _worked_examples(unit, scopes),
+        "mechanisms": {name: {**MECHANISMS[name], "randomness": RANDOMNESS[seeded]}
+                       for name in sorted({p["mechanism"] for p in params.values()})},
+        "marginals": [_marginal(m.name, m.table, m.tap, params[m.name]) for m in MARGINALS],
         "partitions": {
             "by": ["date", "mode"],
             "keys": [dict(zip(("date", "mode"), open_data_partition(k))) for k in sorted(partitions)],
-            "composition": COMPOSITION,
         },
-        "per_partition": {
-            "epsilon": math.fsum(p["epsilon"] for p in params.values()),
-            "delta": math.fsum(p["delta"] for p in params.values()),
+        "ledger": {
+            "id": evidence.ledger_id,
+            "draws": sorted(d.id for d in evidence.draws.values()),
+            "cap_in_force": _cap(cap),
+            "cap_history": [_cap(c) for c in evidence.cap_history],
+            "acknowledged_resets": list(evidence.resets),
+            "meaning": LEDGER,
         },
-        "ledger_cap": {"epsilon": cap[0], "delta": cap[1], "meaning": LEDGER},
-        "marginals": [_marginal(m, params[m.name], mechanisms[m.name]) for m in MARGINALS],
+        "also_released_under_other_units": {u: sorted(d) for u, d in sorted(evidence.other_units.items())},
         "accuracy_note": ACCURACY,
-        "not_protected": list(NOT_PROTECTED),
+        "not_protected": _not_protected(unit, evidence.other_units),
         "software": {package: version(package) for package in PACKAGES},
     }
 
 
-def _marginal(marginal: Marginal, params: dict, mechanism: AccountableMechanism) -> dict:
+def _one(values: set[str], what: str) -> str:
+    if len(values) != 1:
+        raise StatementError(f"the draws of this release use {len(values)} different {what}; a release must be "
+                             "made under one, so that one statement is true of all of it")
+    return next(iter(values))
+
+
+def _scope(s: ScopeSpend) -> dict:
+    return {"scope": s.scope, "epsilon": s.guarantee.epsilon, "delta": s.guarantee.delta, "rho": s.guarantee.rho,
+            "composition": s.guarantee.composition, "charges": s.charges}
+
+
+def _cap(cap: Cap) -> dict:
+    return {"epsilon": cap.epsilon, "delta": cap.delta, "set_at": cap.set_at, "action": cap.action,
+            "reason": cap.reason}
+
+
+def _worked_examples(unit: PrivacyUnit, scopes: Sequence[ScopeSpend]) -> list[dict]:
+    """The commuter and the occasional rider, from the worst scope's guarantee (everyone is at most that)."""
+    g = max(scopes, key=lambda s: (s.guarantee.epsilon, s.guarantee.delta)).guarantee
+    eps, delta = g.epsilon, g.delta
+    if unit is PrivacyUnit.TRIP:  # group privacy for 2 trips in one partition, then 10 partitions
+        k = COMMUTER_TRIPS
+        day = (k * eps, k * math.exp((k - 1) * eps) * delta)
+        commuter = (COMMUTER_DAYS * day[0], min(1.0, COMMUTER_DAYS * day[1]))
+        how = (f"{k} trips in each of {COMMUTER_DAYS} partitions: group privacy (k·epsilon, k·e^((k-1)·epsilon)·delta) "
+               f"per partition, then basic composition over the {COMMUTER_DAYS} partitions")
+        occasional = (OCCASIONAL_DAYS * eps, OCCASIONAL_DAYS * delta)
+    elif unit is PrivacyUnit.CARD_DAY:
+        commuter = (COMMUTER_DAYS * eps, COMMUTER_DAYS * delta)
+        how = f"one card-day per date, basic composition over the {COMMUTER_DAYS} dates"
+        occasional = (OCCASIONAL_DAYS * eps, OCCASIONAL_DAYS * delta)
+    else:
+        commuter = occasional = (eps, delta)
+        how = "the whole period is one scope: the period's guarantee, whatever the card did"
+    return [
+        {"who": f"a commuter with {COMMUTER_TRIPS} train trips on each of {COMMUTER_DAYS} weekdays",
+         "epsilon": commuter[0], "delta": commuter[1], "how": how},
+        {"who": f"an occasional rider with one trip on each of {OCCASIONAL_DAYS} days",
+         "epsilon": occasional[0], "delta": occasional[1],
+         "how": "one scope per day, basic composition" if unit is not PrivacyUnit.CARD_PERIOD else how},
+    ]
+
+
+def _marginal(name: str, table: str, tap: str, p: dict) -> dict:
+    tail = laplace_tail if p["noise"] == "discrete_laplace" else gaussian_tail
+    sens, m, scale = p["sensitivity"], p["min_released_count"], p["scale"]
     return {
-        "name": marginal.name,
-        "file": f"{marginal.table}.csv",
-        "tap": marginal.tap,
-        "epsilon": params["epsilon"],
-        "delta": params["delta"],
-        "scale": params["scale"],
-        "threshold": params["threshold"],
-        "min_released_count": params["min_released_count"],
-        "presence_probability": mechanism.release_probability(1),
-        "release_probability": {str(n): mechanism.release_probability(n) for n in TRUE_COUNTS},
-        "error_bound_95": mechanism.error_bound(CONFIDENCE),
+        "name": name,
+        "file": f"{table}.csv",
+        "tap": tap,
+        "mechanism": p["mechanism"],
+        "noise": p["noise"],
+        "epsilon": p.get("epsilon"),
+        "rho": p.get("rho"),
+        "delta": p["delta"],
+        "scale": scale,
+        "threshold": p["threshold"],
+        "min_released_count": m,
+        "sensitivity": sens,
+        "presence_probability": tail.release_probability(sens["linf"], scale, m),
+        "release_probability": {str(n): tail.release_probability(n, scale, m) for n in TRUE_COUNTS},
+        "error_bound_95": tail.error_bound(scale, CONFIDENCE),
     }
+
+
+def _not_protected(unit: PrivacyUnit, other_units: Mapping[str, Sequence[str]]) -> list[str]:
+    items = []
+    if unit is PrivacyUnit.TRIP:
+        items += [
+            "The unit is one trip, not one person or card. A card with trips in k different (date, mode) partitions "
+            "is protected, for all those trips together, only at (k·epsilon, k·delta).",
+            "Several trips of the same card within one partition compose too, by group privacy: m trips are "
+            "protected together only at (m·epsilon, m·exp((m-1)·epsilon)·delta).",
+        ]
+    elif unit is PrivacyUnit.CARD_DAY:
+        items.append("The unit is one card on one day: a card's different days compose (see the worked examples).")
+    else:
+        items.append("The unit is one card over this period: other periods' releases compose with this one.")
+    if unit is not PrivacyUnit.TRIP:
+        items.append("Contribution bounding drops a card's trips beyond the public bounds; the counts of busy cards "
+                     "are therefore slightly low. The card id is used for nothing but bounding.")
+    if other_units:
+        items.append("The same dates were also released under other privacy units (listed above). Their losses add "
+                     "up for the people in them, and a trip-unit release bounds nothing per card: for those dates "
+                     "this statement's per-card figures hold only if the other releases are disregarded.")
+    items += [
+        "Presence: a published bin proves its count after bounding was > 0. A unit alone in an otherwise empty "
+        "bin is published with the presence probability given per marginal (at most delta/L0).",
+        "Public by design: the (date, mode) partition keys and the location labels (from the public stop list).",
+        "Timing and other side channels (run time, resource use) are out of scope.",
+        "Internal figures the data team sees in the Dagster UI and event log (true counts, suppressed mass, the "
+        "share of trips removed by bounding) are not differentially private and are not part of this release.",
+    ]
+    return items
 
 
 def render_markdown(statement: Mapping) -> str:
     """PRIVACY.md: the same statement for people, with a loud warning if the noise was seeded."""
     s = statement
-    per, cap = s["per_partition"], s["ledger_cap"]
+    unit, g, ledger = s["privacy_unit"], s["guarantee"], s["ledger"]
+    cap = ledger["cap_in_force"]
     lines = [f"# Privacy statement: release {s['release']['id']}", ""]
     if s["noise_seeded"]:
         lines += [
@@ -173,48 +314,90 @@ def render_markdown(statement: Mapping) -> str:
             "",
         ]
     lines += [
-        f"Created {s['release']['created_at']}. Each (date, mode) partition is "
-        f"**({per['epsilon']:g}, {per['delta']:.3g})-differentially private for one trip** "
-        f"({s['privacy_unit']['relation']}).",
+        f"Created {s['release']['created_at']}.",
+        "",
+        "## Who is protected, and how much",
+        "",
+        f"Protected: **{unit['protects']}**, at **(epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g})** per "
+        f"{g['per']} (relation `{unit['relation']}`: {unit['meaning']})",
+        "",
+        g["composition"],
+        "",
+        "### Worked examples",
+        "",
+        *(f"- {e['who']}: (epsilon = {e['epsilon']:.4g}, delta = {e['delta']:.3g}), {e['how']}."
+          for e in s["worked_examples"]),
+        "",
+    ]
+    if unit["contribution_bounds"]:
+        lines += [
+            "### Contribution bounds",
+            "",
+            "Applied before the card id was dropped, and public:",
+            "",
+            *(f"- {k}: {'all days of the period' if v is None else v}" for k, v in unit["contribution_bounds"].items()),
+            "",
+        ]
+    lines += [
+        "### Per scope",
+        "",
+        "| scope | epsilon | delta | rho | charges | composition |",
+        "|---|---|---|---|---|---|",
+        *(f"| {sc['scope']} | {sc['epsilon']:.4g} | {sc['delta']:.3g} | "
+          f"{'-' if sc['rho'] is None else format(sc['rho'], '.4g')} | {sc['charges']} | {sc['composition']} |"
+          for sc in g["scopes"]),
         "",
         "## Presence probability",
         "",
-        "Probability that a single trip alone in an otherwise empty bin becomes visible:",
+        "Probability that one unit alone in an otherwise empty bin (with its largest allowed count there) becomes "
+        "visible:",
         "",
         *(f"- {m['name']}: **{m['presence_probability']:.3g}**" for m in s["marginals"]),
         "",
-        "## Mechanism",
+        "## Mechanisms",
         "",
-        s["mechanism"]["reference"],
-        "",
-        s["mechanism"]["algorithm"],
-        "",
-        f"Noise: {s['mechanism']['noise']} Randomness: {s['mechanism']['randomness']}.",
-        "",
-        "## Privacy unit",
-        "",
-        f"One trip. Relation `{s['privacy_unit']['relation']}`: {s['privacy_unit']['meaning']}",
-        "",
+    ]
+    for name, mech in s["mechanisms"].items():
+        lines += [f"### {name}", "", mech["reference"], "", mech["algorithm"], "",
+                  f"Noise: {mech['noise']} Randomness: {mech['randomness']}.", ""]
+    lines += [
         "## Parameters per marginal",
         "",
-        "| marginal | file | tap | epsilon | delta | scale | threshold | min released count | 95% error bound |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| marginal | file | tap | noise | epsilon | rho | delta | scale | threshold | min released count | L0 | L1 | L2² | Linf | 95% error bound |",
+        "|---" * 15 + "|",
         *(
-            f"| {m['name']} | {m['file']} | {m['tap']} | {m['epsilon']:g} | {m['delta']:.6g} | {m['scale']:g} "
-            f"| {m['threshold']:.2f} | {m['min_released_count']} | {m['error_bound_95']} |"
+            f"| {m['name']} | {m['file']} | {m['tap']} | {m['noise']} | {_num(m['epsilon'])} | {_num(m['rho'])} "
+            f"| {m['delta']:.6g} | {m['scale']:.4g} | {m['threshold']:.2f} | {m['min_released_count']} "
+            f"| {m['sensitivity']['l0']} | {m['sensitivity']['l1']} | {m['sensitivity']['l2_squared']} "
+            f"| {m['sensitivity']['linf']} | {m['error_bound_95']} |"
             for m in s["marginals"]
         ),
         "",
-        "## Partitions and composition",
+        "## Partitions",
         "",
-        s["partitions"]["composition"],
+        ", ".join(f"{k['date']} {k['mode']}" for k in s["partitions"]["keys"]) + ".",
         "",
-        f"Per partition: epsilon = {per['epsilon']:g}, delta = {per['delta']:.6g}. Partitions: "
-        + ", ".join(f"{k['date']} {k['mode']}" for k in s["partitions"]["keys"])
-        + ".",
+        "## Ledger",
         "",
-        f"Ledger cap per partition: epsilon = {cap['epsilon']:g}, delta = {cap['delta']:.6g}. {cap['meaning']}",
+        f"Ledger {ledger['id']}; draws {', '.join(map(str, ledger['draws']))}.",
         "",
+        f"Cap in force per {g['per']}: epsilon = {cap['epsilon']:g}, delta = {cap['delta']:.6g} "
+        f"({cap['action']} {cap['set_at']}: {cap['reason']}). {ledger['meaning']}",
+        "",
+        "Cap history:",
+        "",
+        *(f"- {c['set_at']} {c['action']}: epsilon = {c['epsilon']:g}, delta = {c['delta']:.6g} ({c['reason']})"
+          for c in ledger["cap_history"]),
+        "",
+    ]
+    if ledger["acknowledged_resets"]:
+        lines += ["Acknowledged ledger resets:", "",
+                  *(f"- {r['acknowledged_at']}: {r['reason']} (ledgers {', '.join(r['ledger_ids'])})"
+                    for r in ledger["acknowledged_resets"]), ""]
+    if s["also_released_under_other_units"]:
+        lines += ["## Also released under other units", "",
+                  *(f"- {u}: {', '.join(d)}" for u, d in s["also_released_under_other_units"].items()), ""]
+    lines += [
         "## What is not protected",
         "",
         *(f"- {item}" for item in s["not_protected"]),
@@ -236,6 +419,10 @@ def render_markdown(statement: Mapping) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def _probability(p: float) -> str:

@@ -22,12 +22,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from opal_dp.core import Relation
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.checks import noise_sum_bound
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME
-from opal_dp.release.statement import AccountableMechanism
+from opal_dp.core import HistogramMechanism as AccountableMechanism
 
 Releases = Mapping[str, Mapping[str, pd.DataFrame]]
 TAPS = ("on", "off")
@@ -87,8 +86,8 @@ def differencing(releases: Releases, mechanisms: Mapping[str, AccountableMechani
 
 def pair_noise_bound(mechanisms: Mapping[str, AccountableMechanism], false_alarm: float) -> float:
     """b with P(|noise_on - noise_off| > b) <= false_alarm for one tap-on and one tap-off cell."""
-    scale = max(mechanisms[name].describe()["scale"] for name in (TAP_ON_CELLS, TAP_OFF_CELLS))
-    return noise_sum_bound(2, scale, false_alarm)
+    widest = max((mechanisms[name].describe() for name in (TAP_ON_CELLS, TAP_OFF_CELLS)), key=noise_variance)
+    return noise_sum_bound(2, widest, false_alarm)
 
 
 def duplicated_pairs(
@@ -191,7 +190,7 @@ def _co_released(found: pd.DataFrame, on: pd.DataFrame, off: pd.DataFrame, on_sl
 
 def pair_noise_rms(mechanisms: Mapping[str, AccountableMechanism]) -> float:
     """RMS of Z_on - Z_off: how far apart two noisy views of the same count are, typically."""
-    return math.sqrt(sum(_variance(mechanisms[name].describe()["scale"]) for name in (TAP_ON_CELLS, TAP_OFF_CELLS)))
+    return math.sqrt(sum(noise_variance(mechanisms[name].describe()) for name in (TAP_ON_CELLS, TAP_OFF_CELLS)))
 
 
 def _searched(cells: pd.DataFrame) -> pd.DataFrame:
@@ -199,33 +198,40 @@ def _searched(cells: pd.DataFrame) -> pd.DataFrame:
     return cells.loc[cells[TIME] != UNKNOWN].reset_index(drop=True)
 
 
-def _variance(scale: float) -> float:
-    """Variance of discrete Laplace noise of ``scale``: 2q / (1 - q)^2, q = exp(-1/scale)."""
-    q = math.exp(-1 / scale)
+def noise_variance(mechanism: Mapping) -> float:
+    """Variance of the noise of a mechanism (its describe()): discrete Laplace of scale s, 2q/(1-q)² with
+    q = exp(-1/s); discrete Gaussian of parameter sigma, at most sigma² (CKS 2020, Cor. 9)."""
+    if mechanism["noise"] == "discrete_gaussian":
+        return mechanism["scale"] ** 2
+    q = math.exp(-1 / mechanism["scale"])
     return 2 * q / (1 - q) ** 2
 
 
 def duplication_effect(mechanisms: Mapping[str, AccountableMechanism]) -> dict[str, float]:
-    """What a duplicated pair of time x location cells (tap-on, tap-off) does to a trip's protection.
+    """What a duplicated pair of time x location cells (tap-on, tap-off) does to a unit's protection.
 
-    Under the relation, one trip changes k bins of each marginal by 1, so each released cell carries
-    ε_j / k of the trip's loss. A trip in a duplicated pair is in two cells holding the *same* count c:
-    the loss on c is ε_on / k + ε_off / k, which a reader of the per-marginal table would take as ε_on / k.
-    It never exceeds the stated per-partition ε = Σ ε_j (sequential composition of all six marginals
-    already charges both cells). What changes is the noise on c: the inverse-variance average of the two
-    views has standard deviation 1 / sqrt(1/v_on + 1/v_off), √2 smaller than one view when the scales match.
+    One unit moves each cell by at most its share of the sensitivity, so a released cell carries a share of
+    the marginal's loss (epsilon/L1 per unit of change for the Laplace, rho/L2² per squared unit for the
+    Gaussian). A trip in a duplicated pair is in two cells holding the *same* count c: the loss on c is the
+    sum of both shares, which a reader of the per-marginal table would take as one. It never exceeds the
+    stated per-scope guarantee (composition of all six marginals already charges both cells). What changes is
+    the noise on c: the inverse-variance average of the two views has standard deviation
+    1 / sqrt(1/v_on + 1/v_off), √2 smaller than one view when the noises match.
     """
     on, off = (mechanisms[name].describe() for name in (TAP_ON_CELLS, TAP_OFF_CELLS))
-    k = Relation(on["relation"]).bins_touched
-    v_on, v_off = _variance(on["scale"]), _variance(off["scale"])
+
+    def share(p: Mapping) -> float:
+        cost, sens = p["cost"], p["sensitivity"]
+        return cost["epsilon"] / sens["l1"] if cost["measure"] == "approx_dp" else cost["rho"] / sens["l2_squared"]
+
+    v_on, v_off = noise_variance(on), noise_variance(off)
     one_view = math.sqrt(v_on)
     pair = 1 / math.sqrt(1 / v_on + 1 / v_off)
     return {
-        "bins_touched_per_marginal": k,
-        "epsilon_share_tap_on_cell": on["epsilon"] / k,
-        "epsilon_share_tap_off_cell": off["epsilon"] / k,
-        "epsilon_on_duplicated_count": (on["epsilon"] + off["epsilon"]) / k,
-        "stated_epsilon_per_partition": math.fsum(mechanisms[m.name].epsilon for m in MARGINALS),
+        "loss_measure": on["cost"]["measure"],
+        "loss_share_tap_on_cell": share(on),
+        "loss_share_tap_off_cell": share(off),
+        "loss_on_duplicated_count": share(on) + share(off),
         "noise_std_one_view": one_view,
         "noise_std_pair_average": pair,
         "noise_std_reduction": one_view / pair,

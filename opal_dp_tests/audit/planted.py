@@ -16,10 +16,10 @@ class ScaleBug(StabilityHistogram):
     Under add/remove it coincides with the real mechanism.
     """
 
-    def __init__(self, epsilon, delta, relation, noise=None):
-        super().__init__(epsilon, delta, relation, noise)
+    def __init__(self, epsilon, delta, sensitivity, noise=None):
+        super().__init__(epsilon, delta, sensitivity, noise)
         self.scale = 1 / self.epsilon
-        self.threshold = 1 + self.scale * math.log(self.relation.bins_touched / self.delta)
+        self.threshold = 1 + self.scale * math.log(self.sensitivity.l0 / self.delta)
         self.min_released_count = math.ceil(self.threshold)
 
 
@@ -30,8 +30,8 @@ class ThresholdBug(StabilityHistogram):
     (1, 0.01). Under add/remove it coincides with the real mechanism.
     """
 
-    def __init__(self, epsilon, delta, relation, noise=None):
-        super().__init__(epsilon, delta, relation, noise)
+    def __init__(self, epsilon, delta, sensitivity, noise=None):
+        super().__init__(epsilon, delta, sensitivity, noise)
         self.threshold = 1 + math.log(1 / self.delta) / self.epsilon
         self.min_released_count = math.ceil(self.threshold)
 
