@@ -8,7 +8,6 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp import settings
-from opal_dp.core import PrivacyLedger
 from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.io import PartitionFrames
 from opal_dp.defs.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
@@ -17,34 +16,14 @@ from opal_dp.prep.binning import location_labels
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
-from opal_dp.release.statement import LedgerEvidence, StatementError, privacy_statement, render_markdown
+from opal_dp.release.statement import (
+    LedgerEvidence,
+    StatementError,
+    ledger_evidence,
+    privacy_statement,
+    render_markdown,
+)
 from opal_dp.storage import read_parquet
-
-
-def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int]) -> LedgerEvidence:
-    """The ledger's records of the draws (partition, marginal) -> draw id, and of everything they touch."""
-    draws = {d.id: d for d in ledger.draws(draw_ids.values())}
-    missing = sorted(set(draw_ids.values()) - set(draws))
-    if missing:
-        raise StatementError(f"the ledger has no draws {missing[:5]}: the release assets do not come from this ledger")
-    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws.values()}}
-    units = {c.unit for c in charges.values()}
-    scopes = {(c.unit, c.scope) for c in charges.values()}
-    dates = {d.date for d in draws.values()}
-    other: dict[str, set[str]] = {}
-    for draw, charge in ledger.draws_on(dates):
-        if charge.unit not in units:
-            other.setdefault(charge.unit, set()).add(draw.date)
-    unit = sorted(units)[0]
-    return LedgerEvidence(
-        ledger_id=ledger.ledger_id,
-        draws={pair: draws[i] for pair, i in draw_ids.items()},
-        charges=charges,
-        scopes=[s for s in ledger.summary() if (s.unit, s.scope) in scopes],
-        cap_history=ledger.cap_history(unit),
-        other_units={u: sorted(d) for u, d in other.items()},
-        resets=ledger.resets(),
-    )
 
 
 def _gate(

@@ -21,7 +21,7 @@ from importlib.metadata import version
 from opal_dp.core import PrivacyUnit, Relation
 from opal_dp.core import discrete_gaussian as gaussian_tail
 from opal_dp.core import sbh as laplace_tail
-from opal_dp.core.ledger import Cap, Charge, Draw, ScopeSpend
+from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
 from opal_dp.network import MODES
 from opal_dp.release.marginals import MARGINALS
 
@@ -133,6 +133,32 @@ class LedgerEvidence:
     cap_history: Sequence[Cap]  # of the release's unit
     other_units: Mapping[str, Sequence[str]]  # other unit -> dates of this release it also drew on
     resets: Sequence[Mapping]
+
+
+def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int]) -> LedgerEvidence:
+    """The ledger's records of the draws (partition, marginal) -> draw id, and of everything they touch."""
+    draws = {d.id: d for d in ledger.draws(draw_ids.values())}
+    missing = sorted(set(draw_ids.values()) - set(draws))
+    if missing:
+        raise StatementError(f"the ledger has no draws {missing[:5]}: the release assets do not come from this ledger")
+    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws.values()}}
+    units = {c.unit for c in charges.values()}
+    scopes = {(c.unit, c.scope) for c in charges.values()}
+    dates = {d.date for d in draws.values()}
+    other: dict[str, set[str]] = {}
+    for draw, charge in ledger.draws_on(dates):
+        if charge.unit not in units:
+            other.setdefault(charge.unit, set()).add(draw.date)
+    unit = sorted(units)[0]
+    return LedgerEvidence(
+        ledger_id=ledger.ledger_id,
+        draws={pair: draws[i] for pair, i in draw_ids.items()},
+        charges=charges,
+        scopes=[s for s in ledger.summary() if (s.unit, s.scope) in scopes],
+        cap_history=ledger.cap_history(unit),
+        other_units={u: sorted(d) for u, d in other.items()},
+        resets=ledger.resets(),
+    )
 
 
 def open_data_partition(key: str) -> tuple[str, str]:

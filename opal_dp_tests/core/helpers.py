@@ -68,3 +68,11 @@ def binomial_interval(successes: int, trials: int) -> tuple[float, float]:
     """Clopper-Pearson interval that misses the true rate with probability at most ALPHA."""
     ci = stats.binomtest(successes, trials).proportion_ci(confidence_level=1 - ALPHA, method="exact")
     return ci.low, ci.high
+
+
+def trip_sbh(epsilon: float, delta: float, relation=None, noise=None):
+    """The 2016 SBH: one trip under ``relation`` (default replace-one)."""
+    from opal_dp.core import ContributionBounds, PrivacyUnit, Relation, StabilityHistogram, sensitivity
+
+    relation = Relation.REPLACE_ONE if relation is None else Relation(relation)
+    return StabilityHistogram(epsilon, delta, sensitivity(PrivacyUnit.TRIP, relation, ContributionBounds()), noise)

@@ -12,8 +12,9 @@ import math
 import opendp.prelude as dp
 import pytest
 
-from opal_dp.core import Relation, StabilityHistogram, release_probability
-from opal_dp_tests.core.helpers import binomial_interval
+from opal_dp.core import ContributionBounds, PrivacyUnit, Relation, StabilityHistogram, release_probability
+from opal_dp.release.plan import build_plan
+from opal_dp_tests.core.helpers import binomial_interval, trip_sbh
 
 dp.enable_features("contrib")
 
@@ -25,15 +26,15 @@ SPACE = (
 
 
 def opendp_map(mech: StabilityHistogram, threshold: int) -> tuple[float, float]:
-    k = mech.relation.bins_touched
+    s = mech.sensitivity
     meas = dp.m.make_laplace_threshold(*SPACE, scale=mech.scale, threshold=threshold)
-    return meas.map((k, k, 1))  # k bins touched, L1 = k, Linf = 1
+    return meas.map((s.l0, s.l1, s.linf))  # l0 bins touched, L1 in total, at most Linf each
 
 
 @pytest.mark.parametrize("epsilon", [1.0, 2.0])
 @pytest.mark.parametrize("relation", list(Relation))
 def test_default_budget_within_opendp_accounting(epsilon, relation):
-    mech = StabilityHistogram(epsilon, DELTA, relation)
+    mech = trip_sbh(epsilon, DELTA, relation)
     for threshold in (mech.min_released_count, mech.min_released_count - 1):
         eps, delta = opendp_map(mech, threshold)
         assert eps <= epsilon * (1 + 1e-9)
@@ -43,7 +44,7 @@ def test_default_budget_within_opendp_accounting(epsilon, relation):
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0])
 def test_opendp_delta_at_threshold_minus_one_equals_ours(epsilon):
     """Add/remove (one key): OpenDP's delta at ``min - 1`` is exactly our P(count 1 is released)."""
-    mech = StabilityHistogram(epsilon, DELTA, Relation.ADD_REMOVE)
+    mech = trip_sbh(epsilon, DELTA, Relation.ADD_REMOVE)
     _, delta = opendp_map(mech, mech.min_released_count - 1)
     assert delta == pytest.approx(mech.release_probability(1), rel=1e-9)
 
@@ -59,3 +60,23 @@ def test_opendp_releases_at_threshold_and_understates_delta():
     assert lo <= q / (1 + q) <= hi
     assert meas.map((1, 1, 1))[1] == pytest.approx(q**2 / (1 + q), rel=1e-9)
     assert release_probability(1, 1.0, 2) == pytest.approx(q / (1 + q), rel=1e-12)
+
+
+PERIOD = tuple(f"2016-07-{d}" for d in range(25, 32)) + tuple(f"2016-08-{d:02d}" for d in range(8, 15))
+NOMINAL = ({"tap_on_time": 1.0, "tap_on_loc": 1.0, "tap_off_time": 1.0, "tap_off_loc": 1.0,
+            "tap_on_time_loc": 2.0, "tap_off_time_loc": 2.0}, {name: DELTA for name in (
+            "tap_on_time", "tap_on_loc", "tap_off_time", "tap_off_loc", "tap_on_time_loc", "tap_off_time_loc")})
+
+
+@pytest.mark.parametrize("unit", list(PrivacyUnit))
+@pytest.mark.parametrize("relation", list(Relation))
+@pytest.mark.parametrize("bounds", [ContributionBounds(), ContributionBounds(3, 2, 10)])
+def test_every_unit_with_laplace_within_opendp_accounting(unit, relation, bounds):
+    """(unit, laplace): each marginal's stated (epsilon, delta) covers OpenDP's map at the unit's sensitivity,
+    and OpenDP's delta at ``min_released_count - 1`` (the #2922 correction) equals ours exactly."""
+    plan = build_plan(unit, *NOMINAL, relation=relation, mechanism="laplace", bounds=bounds, period=PERIOD)
+    for mech in plan.mechanisms.values():
+        eps, delta = opendp_map(mech, mech.min_released_count - 1)
+        assert eps <= mech.epsilon * (1 + 1e-9)
+        assert delta <= mech.delta
+        assert delta == pytest.approx(mech.sensitivity.l0 * mech.release_probability(mech.sensitivity.linf), rel=1e-9)

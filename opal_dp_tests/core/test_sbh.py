@@ -10,20 +10,22 @@ from hypothesis import strategies as st
 from opal_dp.core import (
     DiscreteLaplace,
     HistogramMechanism,
+    PrivacyCost,
     Relation,
     SeededBits,
+    Sensitivity,
     StabilityHistogram,
     error_bound,
     release_probability,
 )
 from opal_dp.core.sbh import _tail_within
-from opal_dp_tests.core.helpers import Z_TWO_SIDED, binomial_interval
+from opal_dp_tests.core.helpers import Z_TWO_SIDED, binomial_interval, trip_sbh
 
 DELTA = 1 / 8e6  # the default per-release delta
 
 
 def seeded(epsilon=1.0, delta=DELTA, relation=Relation.REPLACE_ONE, seed=0) -> StabilityHistogram:
-    return StabilityHistogram(epsilon, delta, relation, DiscreteLaplace(SeededBits(seed)))
+    return trip_sbh(epsilon, delta, relation, DiscreteLaplace(SeededBits(seed)))
 
 
 # --- parameters --------------------------------------------------------------------------------
@@ -44,7 +46,7 @@ def test_relation():
     ],
 )
 def test_default_budget_thresholds(epsilon, relation, threshold, minimum):
-    m = StabilityHistogram(epsilon, DELTA, relation)
+    m = trip_sbh(epsilon, DELTA, relation)
     k = relation.bins_touched
     assert m.scale == k / epsilon
     assert m.threshold == pytest.approx(k * math.log(k / DELTA) / epsilon + 1, rel=1e-14)
@@ -55,12 +57,12 @@ def test_default_budget_thresholds(epsilon, relation, threshold, minimum):
 def test_document_formula_for_replace_one():
     """Algorithm 1, step 6: threshold 2 ln(2/delta)/epsilon + 1."""
     for eps in (0.1, 0.5, 1.0, 2.0, 4.0):
-        m = StabilityHistogram(eps, DELTA)
+        m = trip_sbh(eps, DELTA)
         assert m.threshold == pytest.approx(2 * math.log(2 / DELTA) / eps + 1, rel=1e-14)
 
 
 def test_integer_threshold_stays_that_integer():
-    m = StabilityHistogram(1.0, math.exp(-3), Relation.ADD_REMOVE)
+    m = trip_sbh(1.0, math.exp(-3), Relation.ADD_REMOVE)
     assert m.threshold == 4.0 and m.min_released_count == 4
 
 
@@ -72,7 +74,7 @@ def test_integer_threshold_stays_that_integer():
 )
 def test_per_bin_delta_bound_holds_exactly(epsilon, delta, relation):
     """P(Z >= min_released_count - 1) = q**(m-1)/(1+q) <= delta/k, checked at 50 digits."""
-    m = StabilityHistogram(epsilon, delta, relation)
+    m = trip_sbh(epsilon, delta, relation)
     k = relation.bins_touched
     with localcontext() as ctx:
         ctx.prec = 50
@@ -86,13 +88,13 @@ def test_per_bin_delta_bound_holds_exactly(epsilon, delta, relation):
 @pytest.mark.parametrize("epsilon", [0, -1.0, math.inf, math.nan, "1", True, None, 1e-5])
 def test_rejects_bad_epsilon(epsilon):
     with pytest.raises(ValueError):
-        StabilityHistogram(epsilon, DELTA)
+        trip_sbh(epsilon, DELTA)
 
 
 @pytest.mark.parametrize("delta", [0, 1, 1.5, -1e-9, math.nan, "0.1", None])
 def test_rejects_bad_delta(delta):
     with pytest.raises(ValueError):
-        StabilityHistogram(1.0, delta)
+        trip_sbh(1.0, delta)
 
 
 def test_describe_is_json_ready_and_complete():
@@ -102,19 +104,21 @@ def test_describe_is_json_ready_and_complete():
         "mechanism": "stability_based_histogram",
         "epsilon": 1.0,
         "delta": DELTA,
-        "relation": "replace_one",
         "noise": "discrete_laplace",
         "scale": 2.0,
         "threshold": m.threshold,
         "min_released_count": 35,
+        "sensitivity": {"l0": 2, "l1": 2, "l2_squared": 2, "linf": 1},
+        "cost": {"measure": "approx_dp", "epsilon": 1.0, "rho": 0.0, "delta": DELTA},
         "seeded": True,
     }
-    assert StabilityHistogram(1.0, DELTA).describe()["seeded"] is False
+    assert trip_sbh(1.0, DELTA).describe()["seeded"] is False
 
 
 def test_implements_interface():
-    m: HistogramMechanism = StabilityHistogram(1.0, DELTA)
+    m: HistogramMechanism = trip_sbh(1.0, DELTA)
     assert m.name == "stability_based_histogram" and m.epsilon == 1.0 and m.delta == DELTA
+    assert m.cost() == PrivacyCost.approx_dp(1.0, DELTA)
 
 
 # --- release: properties ----------------------------------------------------------------------
@@ -228,7 +232,7 @@ def test_error_bound_is_smallest(scale, confidence):
 
 
 def test_error_bound_method_and_validation():
-    m = StabilityHistogram(1.0, DELTA)
+    m = trip_sbh(1.0, DELTA)
     assert m.error_bound() == error_bound(2.0, 0.95) == 6
     for c in (0, 1, 1.5):
         with pytest.raises(ValueError):
@@ -244,3 +248,45 @@ def test_tail_check_is_tight_and_conservative(scale, t, k):
         exact = k * (-t * inv).exp() / (1 + (-inv).exp())
     assert _tail_within(scale, t, float(exact * Decimal(1 + 1e-12)), k)
     assert not _tail_within(scale, t, float(exact * Decimal(1 - 1e-12)), k)
+
+
+# --- bounded contributions (L0, L1, Linf) -------------------------------------------------------
+
+
+sensitivities = st.builds(
+    lambda l0, linf, l1_extra: Sensitivity(l0, min(l0 * linf, linf + l1_extra), min(l0 * linf, linf + l1_extra) * linf, linf),
+    st.integers(1, 60), st.integers(1, 5), st.integers(0, 300),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(epsilon=st.floats(0.3, 20.0), delta=st.floats(1e-15, 0.5), sens=sensitivities)
+def test_generalised_threshold_bounds_every_unstable_bin(epsilon, delta, sens):
+    """scale = l1/epsilon and l0 * P(Z >= m - linf) <= delta, checked at 50 digits: each of the at most l0
+    bins that exist in one neighbour only has count <= linf and is released with probability <= delta/l0."""
+    m = StabilityHistogram(epsilon, delta, sens)
+    assert m.scale == sens.l1 / epsilon
+    assert m.threshold == pytest.approx(sens.linf + m.scale * math.log(sens.l0 / delta), rel=1e-12)
+    with localcontext() as ctx:
+        ctx.prec = 50
+        inv = 1 / Decimal(m.scale)
+        tail = (-(m.min_released_count - sens.linf) * inv).exp() / (1 + (-inv).exp())
+        assert sens.l0 * tail <= Decimal(delta)
+    assert m.release_probability(sens.linf) == pytest.approx(float(tail), rel=1e-9)
+
+
+def test_card_day_parameters():
+    """One card-day, at most 4 trips and 1 per bin, added or removed: scale 4/epsilon, threshold
+    1 + (4/epsilon) ln(4/delta) (the 2016 formula with k = 4)."""
+    m = StabilityHistogram(2.0, DELTA, Sensitivity(4, 4, 4, 1))
+    assert (m.scale, m.min_released_count) == (2.0, 36)
+    assert m.threshold == pytest.approx(1 + 2 * math.log(4 / DELTA), rel=1e-14)
+    assert StabilityHistogram(2.0, DELTA, Sensitivity(4, 4, 8, 2)).threshold == pytest.approx(m.threshold + 1)
+
+
+def test_sensitivity_must_be_consistent():
+    for args in [(0, 1, 1, 1), (2, 3, 3, 1), (2, 2, 5, 1), (2, 2, 2, 3), (1, 1, 1, True)]:
+        with pytest.raises(ValueError):
+            Sensitivity(*args)
+    with pytest.raises(ValueError, match="Sensitivity"):
+        StabilityHistogram(1.0, DELTA, (2, 2, 2, 1))

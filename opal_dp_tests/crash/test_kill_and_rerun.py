@@ -1,8 +1,8 @@
 """Crash safety: SIGKILL a release or a publish part-way (in a subprocess), then rerun.
 
-The ledger is never under-charged (every stored draw has an entry, pending or complete; after the rerun
-all are complete), never charged twice for an idempotent rerun (one entry per (partition, marginal)), and
-``published/latest`` is always one complete, valid release.
+The ledger is never under-charged (every stored draw is a ledger draw, pending or complete; after the rerun
+all are complete), never charged twice for an idempotent rerun (one draw per (partition, marginal)), never
+holds two draws of one part under one charge, and ``published/latest`` is always one complete, valid release.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import textwrap
 from pathlib import Path
 
 import dagster as dg
-import pandas as pd
 import pytest
 
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.core import PrivacyLedger
+from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.network import MODES
-from opal_dp.release.engine import PARTITION
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.publish import LATEST, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
@@ -78,31 +77,34 @@ def rerun() -> None:
 
 
 def ledger() -> PrivacyLedger:
-    return PrivacyLedger(settings.private_dir() / "ledger.sqlite")
+    return PrivacyBudget().ledger()
 
 
 def assert_never_under_charged() -> None:
-    """Every stored draw (releases/<run>/<marginal>.parquet, one row group per partition) has a ledger
-    entry, pending or complete, for its (partition, marginal); spend covers every stored marginal."""
-    charged = {(e.partition, e.marginal) for e in ledger().entries()}
-    stored: dict[str, set[str]] = {}
-    for path in (settings.private_dir() / "releases").rglob("*.parquet"):
-        for partition in pd.read_parquet(path, columns=[PARTITION])[PARTITION].cat.categories:
-            assert (partition, path.stem) in charged, f"{path} holds an uncharged draw of {partition}"
-            stored.setdefault(partition, set()).add(path.stem)
-    for partition, names in stored.items():
-        assert ledger().spent(partition)[0] >= math.fsum(EPSILON[n] for n in names) - 1e-9
+    """Every stored draw is a ledger draw (pending or complete) at its recorded place, and the scope's spend
+    covers every charge; no charge holds two draws of one part."""
+    draws = ledger().draws()
+    recorded = {d.release_ref for d in draws}
+    root = settings.private_dir()
+    for path in (root / "releases").rglob("*.parquet"):
+        assert str(path.relative_to(root)) in recorded, f"{path} is a draw no ledger charge stands for"
+    assert len({(d.charge_id, d.part) for d in draws}) == len(draws)
+    charges = {c.id: c for c in ledger().charges()}
+    for part in {d.part for d in draws}:
+        spent = math.fsum(EPSILON[charges[d.charge_id].marginal] for d in draws if d.part == part)
+        assert ledger().spend("trip", part).epsilon >= spent - 1e-9
 
 
 def assert_charged_exactly_once() -> None:
-    entries = ledger().entries()
-    assert all(e.status == "complete" for e in entries)
-    keys = [(e.partition, e.marginal) for e in entries]
+    draws = ledger().draws()
+    assert all(d.status == "complete" for d in draws)
+    charges = {c.id: c for c in ledger().charges()}
+    keys = [(d.part, charges[d.charge_id].marginal) for d in draws]
     assert sorted(keys) == sorted((p, m.name) for p in PARTITIONS for m in MARGINALS)
-    for entry in entries:
-        assert Path(entry.release_ref).is_file()
+    for draw in draws:
+        assert (settings.private_dir() / draw.release_ref).is_file()
     for partition in PARTITIONS:
-        assert ledger().spent(partition)[0] == pytest.approx(8.0)
+        assert ledger().spend("trip", partition).epsilon == pytest.approx(8.0)
 
 
 def assert_latest_is_complete() -> str:
@@ -123,13 +125,13 @@ def data_dir(tmp_path, monkeypatch) -> Path:
     "owner, attr, when, n",
     [
         ("PrivacyLedger", "begin_many", "after", 1),  # everything charged, nothing drawn yet
-        ("engine", "write_parquet_atomic", "after", 3),  # three marginals stored, none completed
+        ("engine", "write_parquet_exclusive", "after", 3),  # three draws stored, none completed
         ("PrivacyLedger", "complete_many", "after", 1),  # all completed, the run's outputs never written
     ],
 )
 def test_killed_release_is_never_under_or_double_charged(data_dir, owner, attr, when, n):
     crash(data_dir, owner, attr, when, n)
-    assert ledger().entries(), "the kill came before any charge"
+    assert ledger().draws(), "the kill came before any charge"
     assert_never_under_charged()
     assert not (settings.published_dir() / LATEST).exists()
     rerun()

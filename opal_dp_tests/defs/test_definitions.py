@@ -13,11 +13,11 @@ from opal_dp.settings import REPO_ROOT
 
 EXPECTED_GROUPS = {
     "ingest": {"ingested_trips", "rejected_trips"},
-    "anonymise": {"anonymised_trips"},
-    "bin": {"binned_trips"},
-    "partition": {"trip_partitions"},
+    "bin": {"binned_trips", "card_days"},
+    "bound": {"bounded_trips", "trips_over_bound"},
+    "partition": {"trip_partitions", "true_cells"},
     "release": {f"release/{m}" for m in ("tap_on_time", "tap_on_loc", "tap_off_time", "tap_off_loc",
-                                          "tap_on_time_loc", "tap_off_time_loc")} | {"privacy_ledger"},
+                                          "tap_on_time_loc", "tap_off_time_loc")} | {"privacy_ledger", "release_draws"},
 }
 
 
@@ -35,17 +35,17 @@ def test_assets_are_grouped_by_stage():
 
 def test_lineage_runs_ingest_to_publish():
     deps = {key: {d.asset_key.to_user_string() for d in spec.deps} for key, spec in specs().items()}
-    assert deps["anonymised_trips"] == {"ingested_trips"}
-    assert deps["binned_trips"] == {"anonymised_trips"}
-    assert deps["trip_partitions"] == {"binned_trips"}
-    assert deps["release/tap_on_time_loc"] == {"trip_partitions"}
-    assert {f"release/{m}" for m in ("tap_on_time", "tap_off_loc")} <= deps["published_release"]
+    assert deps["binned_trips"] == {"ingested_trips"}
+    assert deps["bounded_trips"] == {"binned_trips", "card_days"}  # the card id is dropped here, after bounding
+    assert deps["trip_partitions"] == {"bounded_trips"}
+    assert deps["release/tap_on_time_loc"] == {"trip_partitions", "trips_over_bound"}
+    assert {f"release/{m}" for m in ("tap_on_time", "tap_off_loc")} | {"release_draws"} <= deps["published_release"]
 
 
 def test_every_dataframe_asset_shows_its_column_schema():
     for key, spec in specs().items():
-        if spec.group_name in {"ingest", "anonymise", "bin", "partition"} or key.startswith("release/") or key in {
-            "privacy_ledger", "utility_report"}:
+        if spec.group_name in {"ingest", "bin", "bound", "partition"} or key.startswith("release/") or key in {
+            "privacy_ledger", "utility_report", "release_draws"}:
             schema = spec.metadata.get("dagster/column_schema")
             assert isinstance(schema, dg.TableSchema) and schema.columns, key
 

@@ -1,4 +1,4 @@
-"""Anonymise and bin: identifiers gone, windows at the day's edges, postcodes, missing tap-off."""
+"""Binning: windows at the day's edges, postcodes, missing tap-off; the card id kept for bounding only."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import pandas as pd
 import pandera.pandas as pa
 import pytest
 
-from opal_dp.prep.anonymise import anonymise
 from opal_dp.prep.binning import bin_trips, location_labels, split_by_mode, time_window, window_label
 from opal_dp.prep.ingest import ingest_file
-from opal_dp.prep.schemas import AnonymisedTrips
+from opal_dp.prep.schemas import BinnedTrips, CardBinnedTrips
 from opal_dp_tests.conftest import write_csv
 
 DAY = "2016-07-25"
@@ -39,19 +38,13 @@ def test_missing_time_is_window_minus_one():
     assert window_label(-1) == "-1"
 
 
-def test_anonymise_removes_card_id_and_raw_order(tmp_path, stops):
+def test_binned_trips_keep_the_card_id_only_for_bounding(tmp_path, stops):
     rows = [row(i + 1, "train", f"{DAY} 08:{i:02d}:00", 10 + i % 3) for i in range(40)]
-    accepted = trips(stops, tmp_path, rows)
-    first, second = anonymise(accepted), anonymise(accepted)
-    assert "card_id" not in first.columns
-    # a uniformly random order: P(identity) = 1/40!, P(two draws agree) = 1/40!
-    assert first["tap_on_time"].tolist() != accepted["tap_on_time"].tolist()
-    assert first["tap_on_time"].tolist() != second["tap_on_time"].tolist()
-    key = ["tap_on_time", "tap_on_stop"]
-    pd.testing.assert_frame_equal(first.sort_values(key, ignore_index=True),
-                                  accepted.drop(columns="card_id").sort_values(key, ignore_index=True))
+    binned = bin_trips(trips(stops, tmp_path, rows), stops)
+    assert binned["card_id"].tolist() == list(range(1, 41))  # same rows, same order, card id kept
+    CardBinnedTrips.validate(binned)
     with pytest.raises((pa.errors.SchemaError, pa.errors.SchemaErrors)):
-        AnonymisedTrips.validate(first.assign(card_id=1))
+        BinnedTrips.validate(binned)  # the schema after bounding has no room for a card id
 
 
 def test_binning_collapses_bus_stops_to_postcodes_and_keeps_names(tmp_path, stops):
@@ -67,7 +60,7 @@ def test_binning_collapses_bus_stops_to_postcodes_and_keeps_names(tmp_path, stop
 def test_midnight_crossing_and_missing_tap_off(tmp_path, stops):
     rows = [row(1, "ferry", f"{DAY} 23:50:00", 20, "2016-07-26 00:20:00", 21),
             row(2, "ferry", f"{DAY} 07:00:00", 20)]
-    binned = bin_trips(anonymise(trips(stops, tmp_path, rows)), stops).sort_values("tap_on_window")
+    binned = bin_trips(trips(stops, tmp_path, rows), stops).sort_values("tap_on_window")
     assert binned["tap_on_window"].tolist() == [28, 95]
     assert binned["tap_off_window"].tolist() == [-1, 1]  # 00:20 next day: window 0:15 of the tap-on day
     assert binned["tap_off_loc"].astype(str).tolist() == ["-1", "Manly"]
@@ -82,7 +75,7 @@ def test_location_universe_is_public_and_sorted(stops):
 def test_split_by_mode_is_disjoint_and_complete(tmp_path, stops):
     rows = [row(i, mode, f"{DAY} 08:0{i}:00", stop) for i, (mode, stop) in
             enumerate([("bus", 1), ("train", 10), ("train", 11), ("ferry", 20), ("light_rail", 30)])]
-    binned = bin_trips(anonymise(trips(stops, tmp_path, rows)), stops)
+    binned = bin_trips(trips(stops, tmp_path, rows), stops).drop(columns="card_id")
     parts = {m: split_by_mode(binned, m) for m in ("bus", "ferry", "light_rail", "train")}
     assert sum(len(p) for p in parts.values()) == len(binned)
     assert len(parts["train"]) == 2 and "mode" not in parts["train"].columns

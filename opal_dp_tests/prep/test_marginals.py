@@ -31,7 +31,9 @@ def test_histograms_match_groupby_and_ignore_row_order(rows, seed):
     part = partition(rows)
     shuffled = part.sample(frac=1, random_state=np.random.RandomState(seed)).reset_index(drop=True)
     truths, again = histograms(part), histograms(shuffled)
-    from_cells = histograms_from_cells(true_cells(truths))
+    cells = true_cells(truths, part.iloc[:0])
+    assert (cells["count"] == cells["bounded_count"]).all()
+    from_cells = histograms_from_cells(cells)
     for marginal in MARGINALS:
         hist = truths[marginal.name]
         pd.testing.assert_frame_equal(hist, again[marginal.name])
@@ -51,3 +53,16 @@ def test_time_loc_order_is_window_then_label():
         MARGINALS[4].name]
     assert list(zip(hist["time_window"], hist["loc"].astype(str))) == [(2, "Manly"), (5, "2000"), (5, "Central")]
     assert hist["count"].tolist() == [1, 2, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(trip, max_size=60), over=st.lists(trip, max_size=20))
+def test_true_cells_count_all_trips_and_bounded_ones_apart(rows, over):
+    """``count`` covers the trips kept and those over the bound; ``bounded_count`` only the kept ones."""
+    kept, dropped = partition(rows), partition(over)
+    cells = true_cells(histograms(kept), dropped)
+    everything = histograms(pd.concat([kept, dropped], ignore_index=True))
+    for marginal in MARGINALS:
+        pd.testing.assert_frame_equal(histograms_from_cells(cells)[marginal.name], everything[marginal.name])
+        bounded = histograms_from_cells(cells, column="bounded_count")[marginal.name]
+        pd.testing.assert_frame_equal(bounded, histograms(kept)[marginal.name])

@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opal_dp.core import DiscreteLaplace, SeededBits, StabilityHistogram
-from opal_dp.core.ledger import Entry
+import json
+
+from opal_dp.core import DiscreteLaplace, PrivacyCost, SeededBits, compose
+from opal_dp.core.ledger import Charge, Draw
 from opal_dp.release.checks import (
     BLOCKING_CHECKS,
     ReleaseUnderCheck,
@@ -18,10 +20,11 @@ from opal_dp.release.checks import (
     plausibility,
 )
 from opal_dp.release.marginals import BY_NAME
+from opal_dp_tests.core.helpers import trip_sbh
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
 TIME_LOC = BY_NAME["tap_on_time_loc"]
-MECH = StabilityHistogram(2.0, 1 / 8e6)
+MECH = trip_sbh(2.0, 1 / 8e6)
 
 
 def frame(rows: list[tuple[int, str, int]]) -> pd.DataFrame:
@@ -34,12 +37,15 @@ def frame(rows: list[tuple[int, str, int]]) -> pd.DataFrame:
 
 TRUTH = frame([(30, "2000", 40), (30, "Central", 3), (31, "2000", 25), (31, "Manly", 100)])
 GOOD = frame([(30, "2000", 41), (31, "2000", 24), (31, "Manly", 98)])
-ENTRY = Entry(1, "2016-07-25|bus", TIME_LOC.name, 2.0, 1 / 8e6, "m", "run", "f", "t", "complete", "ref", "t", "run")
+CHARGE = Charge(1, "trip", "2016-07-25|bus", TIME_LOC.name, "replace_one", "approx_dp", 2.0, 0.0, 1 / 8e6,
+                json.dumps(MECH.describe(), sort_keys=True), '{"unit": "trip"}', "run", "t")
+DRAW = Draw(1, 1, "2016-07-25|bus", "2016-07-25", "f", "releases/x.parquet", "run", "t", "complete", "t", "run")
+SPEND = compose([PrivacyCost.approx_dp(8.0, 6 / 8e6)])
 
 
 def under_check(released: pd.DataFrame = GOOD, **changes) -> ReleaseUnderCheck:
-    base = ReleaseUnderCheck("2016-07-25|bus", TIME_LOC, released, TRUTH, MECH.describe(), ENTRY,
-                             (8.0, 6 / 8e6), (8.0, 6 / 8e6), frozenset(LABELS))
+    base = ReleaseUnderCheck("2016-07-25|bus", TIME_LOC, released, TRUTH, MECH.describe(), DRAW, CHARGE,
+                             SPEND, (8.0, 6 / 8e6), frozenset(LABELS))
     return dataclasses.replace(base, **changes)
 
 
@@ -52,7 +58,7 @@ BAD = {
     "counts_above_threshold": under_check(frame([(30, "2000", 17), (31, "Manly", 98)])),
     "canonical_order": under_check(frame([(31, "2000", 24), (30, "2000", 41)])),
     "schema_valid": under_check(GOOD.assign(count=GOOD["count"].astype("float64"))),
-    "budget_recorded": under_check(entry=dataclasses.replace(ENTRY, epsilon=1.0)),
+    "budget_recorded": under_check(charge=dataclasses.replace(CHARGE, mechanism=json.dumps(trip_sbh(1.0, 1 / 8e6).describe()))),
     "no_identifiers": under_check(GOOD.assign(card_id=123)),
 }
 
@@ -64,11 +70,14 @@ def test_each_check_fails_on_its_crafted_bad_frame(check):
     assert BLOCKING_CHECKS[check](under_check()) is None
 
 
-def test_budget_check_catches_overspend_and_missing_entries():
-    assert "exceeds the cap" in BLOCKING_CHECKS["budget_recorded"](under_check(partition_spent=(9.0, 6 / 8e6)))
-    assert "no ledger entry" in BLOCKING_CHECKS["budget_recorded"](under_check(entry=None))
-    pending = dataclasses.replace(ENTRY, status="pending")
-    assert "pending" in BLOCKING_CHECKS["budget_recorded"](under_check(entry=pending))
+def test_budget_check_catches_overspend_missing_draws_and_other_parameters():
+    over = compose([PrivacyCost.approx_dp(9.0, 6 / 8e6)])
+    assert "over the cap" in BLOCKING_CHECKS["budget_recorded"](under_check(scope_spend=over))
+    assert "no ledger draw" in BLOCKING_CHECKS["budget_recorded"](under_check(draw=None))
+    pending = dataclasses.replace(DRAW, status="pending", completed_at=None, completed_by=None)
+    assert "pending" in BLOCKING_CHECKS["budget_recorded"](under_check(draw=pending))
+    add_remove = trip_sbh(2.0, 1 / 8e6, "add_remove").describe()  # a replace-one draw checked as add/remove
+    assert "other mechanism parameters" in BLOCKING_CHECKS["budget_recorded"](under_check(mechanism=add_remove))
 
 
 def test_identifier_check_catches_raw_values_in_known_columns():
@@ -79,18 +88,21 @@ def test_identifier_check_catches_raw_values_in_known_columns():
 def test_noise_sum_bound_holds_empirically():
     scale, bins, draws = 2.0, 50, 20_000
     sums = DiscreteLaplace(SeededBits(3)).sample(scale, bins * draws).reshape(draws, bins).sum(axis=1)
-    bound = noise_sum_bound(bins, scale)
+    bound = noise_sum_bound(bins, {"noise": "discrete_laplace", "scale": scale})
     assert np.abs(sums).max() <= bound < 10 * np.abs(sums).std() * 3
+
+
+LAPLACE_2 = {"noise": "discrete_laplace", "scale": 2.0}
 
 
 def test_plausibility_flags_only_implausible_gaps():
     time_truth = pd.DataFrame({"time_window": np.array([30, 31], "int16"), "count": np.array([500, 500])})
     loc_truth = pd.DataFrame({"loc": pd.Categorical(["2000"], categories=LABELS), "count": np.array([1000])})
     ok, figures = plausibility(time_truth.assign(count=[503, 498]), loc_truth.assign(count=[997]),
-                               time_truth, loc_truth, 2.0, 2.0)
+                               time_truth, loc_truth, LAPLACE_2, LAPLACE_2)
     assert ok and figures["released_total_gap"] == 4
     bad, _ = plausibility(time_truth.assign(count=[900, 900]), loc_truth.assign(count=[997]),
-                          time_truth, loc_truth, 2.0, 2.0)
+                          time_truth, loc_truth, LAPLACE_2, LAPLACE_2)
     assert not bad
 
 

@@ -1,6 +1,10 @@
-"""Release engine + ledger: idempotent reruns, charged fresh draws, cap enforced before any noise."""
+"""Release engine + ledger: idempotent reruns, charged fresh draws, the cap enforced before any noise, draws
+stored where the ledger recorded them (once), keyed fingerprints."""
 
 from __future__ import annotations
+
+import hashlib
+import os
 
 import numpy as np
 import pandas as pd
@@ -8,11 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opal_dp.core import BudgetExceeded, DiscreteLaplace, PrivacyLedger, SeededBits, StabilityHistogram
-from opal_dp.release.engine import release_partitions
+from opal_dp.core import BudgetExceeded, DiscreteLaplace, PrivacyLedger, SeededBits
+from opal_dp.release.engine import fingerprint, release_partitions
 from opal_dp.release.marginals import MARGINALS, histograms
+from opal_dp.release.plan import build_plan
+from opal_dp.storage import write_parquet_exclusive
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
+EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
+DELTA = {m.name: 1 / 8e6 for m in MARGINALS}
+CAPS = {"trip": (8.0, 6 / 8e6), "card_day": (8.0, 6 / 8e6), "card_period": (8.0, 6 / 8e6)}
+KEY = b"k" * 32
 
 
 class CountingBits(SeededBits):
@@ -37,45 +47,115 @@ def partition(n: int, seed: int = 0) -> pd.DataFrame:
     })
 
 
-def mechanisms(bits) -> dict:
-    noise = DiscreteLaplace(bits)
-    return {m.name: StabilityHistogram(m.default_epsilon, 1 / 8e6, noise=noise) for m in MARGINALS}
+def plan(bits, unit: str = "trip"):
+    return build_plan(unit, EPSILON, DELTA, laplace=DiscreteLaplace(bits), period=("2016-07-25",))
+
+
+def release(parts, bits, ledger, root, run_id, unit="trip", **kw):
+    return release_partitions(parts, plan(bits, unit), ledger, root, run_id, KEY, **kw)
 
 
 @pytest.fixture
 def ledger(tmp_path) -> PrivacyLedger:
-    return PrivacyLedger(tmp_path / "ledger.sqlite")
+    return PrivacyLedger(tmp_path / "ledger.sqlite", CAPS)
 
 
 def test_rerun_over_unchanged_input_reuses_the_stored_release(tmp_path, ledger):
     parts = {"2016-07-25|bus": partition(5000), "2016-07-25|train": partition(3000, 1)}
-    first = release_partitions(parts, mechanisms(SeededBits(1)), ledger, tmp_path / "store", "run-1")
+    first = release(parts, SeededBits(1), ledger, tmp_path, "run-1")
     bits = CountingBits(2)
-    again = release_partitions(parts, mechanisms(bits), ledger, tmp_path / "store", "run-2")
-    assert bits.drawn == 0 and len(ledger.entries()) == 12
+    again = release(parts, bits, ledger, tmp_path, "run-2")
+    assert bits.drawn == 0 and len(ledger.charges()) == 12
     for key in parts:
         for name, result in again[key].items():
-            assert result.reused
+            assert result.reused and result.draw.status == "complete"
+            assert (tmp_path / result.draw.release_ref).exists()
             pd.testing.assert_frame_equal(result.frame, first[key][name].frame)
 
 
 def test_fresh_draw_is_charged_and_refused_at_the_cap_before_any_noise(tmp_path, ledger):
     parts = {"2016-07-25|bus": partition(5000)}
-    release_partitions(parts, mechanisms(SeededBits(1)), ledger, tmp_path / "store", "run-1")
+    release(parts, SeededBits(1), ledger, tmp_path, "run-1")
     bits = CountingBits(2)
-    with pytest.raises(BudgetExceeded, match="2016-07-25\\|bus.*already spent"):
-        release_partitions(parts, mechanisms(bits), ledger, tmp_path / "store", "run-2", fresh=True)
-    assert bits.drawn == 0 and len(ledger.entries()) == 6  # nothing charged: all or nothing
-    roomy = PrivacyLedger(ledger.path, cap_epsilon=16, cap_delta=12 / 8e6)
-    fresh = release_partitions(parts, mechanisms(bits), roomy, tmp_path / "store", "run-2", fresh=True)
-    assert bits.drawn > 0 and roomy.spent("2016-07-25|bus") == pytest.approx((16, 12 / 8e6))
+    with pytest.raises(BudgetExceeded, match=r"2016-07-25\|bus"):
+        release(parts, bits, ledger, tmp_path, "run-2", fresh=True)
+    assert bits.drawn == 0 and len(ledger.charges()) == 6  # nothing charged: all or nothing
+    ledger.raise_cap("trip", 16, 12 / 8e6, "test")
+    fresh = release(parts, bits, ledger, tmp_path, "run-2", fresh=True)
+    assert bits.drawn > 0 and ledger.spend("trip", "2016-07-25|bus").epsilon == pytest.approx(16)
     assert not any(r.reused for r in fresh["2016-07-25|bus"].values())
 
 
 def test_changed_input_is_a_new_release(tmp_path, ledger):
-    release_partitions({"d|bus": partition(5000)}, mechanisms(SeededBits(1)), ledger, tmp_path, "run-1")
+    release({"2016-07-25|bus": partition(5000)}, SeededBits(1), ledger, tmp_path, "run-1")
     with pytest.raises(BudgetExceeded):
-        release_partitions({"d|bus": partition(5001)}, mechanisms(SeededBits(1)), ledger, tmp_path, "run-2")
+        release({"2016-07-25|bus": partition(5001)}, SeededBits(1), ledger, tmp_path, "run-2")
+
+
+def test_card_day_modes_share_one_charge_per_marginal(tmp_path, ledger):
+    parts = {f"2016-07-25|{m}": partition(2000, i) for i, m in enumerate(("bus", "ferry", "light_rail", "train"))}
+    out = release(parts, SeededBits(1), ledger, tmp_path, "run-1", unit="card_day")
+    assert len(ledger.charges("card_day")) == 6 and len(ledger.draws()) == 24
+    assert {r.charge.scope for p in out.values() for r in p.values()} == {"2016-07-25"}
+    assert sorted({r.decision for p in out.values() for r in p.values()}) == ["charge", "join"]
+
+
+def test_a_resumed_charge_loads_the_draw_a_killed_run_had_stored(tmp_path, ledger):
+    """A run charged and stored its draws, then was killed before completing: the rerun resumes those charges
+    and loads the stored draws; it draws no noise (never two draws under one charge)."""
+    parts = {"2016-07-25|bus": partition(5000)}
+    scratch = PrivacyLedger(tmp_path / "scratch.sqlite", CAPS)
+    drawn = release(parts, SeededBits(1), scratch, tmp_path / "scratch", "scratch")["2016-07-25|bus"]
+    for d in ledger.begin_many(_requests(parts), run_id="killed"):
+        write_parquet_exclusive(drawn[d.charge.marginal].frame, tmp_path / d.draw.release_ref)
+    bits = CountingBits(3)
+    resumed = release(parts, bits, ledger, tmp_path, "run-2")["2016-07-25|bus"]
+    assert bits.drawn == 0 and len(ledger.charges()) == 6
+    for name, result in resumed.items():
+        assert result.decision == "resume" and result.draw.status == "complete"
+        pd.testing.assert_frame_equal(result.frame, drawn[name].frame, check_categorical=False)
+
+
+def _requests(parts):
+    from opal_dp.core.ledger import Request
+    from opal_dp.release.engine import mechanism_id
+
+    p = plan(SeededBits(0))
+    truths = {k: histograms(v) for k, v in parts.items()}
+    return [Request("trip", k, k, k.split("|")[0], name, "replace_one", m.cost(), mechanism_id(m), p.bounds_json(),
+                    fingerprint(truths[k], KEY)) for k in parts for name, m in p.mechanisms.items()]
+
+
+def test_two_writers_of_one_draw_keep_the_first(tmp_path):
+    first, second = partition(10), partition(10, 1)
+    path = tmp_path / "releases" / "d.parquet"
+    assert write_parquet_exclusive(first, path).equals(first)
+    stands = write_parquet_exclusive(second, path)
+    pd.testing.assert_frame_equal(stands, pd.read_parquet(path))
+    pd.testing.assert_frame_equal(stands.reset_index(drop=True), first.reset_index(drop=True), check_categorical=False)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["d.parquet"]  # the loser's temporary is gone
+
+
+def test_temporaries_of_dead_writers_are_removed(tmp_path, ledger):
+    folder = tmp_path / "releases" / "trip"
+    folder.mkdir(parents=True)
+    dead = folder / ".x.parquet.999999999.tmp"
+    alive = folder / f".y.parquet.{os.getpid()}.tmp"
+    dead.write_bytes(b"half")
+    alive.write_bytes(b"in progress")
+    release({"2016-07-25|bus": partition(100)}, SeededBits(1), ledger, tmp_path, "run-1")
+    assert not dead.exists() and alive.exists()
+
+
+def test_fingerprint_is_keyed():
+    truths = histograms(partition(500))
+    a, b = fingerprint(truths, b"a" * 32), fingerprint(truths, b"b" * 32)
+    assert a != b and a == fingerprint(truths, b"a" * 32)
+    assert fingerprint(histograms(partition(501)), b"a" * 32) != a
+    plain = hashlib.sha256()
+    for name in sorted(truths):
+        plain.update(name.encode())
+    assert plain.hexdigest() not in (a, b)
 
 
 @settings(max_examples=25, deadline=None)
@@ -86,12 +166,12 @@ def test_release_is_canonical_and_independent_of_row_order(tmp_path_factory, n, 
     outputs = []
     for frame in (part, shuffled):
         folder = tmp_path_factory.mktemp("release")
-        ledger = PrivacyLedger(folder / "ledger.sqlite")
-        outputs.append(release_partitions({"k": frame}, mechanisms(SeededBits(7)), ledger, folder, "run")["k"])
+        ledger = PrivacyLedger(folder / "ledger.sqlite", CAPS)
+        outputs.append(release({"2016-07-25|bus": frame}, SeededBits(7), ledger, folder, "run")["2016-07-25|bus"])
     for name, result in outputs[0].items():
         pd.testing.assert_frame_equal(result.frame, outputs[1][name].frame)
         truth = histograms(part, [result.marginal])[result.marginal.name]
         keys = result.marginal.dimensions
         assert set(map(tuple, result.frame[keys].astype(str).to_numpy())) <= set(map(tuple, truth[keys].astype(str).to_numpy()))
-        floor = StabilityHistogram(result.marginal.default_epsilon, 1 / 8e6).min_released_count
+        floor = plan(SeededBits(0)).mechanisms[name].min_released_count
         assert (result.frame["count"] >= floor).all()

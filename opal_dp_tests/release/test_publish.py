@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,10 +27,22 @@ from opal_dp.release import publish as publish_module
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.publish import FILES, PublishedFormatError, publish, to_open_data, validate_published
 from opal_dp.storage import write_parquet_atomic
-from opal_dp_tests.release.test_statement import PARTITIONS, statement
+from opal_dp_tests.release.test_statement import PARTS, released as ledger_release
+from opal_dp_tests.release.test_statement import statement as ledger_statement
 
 LABELS = ["-1", "2000", "2010", "Central"]
-KEYS = PARTITIONS
+KEYS = ["2016-07-26|train", "2016-07-25|bus", "2016-07-25|train"]
+assert sorted(KEYS) == sorted(PARTS)
+
+
+def statement(release_id: str) -> dict:
+    """A real statement of a ledger release of the KEYS partitions (made once, in a scratch folder)."""
+    if not _LEDGER:
+        _LEDGER.append(ledger_release(Path(tempfile.mkdtemp(prefix="opal-statement-"))))
+    return ledger_statement(*_LEDGER[0], release_id=release_id)
+
+
+_LEDGER: list = []
 
 
 def released(marginal, key: str) -> pd.DataFrame:
@@ -258,22 +271,27 @@ def test_sigkill_mid_publish_keeps_latest(tmp_path, hang):
 
 
 def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_path, monkeypatch):
-    """The publish gate re-runs the blocking checks: hand-made frames with no ledger charge behind
-    them (and bins absent from the data) are refused, and nothing appears under published/."""
+    """The publish gate builds the statement from the ledger: release assets whose draws the ledger does not
+    hold are refused, and nothing appears under published/."""
     monkeypatch.setenv("OPAL_DP_DATA_DIR", str(tmp_path))
     keys = [f"2016-07-25|{mode}" for mode in MODES]
     no_trips = pd.DataFrame({
         "tap": pd.array([], dtype=object), "time_window": pd.array([], dtype="int16"),
         "loc": pd.Categorical([], categories=LABELS), "count": pd.array([], dtype="int64"),
+        "bounded_count": pd.array([], dtype="int64"),
     })
-    for key in keys:
-        write_parquet_atomic(no_trips, tmp_path.joinpath("private", "true_cells", *key.split("|")).with_suffix(".parquet"))
+    for i, key in enumerate(keys):
+        folder = tmp_path.joinpath("private")
+        write_parquet_atomic(no_trips, folder.joinpath("true_cells", *key.split("|")).with_suffix(".parquet"))
+        draws = pd.DataFrame({"marginal": [m.name for m in MARGINALS], "draw_id": range(6 * i + 1, 6 * i + 7),
+                              "charge_id": range(6 * i + 1, 6 * i + 7)})
+        write_parquet_atomic(draws, folder.joinpath("release_draws", *key.split("|")).with_suffix(".parquet"))
         for marginal in MARGINALS:
-            path = tmp_path.joinpath("private", "release", marginal.name, *key.split("|"))
+            path = folder.joinpath("release", marginal.name, *key.split("|"))
             write_parquet_atomic(released(marginal, KEYS[0]), path.with_suffix(".parquet"))
     sources = [
         dg.AssetSpec(key, partitions_def=date_mode).with_io_manager_key("private_parquet")
-        for key in (["true_cells"], *(["release", m.name] for m in MARGINALS))
+        for key in (["true_cells"], ["release_draws"], *(["release", m.name] for m in MARGINALS))
     ]
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("service_date", ["2016-07-25"])
@@ -287,5 +305,5 @@ def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_p
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     message = failure.step_failure_data.user_failure_data.description
-    assert "publishing refused" in message and "budget_recorded" in message and "no_new_points" in message
+    assert "publishing refused" in message and "the ledger has no draws" in message
     assert not (tmp_path / "published").exists()

@@ -1,4 +1,4 @@
-"""Privacy statement: every figure is a parameter or follows from the parameters alone."""
+"""Privacy statement: built from the ledger records of the published draws, never from configuration."""
 
 from __future__ import annotations
 
@@ -7,86 +7,141 @@ import math
 
 import pytest
 
-from opal_dp.core import DiscreteLaplace, Relation, SeededBits, StabilityHistogram
+from opal_dp.core import DiscreteLaplace, PrivacyLedger, SeededBits
+from opal_dp.release.engine import release_partitions
 from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.plan import build_plan
 from opal_dp.release.statement import (
     PACKAGES,
     TRUE_COUNTS,
+    StatementError,
+    ledger_evidence,
     open_data_partition,
     privacy_statement,
     render_markdown,
 )
+from opal_dp_tests.release.test_engine import partition
 
-PARTITIONS = ["2016-07-26|train", "2016-07-25|bus", "2016-07-25|train"]
 DELTA = 1 / 8_000_000
-CAP = (8.0, 6 * DELTA)
+EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
+DELTAS = {m.name: DELTA for m in MARGINALS}
+CAPS = {"trip": (8.0, 6 * DELTA), "card_day": (8.0, 6 * DELTA), "card_period": (8.0, 6 * DELTA)}
+PARTS = ["2016-07-25|bus", "2016-07-25|train", "2016-07-26|train"]
 
 
-def mechanisms(relation: Relation = Relation.REPLACE_ONE, seed: int | None = None) -> dict[str, StabilityHistogram]:
-    """The 2016 parameters; noise from the OS CSPRNG unless ``seed`` is given."""
+def released(tmp_path, unit="trip", relation=None, seed=None, parts=PARTS, ledger=None, run="run-1", **kw):
+    """(ledger, draw ids) after releasing ``parts`` under ``unit``."""
+    ledger = ledger or PrivacyLedger(tmp_path / "ledger.sqlite", CAPS)
     noise = DiscreteLaplace(SeededBits(seed)) if seed is not None else None
-    return {m.name: StabilityHistogram(m.default_epsilon, DELTA, relation, noise) for m in MARGINALS}
+    plan = build_plan(unit, EPSILON, DELTAS, relation=relation, laplace=noise,
+                      period=("2016-07-25", "2016-07-26"), **kw)
+    out = release_partitions({p: partition(3000, i) for i, p in enumerate(parts)}, plan, ledger, tmp_path, run,
+                             b"k" * 32)
+    return ledger, {(p, name): r.draw.id for p, by in out.items() for name, r in by.items()}
 
 
-def statement(mechs: dict | None = None, relation: str = "replace_one", release_id: str = "r1") -> dict:
-    return privacy_statement(
-        mechs or mechanisms(), PARTITIONS, relation, CAP, release_id, "2016-08-01T00:00:00+00:00"
-    )
+def statement(ledger, draws, release_id="r1") -> dict:
+    parts = sorted({p for p, _ in draws})
+    return privacy_statement(ledger_evidence(ledger, draws), parts, release_id, "2016-08-01T00:00:00+00:00")
 
 
-def test_parameters_are_the_mechanisms():
-    mechs = mechanisms()
-    s = statement(mechs)
+def test_parameters_are_the_charges(tmp_path):
+    ledger, draws = released(tmp_path)
+    s = statement(ledger, draws)
+    charges = {c.marginal: json.loads(c.mechanism) for c in ledger.charges()}
     assert [m["name"] for m in s["marginals"]] == [m.name for m in MARGINALS]
     for entry in s["marginals"]:
-        params = mechs[entry["name"]].describe()
-        for key in ("epsilon", "delta", "scale", "threshold", "min_released_count"):
-            assert entry[key] == params[key]
+        for key in ("epsilon", "delta", "scale", "threshold", "min_released_count", "sensitivity"):
+            assert entry[key] == charges[entry["name"]][key]
     thresholds = {e["name"]: (round(e["threshold"], 2), e["min_released_count"]) for e in s["marginals"]}
     assert thresholds["tap_on_time"] == (34.18, 35) and thresholds["tap_off_time_loc"] == (17.59, 18)
-    assert s["per_partition"] == {"epsilon": 8.0, "delta": math.fsum([DELTA] * 6)}
-    assert (s["ledger_cap"]["epsilon"], s["ledger_cap"]["delta"]) == CAP
-    assert s["privacy_unit"]["relation"] == "replace_one" and s["noise_seeded"] is False
-    assert s["partitions"]["keys"] == [
-        {"date": "20160725", "mode": "bus"},
-        {"date": "20160725", "mode": "train"},
-        {"date": "20160726", "mode": "train"},
-    ]
-    assert set(s["software"]) == set(PACKAGES)
+    assert (s["guarantee"]["epsilon"], s["guarantee"]["delta"]) == (8.0, pytest.approx(6 * DELTA, rel=1e-12))
+    assert s["privacy_unit"]["unit"] == "trip" and s["privacy_unit"]["relation"] == "replace_one"
+    assert s["noise_seeded"] is False and set(s["software"]) == set(PACKAGES)
+    assert s["ledger"]["id"] == ledger.ledger_id and s["ledger"]["draws"] == sorted(draws.values())
+    assert s["partitions"]["keys"] == [{"date": "20160725", "mode": "bus"}, {"date": "20160725", "mode": "train"},
+                                       {"date": "20160726", "mode": "train"}]
 
 
-def test_accuracy_figures_follow_from_parameters():
-    mechs = mechanisms()
-    for entry in statement(mechs)["marginals"]:
-        mech = mechs[entry["name"]]
-        assert entry["release_probability"] == {str(n): mech.release_probability(n) for n in TRUE_COUNTS}
-        assert entry["presence_probability"] == mech.release_probability(1) < 1e-7
-        assert entry["error_bound_95"] == mech.error_bound(0.95)
+def test_the_relation_stated_is_the_one_drawn(tmp_path):
+    """An add/remove draw is stated as add/remove, whatever a configuration says (no configuration is read)."""
+    ledger, draws = released(tmp_path, relation="add_remove")
+    s = statement(ledger, draws)
+    assert s["privacy_unit"]["relation"] == "add_remove" and s["marginals"][0]["scale"] == 1.0
+    assert "one trip's data added or removed" in s["privacy_unit"]["meaning"]
 
 
-def test_json_round_trip_renders_identically():
-    s = statement()
+def test_a_release_mixing_draws_gets_no_statement(tmp_path):
+    ledger, draws = released(tmp_path)
+    _, other = released(tmp_path, relation="add_remove", ledger=ledger, parts=["2016-07-27|bus"])
+    mixed = {**draws, **other}
+    with pytest.raises(StatementError, match="neighbouring relations"):
+        statement(ledger, mixed)
+    with pytest.raises(StatementError, match="exactly one draw"):
+        statement(ledger, {k: v for k, v in draws.items() if k[1] != "tap_on_time"} | {("2016-07-25|bus", "x"): 1})
+
+
+def test_trip_worked_examples_show_the_cost_per_person(tmp_path):
+    s = statement(*released(tmp_path))
+    commuter, occasional = s["worked_examples"]
+    assert commuter["epsilon"] == 160.0 and commuter["delta"] == pytest.approx(20 * math.exp(8) * 6 * DELTA)
+    assert (occasional["epsilon"], occasional["delta"]) == (24.0, pytest.approx(18 * DELTA))
+    assert "one trip" in s["not_protected"][0]
+
+
+def test_card_day_states_the_bounds_and_the_per_date_scope(tmp_path):
+    s = statement(*released(tmp_path, unit="card_day"))
+    assert s["privacy_unit"]["unit"] == "card_day" and s["privacy_unit"]["relation"] == "add_remove"
+    assert s["privacy_unit"]["contribution_bounds"] == {"max_trips_per_card_day": 4, "max_per_bin": 1}
+    assert [sc["scope"] for sc in s["guarantee"]["scopes"]] == ["2016-07-25", "2016-07-26"]
+    assert all(sc["charges"] == 6 and sc["epsilon"] == 8.0 for sc in s["guarantee"]["scopes"])
+    assert s["worked_examples"][0]["epsilon"] == 80.0
+    assert {m["sensitivity"]["l0"] for m in s["marginals"]} == {4}
+
+
+def test_the_cap_in_force_and_its_history_are_stated(tmp_path):
+    ledger, draws = released(tmp_path)
+    before = statement(ledger, draws)
+    assert before["ledger"]["cap_in_force"]["epsilon"] == 8.0 and len(before["ledger"]["cap_history"]) == 1
+    assert "can only be raised by an explicit, recorded command" in before["ledger"]["meaning"]
+    ledger.raise_cap("trip", 16.0, 12 * DELTA, "approved second draw")
+    after = statement(ledger, draws)
+    assert [c["action"] for c in after["ledger"]["cap_history"]] == ["create", "raise"]
+    assert after["ledger"]["cap_in_force"]["reason"] == "approved second draw"
+    assert before["ledger"]["cap_history"][0] == after["ledger"]["cap_history"][0]  # the earlier claim stays true
+
+
+def test_other_units_on_the_same_dates_are_disclosed(tmp_path):
+    ledger, _ = released(tmp_path)
+    _, card = released(tmp_path, unit="card_day", ledger=ledger, run="run-2")
+    s = statement(ledger, card)
+    assert s["also_released_under_other_units"] == {"trip": ["2016-07-25", "2016-07-26"]}
+    assert any("trip-unit release bounds nothing per card" in item for item in s["not_protected"])
+
+
+def test_accuracy_figures_follow_from_parameters(tmp_path):
+    s = statement(*released(tmp_path))
+    from opal_dp.core import release_probability
+
+    for entry in s["marginals"]:
+        assert entry["release_probability"] == {
+            str(n): release_probability(n, entry["scale"], entry["min_released_count"]) for n in TRUE_COUNTS}
+        assert entry["presence_probability"] == entry["release_probability"]["1"] < 1e-7
+
+
+def test_json_round_trip_renders_identically(tmp_path):
+    s = statement(*released(tmp_path))
     back = json.loads(json.dumps(s))
-    assert back == s
-    assert render_markdown(back) == render_markdown(s)
+    assert back == s and render_markdown(back) == render_markdown(s)
 
 
-def test_seeded_noise_is_flagged_loudly():
-    seeded = statement(mechanisms(seed=7))
-    assert seeded["noise_seeded"] is True and "SEEDED" in seeded["mechanism"]["randomness"]
+def test_seeded_noise_is_flagged_loudly(tmp_path):
+    seeded = statement(*released(tmp_path, seed=7))
+    assert seeded["noise_seeded"] is True
+    assert "SEEDED" in seeded["mechanisms"]["stability_based_histogram"]["randomness"]
     head = render_markdown(seeded).splitlines()[:4]
     assert any("WARNING" in line and "SEEDED" in line for line in head)
-    assert "WARNING" not in render_markdown(statement())
-
-
-def test_add_remove_relation_and_mismatch():
-    s = statement(mechanisms(Relation.ADD_REMOVE), relation="add_remove")
-    assert s["privacy_unit"]["relation"] == "add_remove" and "(k = 1)" in s["privacy_unit"]["meaning"]
-    assert s["marginals"][0]["scale"] == 1.0
-    with pytest.raises(ValueError, match="replace_one"):
-        statement(mechanisms(Relation.ADD_REMOVE), relation="replace_one")
-    with pytest.raises(ValueError, match="exactly the marginals"):
-        privacy_statement({"tap_on_time": mechanisms()["tap_on_time"]}, PARTITIONS, "replace_one", CAP, "r", "t")
+    assert "WARNING" not in render_markdown(statement(*released(tmp_path / "b")))
 
 
 def _leaves(node, path=()):
@@ -100,17 +155,22 @@ def _leaves(node, path=()):
         yield path, node
 
 
-def test_no_figure_derived_from_data():
-    """Every number is a parameter, a function of one, or a version; no totals, suppressed bins or rows."""
-    mechs = mechanisms()
-    s = statement(mechs)
+def test_no_figure_derived_from_data(tmp_path):
+    """Every number is a parameter, a function of the parameters, a ledger record or a version."""
+    ledger, draws = released(tmp_path)
+    s = statement(ledger, draws)
     keys = {key for path, _ in _leaves(s) for key in path}
     for word in ("total", "suppress", "rows", "true", "bins", "sum"):
         assert not any(word in key for key in keys), word
-    allowed = {1, *CAP, s["per_partition"]["epsilon"], s["per_partition"]["delta"]}
-    for mech in mechs.values():
-        allowed |= {v for v in mech.describe().values() if not isinstance(v, (str, bool))}
-        allowed |= {mech.release_probability(n) for n in TRUE_COUNTS} | {mech.error_bound(0.95)}
+    allowed = {None, 1, *CAPS["trip"], *draws.values(), 6, s["guarantee"]["delta"]}
+    for c in ledger.charges():
+        described = json.loads(c.mechanism)
+        allowed |= {v for v in described.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        allowed |= set(described["sensitivity"].values()) | {described["cost"]["epsilon"], described["cost"]["rho"]}
+    for e in s["marginals"]:
+        allowed |= set(e["release_probability"].values()) | {e["error_bound_95"]}
+    allowed |= {x for e in s["worked_examples"] for x in (e["epsilon"], e["delta"])}
+    allowed |= {x for sc in s["guarantee"]["scopes"] for x in (sc["epsilon"], sc["delta"])}
     numbers = {v for _, v in _leaves(s) if isinstance(v, (int, float)) and not isinstance(v, bool)}
     assert numbers <= allowed
 
@@ -119,3 +179,10 @@ def test_no_figure_derived_from_data():
 def test_bad_partition_keys_are_refused(key):
     with pytest.raises(ValueError):
         open_data_partition(key)
+
+
+def test_evidence_must_come_from_this_ledger(tmp_path):
+    ledger, draws = released(tmp_path)
+    other = PrivacyLedger(tmp_path / "other.sqlite", CAPS)
+    with pytest.raises(StatementError, match="no draws"):
+        ledger_evidence(other, draws)

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opal_dp.core import Relation, StabilityHistogram
+from opal_dp.core import Relation
+from opal_dp_tests.core.helpers import trip_sbh
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME
 from opal_dp.risk.attacks import (
     any_marginal,
@@ -24,7 +25,7 @@ LABELS = sorted(["-1", "Circular Quay", "Manly", "Parramatta", "Taronga Zoo", "W
 
 
 def mechanisms(relation: Relation = Relation.REPLACE_ONE, scale_by: float = 1.0) -> dict[str, StabilityHistogram]:
-    return {m.name: StabilityHistogram(m.default_epsilon * scale_by, DELTA, relation) for m in MARGINALS}
+    return {m.name: trip_sbh(m.default_epsilon * scale_by, DELTA, relation) for m in MARGINALS}
 
 
 def frame(cells: list[tuple], by_time: bool = True, by_loc: bool = True) -> pd.DataFrame:
@@ -100,7 +101,7 @@ def test_residual_exactly_at_threshold_is_reported_and_loc_analogue_works():
 
 def test_threshold_follows_each_taps_time_loc_mechanism():
     mech = mechanisms()
-    mech["tap_off_time_loc"] = StabilityHistogram(0.5, DELTA)
+    mech["tap_off_time_loc"] = trip_sbh(0.5, DELTA)
     residuals = differencing(consistent_release(CELLS), mech)
     thresholds = residuals.groupby("tap")["threshold"].first().to_dict()
     assert thresholds == {"on": 18, "off": mech["tap_off_time_loc"].min_released_count} and thresholds["off"] > 18
@@ -162,10 +163,9 @@ def test_empty_release_has_no_pairs_and_no_residuals():
 @pytest.mark.parametrize("relation, k", [(Relation.REPLACE_ONE, 2), (Relation.ADD_REMOVE, 1)])
 def test_duplication_effect_on_epsilon_and_noise(relation, k):
     effect = duplication_effect(mechanisms(relation))
-    assert effect["bins_touched_per_marginal"] == k
-    assert effect["epsilon_share_tap_on_cell"] == effect["epsilon_share_tap_off_cell"] == 2.0 / k
-    assert effect["epsilon_on_duplicated_count"] == 4.0 / k
-    assert effect["stated_epsilon_per_partition"] == 8.0
+    assert effect["loss_measure"] == "approx_dp"
+    assert effect["loss_share_tap_on_cell"] == effect["loss_share_tap_off_cell"] == 2.0 / k
+    assert effect["loss_on_duplicated_count"] == 4.0 / k
     assert effect["noise_std_reduction"] == pytest.approx(math.sqrt(2), rel=1e-12)
     scale = k / 2.0
     q = math.exp(-1 / scale)
@@ -174,9 +174,9 @@ def test_duplication_effect_on_epsilon_and_noise(relation, k):
 
 def test_duplication_effect_with_unequal_scales_is_inverse_variance():
     mech = mechanisms()
-    mech["tap_off_time_loc"] = StabilityHistogram(1.0, DELTA)
+    mech["tap_off_time_loc"] = trip_sbh(1.0, DELTA)
     effect = duplication_effect(mech)
-    assert effect["epsilon_on_duplicated_count"] == 1.5
+    assert effect["loss_on_duplicated_count"] == 1.5
     assert 1 < effect["noise_std_reduction"] < math.sqrt(2)
 
 

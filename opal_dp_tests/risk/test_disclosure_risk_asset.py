@@ -35,8 +35,8 @@ def test_metadata_reports_all_three_attacks():
     assert "10:00" in meta["differencing_worst"].value
     assert meta["duplicated_pairs"] == 2
     assert "Circular Quay" in meta["duplicated_pairs_table"].value
-    assert meta["duplication_epsilon_on_duplicated_count"] == 2.0
+    assert meta["duplication_loss_on_duplicated_count"] == 2.0
     assert meta["duplication_noise_std_reduction"] == pytest.approx(2**0.5)
-    for name, mechanism in budget.mechanisms().items():
+    for name, mechanism in budget.plan().mechanisms.items():
         assert meta[f"presence_probability_{name}"] == mechanism.release_probability(1)
     assert 0 < meta["presence_probability_any_marginal"] < 6 / 16_000_000
