@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +86,8 @@ Order = Callable[[np.ndarray], np.ndarray]
 """The caller's bin order: true counts of the present bins, in label order -> the permutation in
 which they are passed to ``release`` and emitted. A private release must not depend on the counts."""
 
-_SLOT = 1 << 31  # one emitted (bin, count) pair encodes as 1 + bin + 2*count < _SLOT
+_SLOT = 1 << 31  # one emitted (bin, count) pair encodes as 1 + bin + bins*count < _SLOT
+_HASH = 0x9E3779B97F4A7C15  # odd multiplier of the slot hash beyond two bins
 
 
 def canonical_order(counts: np.ndarray) -> np.ndarray:
@@ -96,11 +97,11 @@ def canonical_order(counts: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class NeighbouringPair:
-    """Histograms ``d`` and ``d_prime`` over bins ``(x, x')``, neighbours under the audited relation."""
+    """Histograms ``d`` and ``d_prime`` over the same bins (0 = absent), neighbours under the audited unit."""
 
     name: str
-    d: tuple[int, int]
-    d_prime: tuple[int, int]
+    d: tuple[int, ...]
+    d_prime: tuple[int, ...]
 
 
 def neighbouring_pairs(relation: Relation, min_released_count: int) -> tuple[NeighbouringPair, ...]:
@@ -198,19 +199,29 @@ class MembershipReport:
     seconds: float
 
 
-def _encode(labels: np.ndarray, noisy: np.ndarray) -> np.ndarray:
-    """One int64 per release (row of ``noisy``, bins in emission order ``labels``): its released
-    (bin, count) pairs in emission order, suppressed bins dropped, as two base-``_SLOT`` digits."""
-    if np.any(noisy < 0) or np.any(noisy >= (_SLOT - 2) // 2):
-        raise ValueError("released counts must lie in [0, 2**30) for the audit's output encoding")
-    slots = np.zeros((noisy.shape[0], 2), dtype=np.int64)
-    slots[:, : labels.size] = np.where(noisy > 0, 1 + labels + 2 * noisy, 0)
-    first, second = slots.T
-    return np.where(first > 0, first * _SLOT + second, second * _SLOT)
+def _encode(labels: np.ndarray, noisy: np.ndarray, bins: int) -> np.ndarray:
+    """One int64 per release (row of ``noisy``, bins in emission order ``labels``, out of ``bins``): its
+    released (bin, count) pairs in emission order, suppressed bins dropped; a pair is the slot
+    ``1 + bin + bins*count``. Up to two bins the code is exact (two base-``_SLOT`` digits); beyond, a
+    polynomial hash of the slots modulo 2**64. A collision merges two outputs into one event: that is
+    post-processing, so it can only weaken the audit's power, never raise a false alarm."""
+    if np.any(noisy < 0) or np.any(noisy >= (_SLOT - 1 - bins) // bins):
+        raise ValueError("released counts must be small enough for the audit's output encoding")
+    slots = np.zeros((noisy.shape[0], max(bins, 2)), dtype=np.int64)
+    slots[:, : labels.size] = np.where(noisy > 0, 1 + labels + bins * noisy, 0)
+    order = np.argsort(slots == 0, axis=1, kind="stable")  # released slots to the front, in emission order
+    packed = np.take_along_axis(slots, order, axis=1)
+    if bins <= 2:  # the encoding depends on the pair's bins only, so both neighbours' outputs share it
+        first, second = packed[:, 0], packed[:, 1]
+        return first * _SLOT + second
+    code = np.zeros(noisy.shape[0], dtype=np.uint64)
+    for column in packed.T:
+        code = code * np.uint64(_HASH) + column.astype(np.uint64)
+    return code.view(np.int64)
 
 
-def _sample(mech: HistogramMechanism, counts: tuple[int, int], order: Order, runs: int) -> Sample:
-    """Empirical output distribution of ``runs`` independent releases of ``counts`` over ``(x, x')``."""
+def _sample(mech: HistogramMechanism, counts: tuple[int, ...], order: Order, runs: int) -> Sample:
+    """Empirical output distribution of ``runs`` independent releases of ``counts`` (one per bin, 0 = absent)."""
     counts = np.asarray(counts, dtype=np.int64)
     labels = np.flatnonzero(counts)
     labels = labels[order(counts[labels])]
@@ -218,7 +229,7 @@ def _sample(mech: HistogramMechanism, counts: tuple[int, int], order: Order, run
     out = np.empty(runs, dtype=np.int64)
     for start in range(0, runs, CHUNK):
         n = min(CHUNK, runs - start)
-        out[start : start + n] = _encode(labels, mech.release(np.tile(present, n)).reshape(n, labels.size))
+        out[start : start + n] = _encode(labels, mech.release(np.tile(present, n)).reshape(n, labels.size), counts.size)
     return np.unique(out, return_counts=True)
 
 
@@ -267,21 +278,44 @@ def audit_mechanism(
     seed: int | None = None,
     order: Order = canonical_order,
 ) -> AuditReport:
-    """Audit ``factory(epsilon, delta, relation, noise)`` emitting bins in ``order`` (module docstring).
+    """Audit ``factory(epsilon, delta, trip sensitivity, noise)`` for one trip under ``relation`` on the
+    ``neighbouring_pairs``, emitting bins in ``order`` (module docstring).
 
-    ``runs`` fresh releases per input for the bounds (default 10^6), after ``selection_runs``
-    (default ``runs // 10``) to choose the events. ``seed``: ``SeededBits(seed)`` for a reproducible
-    audit (the false-alarm bound ``alpha`` holds for every seed), ``None``: ``SecureBits``.
+    ``seed``: ``SeededBits(seed)`` for a reproducible audit (the false-alarm bound ``alpha`` holds for every
+    seed), ``None``: ``SecureBits``.
+    """
+    relation = Relation(relation)
+    mech = factory(epsilon, delta, trip_sensitivity(relation), DiscreteLaplace(_bits(seed)))
+    pairs = neighbouring_pairs(relation, mech.describe()["min_released_count"])
+    return audit_pairs(mech, pairs, epsilon=epsilon, delta=delta, runs=runs, selection_runs=selection_runs,
+                       alpha=alpha, order=order, relation=relation)
+
+
+def _bits(seed: int | None):
+    return SecureBits() if seed is None else SeededBits(seed)
+
+
+def audit_pairs(
+    mech: HistogramMechanism,
+    pairs: Sequence[NeighbouringPair],
+    *,
+    epsilon: float,
+    delta: float,
+    runs: int = 10**6,
+    selection_runs: int | None = None,
+    alpha: float = 1e-6,
+    order: Order = canonical_order,
+    relation: Relation = Relation.ADD_REMOVE,
+) -> AuditReport:
+    """Audit ``mech`` against the claim (epsilon, delta) on explicit neighbouring histograms (module docstring).
+
+    ``runs`` fresh releases per input for the bounds (default 10^6), after ``selection_runs`` (default
+    ``runs // 10``) to choose the events.
     """
     started = time.perf_counter()
-    relation = Relation(relation)
     selection_runs = runs // 10 if selection_runs is None else selection_runs
     if runs < 1 or selection_runs < 1:
         raise ValueError("runs and selection_runs must be >= 1")
-    bits = SecureBits() if seed is None else SeededBits(seed)
-    mech = factory(epsilon, delta, trip_sensitivity(relation), DiscreteLaplace(bits))
-    description = mech.describe()
-    pairs = neighbouring_pairs(relation, description["min_released_count"])
     candidates = len(pairs) * 2 * (LEVELS.size + 1)
     level = alpha / (4 * candidates)
     events, epsilon_lower = [], 0.0
@@ -295,8 +329,8 @@ def audit_mechanism(
             epsilon_lower = max(epsilon_lower, *(b.epsilon_lower for b in bounds))
     worst = max(events, key=lambda b: b.violation_lower)
     return AuditReport(
-        mechanism=description,
-        relation=relation,
+        mechanism=mech.describe(),
+        relation=Relation(relation),
         epsilon=float(epsilon),
         delta=float(delta),
         runs=runs,

@@ -1,10 +1,11 @@
-"""The built-in empirical privacy audit, run against the configured mechanism before publishing."""
+"""The built-in empirical privacy audit, run against the configured unit and mechanism before publishing."""
 
 import dagster as dg
 
 from opal_dp.audit import audit_mechanism, membership_game
+from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for
 from opal_dp.audit.privacy_loss import trip_sensitivity
-from opal_dp.core import Relation, StabilityHistogram
+from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
 from opal_dp.defs.budget import PrivacyBudget
 
 AUDIT_RUNS = 10**6
@@ -12,30 +13,38 @@ AUDIT_RUNS = 10**6
 
 @dg.asset(group_name="report")
 def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
-    """10^6 releases on every neighbouring pair of the configured relation, with production noise.
+    """10^6 releases on every neighbouring pair of the configured unit, with production noise and, for card
+    units, the production contribution bounding in the path.
 
     Fails (and so blocks publishing) if any event shows P[M(D) in S] - e^eps P[M(D') in S] > delta at
-    1 - 1e-6 confidence, or if a count-1 bin is released more often than delta/k allows. Runs at
-    the audit's relaxed (eps, delta) = (1, 0.01); the formulas and sampler are those of the release.
+    1 - 1e-6 confidence. Runs at relaxed (eps, delta) (the audit's own, e.g. (1, 0.01)); the formulas,
+    bounding and samplers are those of the release.
     """
-    relation = Relation(privacy_budget.plan().relation)
-    report = audit_mechanism(StabilityHistogram, relation, runs=AUDIT_RUNS)
-    mech = StabilityHistogram(report.epsilon, report.delta, trip_sensitivity(relation))
-    membership = membership_game(mech, runs=AUDIT_RUNS)
+    plan = privacy_budget.plan()
+    if plan.unit is PrivacyUnit.TRIP:
+        report = audit_mechanism(StabilityHistogram, plan.relation, runs=AUDIT_RUNS)
+        mech = StabilityHistogram(report.epsilon, report.delta, trip_sensitivity(Relation(plan.relation)))
+        membership = membership_game(mech, runs=AUDIT_RUNS)
+        extra = {"membership_release_rate": membership.rate, "membership_upper_bound": membership.upper,
+                 "membership_allowed": membership.bound, "membership_exact": membership.exact}
+        passed, seconds = report.passed and membership.passed, report.seconds + membership.seconds
+    else:
+        mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds)
+        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=AUDIT_RUNS)
+        extra, passed, seconds = {"card_level_bounds": dg.MetadataValue.json(plan.bounds.describe())}, report.passed, report.seconds
     metadata = {
-        "relation": relation.value,
+        "privacy_unit": plan.unit.value,
+        "mechanism": report.mechanism["mechanism"],
+        "relation": report.relation.value,
         "audit_epsilon": report.epsilon,
         "audit_delta": report.delta,
         "runs_per_input": report.runs,
         "empirical_epsilon_lower_bound": report.epsilon_lower,
         "worst_event_pair": report.worst.pair.name,
         "worst_violation_upper": report.worst.violation_upper,
-        "membership_release_rate": membership.rate,
-        "membership_upper_bound": membership.upper,
-        "membership_allowed": membership.bound,
-        "membership_exact": membership.exact,
-        "seconds": report.seconds + membership.seconds,
+        **extra,
+        "seconds": seconds,
     }
-    if not (report.passed and membership.passed):
+    if not passed:
         raise dg.Failure(description="privacy audit FAILED: the mechanism leaks more than stated", metadata=metadata)
     return dg.MaterializeResult(metadata=metadata)

@@ -18,6 +18,13 @@ release_job = dg.define_asset_job(
 
 rollup_job = dg.define_asset_job(
     "rollup",
-    selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report"),
+    selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
+    - dg.AssetSelection.assets("unit_comparison"),
     description="Summarise the privacy ledger, publish the release, and report utility internally.",
+)
+
+compare_units_job = dg.define_asset_job(
+    "compare_units",
+    selection=dg.AssetSelection.assets("unit_comparison"),
+    description="Internal report: trip, card_day and card_period on the same data (not DP, never published).",
 )

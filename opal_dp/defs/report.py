@@ -11,7 +11,9 @@ from opal_dp.defs.metadata import column_schema
 from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.release import RELEASE_KEYS, TRUE_CELLS
 from opal_dp.release.marginals import MARGINALS, histograms_from_cells
-from opal_dp.release.schemas import UtilitySummary
+from opal_dp.release.schemas import UnitComparison, UtilitySummary
+from opal_dp.release.unit_comparison import comparison_plot, compare_units
+from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
@@ -47,3 +49,25 @@ def utility_report(true_cells: PartitionFrames, **released: PartitionFrames) -> 
         metadata["plot"] = dg.MetadataValue.md(f"![true vs released](data:image/png;base64,{base64.b64encode(plot).decode()})")
         metadata["plot_path"] = dg.MetadataValue.path(str(path))
     return dg.Output(summary, metadata=metadata)
+
+
+@dg.asset(
+    group_name="report",
+    io_manager_key="private_parquet",
+    metadata=column_schema(UnitComparison),
+    description="Internal, NOT differentially private: the three privacy units on the same data at the same "
+                "nominal budget (trips in released cells, released cells, relative error of cells >= 100, "
+                "suppressed mass). Never published.",
+)
+def unit_comparison(binned_trips: PartitionFrames, privacy_budget: PrivacyBudget) -> dg.Output[pd.DataFrame]:
+    """Run trip, card_day and card_period on the same binned trips, drawing noise once per cell (not charged:
+    nothing here is released)."""
+    days = {day: (lambda day=day: binned_trips[day]) for day in binned_trips if day in binned_trips}
+    table = UnitComparison.validate(compare_units(days, privacy_budget.epsilon, privacy_budget.delta,
+                                                  privacy_budget.bounds, privacy_budget.bounding_key()))
+    plot = comparison_plot(table)
+    return dg.Output(table, metadata={
+        "comparison (internal, not DP)": dg.MetadataValue.md(table.to_markdown(index=False, floatfmt=".4f")),
+        "plot": dg.MetadataValue.md(f"![units](data:image/png;base64,{base64.b64encode(plot).decode()})"),
+        "days": len(days),
+    })

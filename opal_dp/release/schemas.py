@@ -101,3 +101,20 @@ def schema_for(marginal: Marginal) -> type[pa.DataFrameModel]:
     return {(True, False): TimeRelease, (False, True): LocRelease, (True, True): TimeLocRelease}[
         (marginal.by_time, marginal.by_loc)
     ]
+
+
+class UnitComparison(pa.DataFrameModel):
+    """The three privacy units on the same data (internal report, not DP)."""
+
+    unit: Series[str] = pa.Field(isin=["trip", "card_day", "card_period"])
+    mechanism: Series[str]
+    share_of_trips_in_released_cells: Series[float] = pa.Field(ge=0, le=1, nullable=True)
+    released_cells: Series[int] = pa.Field(ge=0)
+    mean_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
+    median_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
+    suppressed_trips: Series[int] = pa.Field(ge=0)
+    share_dropped_by_bounding: Series[float] = pa.Field(ge=0, le=1)
+    trips: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True

@@ -43,3 +43,18 @@ def true_count_order(counts: np.ndarray) -> np.ndarray:
     is post-processing of the canonical release.
     """
     return np.argsort(-counts, kind="stable")
+
+
+class ThresholdIgnoresL0(StabilityHistogram):
+    """Card level: threshold ``linf + scale*ln(1/delta)``, as if a card touched one bin; with L0 fresh bins
+    the chance that one of them shows is about L0 times delta."""
+
+    def __init__(self, epsilon, delta, sensitivity, noise=None):
+        super().__init__(epsilon, delta, sensitivity, noise)
+        self.threshold = sensitivity.linf + self.scale * math.log(1 / self.delta)
+        self.min_released_count = math.ceil(self.threshold)
+
+
+def skip_bounding(trips, bounds):
+    """Card level: the card id is dropped but no contribution is bounded."""
+    return trips.drop(columns="card_id")

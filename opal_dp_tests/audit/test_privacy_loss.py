@@ -22,6 +22,7 @@ from opal_dp.audit import (
     membership_game,
     neighbouring_pairs,
 )
+from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.core import DiscreteLaplace, Relation, SeededBits, StabilityHistogram
 from opal_dp_tests.audit.planted import ScaleBug, ThresholdBug, true_count_order
 
@@ -29,7 +30,7 @@ RUNS = 10**6
 
 
 def seeded(factory, relation, seed=0):
-    return factory(AUDIT_EPSILON, AUDIT_DELTA, relation, DiscreteLaplace(SeededBits(seed)))
+    return factory(AUDIT_EPSILON, AUDIT_DELTA, trip_sensitivity(relation), DiscreteLaplace(SeededBits(seed)))
 
 
 # --- building blocks ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pandas as pd
 
 from opal_dp import settings
 from opal_dp.cli import run_release
-from opal_dp.core import PrivacyLedger
+from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.partitions import date_mode
 from opal_dp_tests.defs.conftest import DAYS
 
@@ -42,21 +42,24 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     assert [len(runs) for runs in results.values()] == [1, 1, 1]
     evaluations = results["release"][0].get_asset_check_evaluations()
     assert evaluations and all(e.passed for e in evaluations if e.check_name != "plausible_totals")
-    meta = {m.asset_key.to_user_string(): m.materialization.metadata
-            for m in results["release"][0].get_asset_materialization_events()}
+    meta = {}
+    for m in results["release"][0].get_asset_materialization_events():
+        meta.setdefault(m.asset_key.to_user_string(), m.materialization.metadata)
     assert meta["release/tap_on_time"]["epsilon"].value == 1.0
     assert meta["release/tap_on_time_loc"]["epsilon"].value == 2.0
     assert meta["release/tap_on_time_loc"]["noise_seeded"].value is False
-    assert "by_partition" in meta["release/tap_on_time"]
+    assert meta["release/tap_on_time"]["privacy_unit"].value == "trip"
+    assert any(key.startswith("by_partition") for key in meta["release/tap_on_time"])
 
 
 def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
-    entries = PrivacyLedger(settings.private_dir() / "ledger.sqlite").entries()
-    pairs = [(e.partition, e.marginal) for e in entries]
-    assert len(pairs) == len(set(pairs)) == 8 * 6
-    assert all(e.status == "complete" for e in entries)
+    ledger = PrivacyBudget().ledger()
+    charges = ledger.charges()
+    pairs = [(c.scope, c.marginal) for c in charges]
+    assert len(pairs) == len(set(pairs)) == 8 * 6 and {c.unit for c in charges} == {"trip"}
+    assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 48
     summary = pd.read_parquet(settings.private_dir() / "privacy_ledger.parquet")
-    assert summary["epsilon_spent"].tolist() == [8.0] * 8
+    assert summary["epsilon"].tolist() == [8.0] * 8
 
 
 def test_published_release_is_complete_and_says_it_is_not_seeded(released):
@@ -71,9 +74,9 @@ def test_published_release_is_complete_and_says_it_is_not_seeded(released):
 
 def test_rerun_reuses_every_release_without_new_charges(released):
     instance, _ = released
-    before = PrivacyLedger(settings.private_dir() / "ledger.sqlite").entries()
+    before = (PrivacyBudget().ledger().charges(), PrivacyBudget().ledger().draws())
     old = (settings.published_dir() / "latest" / "time-loc.csv").read_text()
     run_release(instance)
-    after = PrivacyLedger(settings.private_dir() / "ledger.sqlite").entries()
+    after = (PrivacyBudget().ledger().charges(), PrivacyBudget().ledger().draws())
     assert after == before
     assert (settings.published_dir() / "latest" / "time-loc.csv").read_text() == old
