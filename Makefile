@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 $(DAGSTER_HOME):
 	@mkdir -p $@ && touch $@/dagster.yaml
 
+# make release PRIVACY_UNIT=card_day (or card_period); default: trip, the 2016 release
 release: $(STAMP) | $(DAGSTER_HOME)
-	$(PY) -m opal_dp.cli release
+	$(PY) -m opal_dp.cli release $(if $(PRIVACY_UNIT),--privacy-unit $(PRIVACY_UNIT))
 
 # The browser test drives Debian's Chromium (Playwright cannot download browsers here).
 $(CHROMIUM):

@@ -11,6 +11,8 @@ from benchmarks import peers, report
 from benchmarks.dataset import ensure_fortnight
 from benchmarks.floor import run_floor
 from benchmarks.pipeline import run_pipeline
+from benchmarks.units import run_comparison
+from opal_dp.core import PrivacyUnit
 from opal_dp.synth.trips import DEFAULT_SEED
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
@@ -43,6 +45,14 @@ def _scales(text: str) -> list[float]:
     return values
 
 
+def _units(text: str) -> list[str]:
+    units = [u.strip() for u in text.split(",") if u.strip()]
+    known = [u.value for u in PrivacyUnit]
+    if not units or any(u not in known for u in units):
+        raise argparse.ArgumentTypeError(f"expected comma-separated units among {known}, got {text!r}")
+    return units
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="volume scale (1.0 = about 28 M trips a fortnight)")
@@ -55,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="leading days the row-level peers run on before extrapolation (default %(default)s)")
     parser.add_argument("--memory-limit-gb", type=float, default=min(16.0, 0.75 * report.memory_gib()),
                         help="address-space cap of each pipeline subprocess (default %(default).1f)")
+    parser.add_argument("--units", type=_units, default=["trip"],
+                        help="privacy units to run the pipeline under, e.g. trip,card_day,card_period (default trip)")
+    parser.add_argument("--compare-units", action="store_true",
+                        help="also run the internal unit comparison (utility of the three units on the same data)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.peer_days < 1:
         parser.error("--repeat and --peer-days must be at least 1")
@@ -81,43 +95,20 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
     }
     print(f"  floor {floor['seconds']:.2f} s", file=sys.stderr)
     entry = {"scale": scale, "seed": args.seed, "trips": fortnight.rows, "raw_dir": str(fortnight.raw_dir),
-             "floor": floor, "pipeline": None, "pipeline_error": None, "peers": {}, "ratios": {}}
-    repeats = []
-    for i in range(args.repeat):
-        run_dir = args.out / "runs" / f"scale-{scale:g}" / f"repeat-{i}"
-        try:
-            repeats.append(run_pipeline(fortnight.raw_dir, run_dir, int(args.memory_limit_gb * 2**30)))
-        except RuntimeError as err:
-            entry["pipeline_error"] = str(err)
-            break
-        if repeats[-1]["error"]:
-            entry["pipeline_error"] = repeats[-1]["error"]
-            entry["pipeline_partial"] = {job: run["wall_s"] for job, run in repeats[-1]["runs"].items()}
-            entry["pipeline_partial_steps"] = {step: seconds for run in repeats[-1]["runs"].values()
-                                               for step, seconds in run["steps"].items()}
-            break
-        print(f"  pipeline repeat {i}: {repeats[-1]['wall_s']:.1f} s, "
-              f"peak RSS {repeats[-1]['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr)
-    if entry["pipeline_error"]:
-        print(f"  pipeline FAILED: {entry['pipeline_error']}", file=sys.stderr)
-    else:
-        wall = report.median([r["wall_s"] for r in repeats])
-        steps = {k for r in repeats for run in r["runs"].values() for k in run["steps"]}
-        entry["pipeline"] = {
-            "wall_s": wall,
-            "s_per_m_trips": wall / millions,
-            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in repeats),
-            "runs": {job: report.median([r["runs"][job]["wall_s"] for r in repeats]) for job in repeats[0]["runs"]},
-            "steps": {k: report.median([run["steps"][k] for r in repeats for run in r["runs"].values()
-                                        if k in run["steps"]]) for k in sorted(steps)},
-            "repeats": repeats,
-            "blocking_checks_passed": all(r["blocking_checks_passed"] for r in repeats),
-            "ledger": repeats[-1]["ledger"],
-        }
-        entry["ratios"]["pipeline_over_floor"] = wall / floor["seconds"]
-        if repeats[0]["rows_accepted"] != floor["rows"]:
-            entry["pipeline_error"] = (f"pipeline accepted {repeats[0]['rows_accepted']:,} trips, the floor counted "
-                                       f"{floor['rows']:,}: the two did not release the same data")
+             "floor": floor, "pipeline": None, "pipeline_error": None, "units": {}, "peers": {}, "ratios": {}}
+    for unit in args.units:
+        result = _pipeline(args, fortnight, scale, unit, millions, floor)
+        entry["units"][unit] = result
+        if result.get("error"):
+            entry["pipeline_error"] = f"{unit}: {result['error']}"
+    if "trip" in entry["units"] and not entry["units"]["trip"].get("error"):
+        entry["pipeline"] = entry["units"]["trip"]
+        entry["ratios"]["pipeline_over_floor"] = entry["pipeline"]["wall_s"] / floor["seconds"]
+        for unit, result in entry["units"].items():
+            if unit != "trip" and not result.get("error"):
+                entry["ratios"][f"{unit}_over_trip"] = result["wall_s"] / entry["pipeline"]["wall_s"]
+    if args.compare_units:
+        entry["unit_comparison"] = run_comparison(fortnight.raw_dir)
     if not args.no_peers:
         for name, peer in peers.PEERS.items():
             subset = files[: args.peer_days] if name in peers.EXTRAPOLATE_BY else files
@@ -137,6 +128,40 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
             print(f"  {name}: {result.seconds:.1f} s on {result.days} day(s), {full:.1f} s for the fortnight",
                   file=sys.stderr)
     return entry
+
+
+def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, millions: float, floor: dict) -> dict:
+    """``--repeat`` runs of the pipeline under ``unit``: medians, or the error of the first failed repeat."""
+    repeats = []
+    for i in range(args.repeat):
+        run_dir = args.out / "runs" / f"scale-{scale:g}" / unit / f"repeat-{i}"
+        try:
+            repeats.append(run_pipeline(fortnight.raw_dir, run_dir, int(args.memory_limit_gb * 2**30), unit))
+        except RuntimeError as err:
+            return {"error": str(err)}
+        if repeats[-1]["error"]:
+            print(f"  {unit} pipeline FAILED: {repeats[-1]['error']}", file=sys.stderr)
+            return {"error": repeats[-1]["error"],
+                    "partial": {job: run["wall_s"] for job, run in repeats[-1]["runs"].items()}}
+        print(f"  {unit} pipeline repeat {i}: {repeats[-1]['wall_s']:.1f} s, "
+              f"peak RSS {repeats[-1]['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr)
+    wall = report.median([r["wall_s"] for r in repeats])
+    steps = {k for r in repeats for run in r["runs"].values() for k in run["steps"]}
+    result = {
+        "wall_s": wall,
+        "s_per_m_trips": wall / millions,
+        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in repeats),
+        "runs": {job: report.median([r["runs"][job]["wall_s"] for r in repeats]) for job in repeats[0]["runs"]},
+        "steps": {k: report.median([run["steps"][k] for r in repeats for run in r["runs"].values()
+                                    if k in run["steps"]]) for k in sorted(steps)},
+        "repeats": repeats,
+        "blocking_checks_passed": all(r["blocking_checks_passed"] for r in repeats),
+        "ledger": repeats[-1]["ledger"],
+    }
+    if repeats[0]["rows_accepted"] != floor["rows"]:
+        result["error"] = (f"pipeline accepted {repeats[0]['rows_accepted']:,} trips, the floor counted "
+                           f"{floor['rows']:,}: the two did not release the same data")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

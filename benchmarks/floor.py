@@ -119,7 +119,7 @@ class FloorResult:
 def run_floor(files: list[Path]) -> FloorResult:
     started = time.perf_counter()
     labels = Labels.load()
-    mechanisms = PrivacyBudget().mechanisms()
+    mechanisms = PrivacyBudget().plan().mechanisms
     read_bin = count = noise = 0.0
     rows = 0
     present_total = {m.name: 0 for m in MARGINALS}

@@ -62,13 +62,14 @@ def opendp_threshold(files: list[Path]) -> PeerResult:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    ours = PrivacyBudget().mechanisms()
+    ours = PrivacyBudget().plan().mechanisms
     space = (dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64)),
              dp.l01inf_distance(dp.absolute_distance(T=dp.i64)))
     measurements = {}
     for name, mechanism in ours.items():
         m = dp.m.make_laplace_threshold(*space, scale=mechanism.scale, threshold=mechanism.min_released_count)
-        epsilon, delta = m.map((2, 2, 1))
+        sens = mechanism.sensitivity
+        epsilon, delta = m.map((sens.l0, sens.l1, sens.linf))
         if epsilon > mechanism.epsilon * (1 + 1e-9) or delta > mechanism.delta:
             raise ValueError(f"OpenDP's map gives ({epsilon}, {delta}) for {name}, "
                              f"above ({mechanism.epsilon}, {mechanism.delta})")

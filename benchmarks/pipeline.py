@@ -24,8 +24,8 @@ from opal_dp.release.publish import LATEST
 REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pipeline`` resolves
 
 
-def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int) -> dict:
-    """Run the pipeline once over ``raw_dir``; private intermediates are removed afterwards, the
+def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: str = "trip") -> dict:
+    """Run the pipeline once over ``raw_dir`` under privacy ``unit``; private intermediates are removed afterwards, the
     published release is kept under ``run_dir/data/published``. The child's address space is capped
     at ``memory_limit_bytes`` so that a runaway step fails the repeat (MemoryError) instead of
     calling the kernel's OOM killer onto a shared machine."""
@@ -38,7 +38,7 @@ def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int) -> dict:
     env = {**os.environ, settings.DATA_DIR_ENV: str(data)}
     started = time.perf_counter()
     with open(log, "wb") as out:  # Dagster's event log: kept beside the result, not printed
-        child = subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", str(data), str(result_file)],
+        child = subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", str(data), str(result_file), unit],
                                  stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
                                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes,) * 2))
         _, status, usage = os.wait4(child.pid, 0)
@@ -62,17 +62,21 @@ def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int) -> dict:
     }
 
 
-def _measure_release() -> dict:
-    """In the child: run the release and collect run/step durations from the instance, also those of
-    the runs that completed before a failed one (``error`` then says which)."""
+def _measure_release(unit: str) -> dict:
+    """In the child: run the release under ``unit`` and collect run/step durations from the instance, also
+    those of the runs that completed before a failed one (``error`` then says which)."""
     import dagster as dg
 
     from opal_dp.cli import run_release
+    from opal_dp.prep.ingest import raw_files
 
+    budget = {"privacy_unit": unit}
+    if unit == "card_period":
+        budget["period"] = ",".join(sorted(raw_files(settings.raw_dir())))
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
         try:
-            results = run_release(instance)
+            results = run_release(instance, budget=budget)
             error = None
         except SystemExit as failed:  # run_release's report of a failed run
             results, error = {}, str(failed)
@@ -93,7 +97,7 @@ def _measure_release() -> dict:
         "runs": runs,
         "rows_accepted": rows_accepted,
         "blocking_checks_passed": all(e.passed for e in checks if e.check_name != "plausible_totals") and bool(checks),
-        "ledger": _ledger_summary(),
+        "ledger": _ledger_summary(budget),
         "published_files": {p.name: _lines(p) - 1 for p in sorted(published.iterdir()) if p.suffix == ".csv"}
         if published.exists() else {},
     }
@@ -107,15 +111,21 @@ def _rows_accepted(instance) -> int | None:
     return int(event.asset_materialization.metadata["rows_accepted"].value) if event else None
 
 
-def _ledger_summary() -> dict:
-    """Charges in the ledger: exactly one per (partition, marginal) is what a clean release leaves."""
-    from opal_dp.core import PrivacyLedger
+def _ledger_summary(budget: dict) -> dict:
+    """Draws and charges in the ledger: one draw per (partition, marginal) and one charge per (scope,
+    marginal) is what a clean release leaves; and what one unit pays per scope at most."""
+    from opal_dp.defs.budget import PrivacyBudget
 
-    path = settings.private_dir() / "ledger.sqlite"
-    entries = PrivacyLedger(path).entries() if path.exists() else []
-    pairs = [(e.partition, e.marginal) for e in entries]
-    return {"charges": len(pairs), "distinct_partition_marginal": len(set(pairs)),
-            "complete": sum(e.status == "complete" for e in entries)}
+    if not (settings.private_dir() / "ledger.sqlite").exists():
+        return {}
+    ledger = PrivacyBudget(**budget).ledger()
+    draws, charges = ledger.draws(), {c.id: c for c in ledger.charges()}
+    pairs = [(d.part, charges[d.charge_id].marginal) for d in draws]
+    scopes = ledger.summary()
+    return {"draws": len(pairs), "distinct_partition_marginal": len(set(pairs)), "charges": len(charges),
+            "scopes": len(scopes), "complete": sum(d.status == "complete" for d in draws),
+            "max_epsilon_per_unit": max((s.guarantee.epsilon for s in scopes), default=0.0),
+            "max_delta_per_unit": max((s.guarantee.delta for s in scopes), default=0.0)}
 
 
 def _lines(path: Path) -> int:
@@ -127,6 +137,6 @@ if __name__ == "__main__":
     data_dir, result_path = map(Path, sys.argv[1:3])
     if settings.data_dir() != data_dir:
         raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {settings.data_dir()}")
-    measured = _measure_release()
+    measured = _measure_release(sys.argv[3] if len(sys.argv) > 3 else "trip")
     result_path.write_text(json.dumps(measured, indent=2) + "\n")
     sys.exit(1 if measured["error"] else 0)

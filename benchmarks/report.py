@@ -85,7 +85,7 @@ def markdown(results: dict) -> str:
     for s in results["scales"]:
         p = s["pipeline"]
         if p is None:
-            done = s.get("pipeline_partial", {})
+            done = s.get("units", {}).get("trip", {}).get("partial", {})
             lines.append(f"| {s['scale']:g} | {s['trips']:,} | FAILED (see below) | | | "
                          + " | ".join(_fmt(done.get(job)) for job in ("private_stages", "release", "rollup"))
                          + f" | {_fmt(s['floor']['seconds'], 2)} | |")
@@ -104,15 +104,59 @@ def markdown(results: dict) -> str:
             ledger = s["pipeline"]["ledger"]
             lines.append(
                 f"- scale {s['scale']:g}: blocking checks {'all passed' if s['pipeline']['blocking_checks_passed'] else 'FAILED'}; "
-                f"{ledger['charges']} charges for {ledger['distinct_partition_marginal']} (partition, marginal) pairs, "
-                f"{ledger['complete']} complete"
+                f"{ledger['draws']} draws for {ledger['distinct_partition_marginal']} (partition, marginal) pairs, "
+                f"{ledger['complete']} complete, {ledger['charges']} charges over {ledger['scopes']} scopes"
             )
     lines += ["", "Slowest steps (seconds, median over repeats; of the completed runs where the pipeline failed):", ""]
     for s in results["scales"]:
-        steps = s["pipeline"]["steps"] if s["pipeline"] else s.get("pipeline_partial_steps", {})
+        steps = s["pipeline"]["steps"] if s["pipeline"] else {}
         if steps:
             ranked = sorted(steps.items(), key=lambda kv: -kv[1])
             lines.append(f"- scale {s['scale']:g}: " + ", ".join(f"{k} {v:.1f}" for k, v in ranked))
+    unit_rows = [(s, unit, r) for s in results["scales"] for unit, r in s.get("units", {}).items() if len(s["units"]) > 1]
+    if unit_rows:
+        lines += [
+            "",
+            "## Privacy units (same fortnight, default nominal budget per scope)",
+            "",
+            "| scale | unit | end to end s | vs trip | peak RSS GB | private_stages s | release s | rollup s | checks | "
+            "charges / scopes | max ε per unit | max δ per unit |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s, unit, r in unit_rows:
+            if r.get("error"):
+                lines.append(f"| {s['scale']:g} | {unit} | FAILED: {r['error'][:80]} | | | | | | | | | |")
+                continue
+            ratio = s["ratios"].get(f"{unit}_over_trip", 1.0 if unit == "trip" else None)
+            ledger, runs = r["ledger"], r["runs"]
+            lines.append(
+                f"| {s['scale']:g} | {unit} | {_fmt(r['wall_s'])} | {_fmt(ratio, 2, '×')} | "
+                f"{_fmt(r['peak_rss_bytes'] / 1e9, 2)} | "
+                + " | ".join(_fmt(runs.get(job)) for job in ("private_stages", "release", "rollup"))
+                + f" | {'passed' if r['blocking_checks_passed'] else 'FAILED'} | {ledger['charges']} / {ledger['scopes']} | "
+                f"{ledger['max_epsilon_per_unit']:.4g} | {ledger['max_delta_per_unit']:.3g} |"
+            )
+    comparisons = [(s, s["unit_comparison"]) for s in results["scales"] if s.get("unit_comparison")]
+    if comparisons:
+        lines += [
+            "",
+            "## Utility of the units on the same data (internal, not DP; time x location cells, both taps)",
+            "",
+            "| scale | unit | mechanism | trips in released cells | vs trip | released cells | mean rel. error (≥100) | "
+            "median rel. error (≥100) | suppressed trips | dropped by bounding |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s, comparison in comparisons:
+            rows = {row["unit"]: row for row in comparison["rows"]}
+            base = rows.get("trip", {}).get("share_of_trips_in_released_cells")
+            for unit, row in rows.items():
+                share = row["share_of_trips_in_released_cells"]
+                lines.append(
+                    f"| {s['scale']:g} | {unit} | {row['mechanism']} | {share:.3f} | "
+                    f"{_fmt(share / base if base else None, 2, '×')} | {row['released_cells']:,} | "
+                    f"{row['mean_relative_error']:.4f} | {row['median_relative_error']:.4f} | "
+                    f"{row['suppressed_trips']:,} | {row['share_dropped_by_bounding']:.4%} |"
+                )
     peer_rows = [(s, name, peer) for s in results["scales"] for name, peer in s["peers"].items()]
     if peer_rows:
         lines += [

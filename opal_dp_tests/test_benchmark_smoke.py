@@ -14,7 +14,8 @@ PIPELINE_RUNS = {"private_stages", "release", "rollup"}
 
 @pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
-    assert main(["--scale", "0.005", "--no-peers", "--repeat", "1", "--out", str(tmp_path)]) == 0
+    assert main(["--scale", "0.005", "--no-peers", "--repeat", "1", "--out", str(tmp_path),
+                 "--units", "trip,card_day", "--compare-units"]) == 0
 
     results = json.loads((tmp_path / "results.json").read_text())
     assert {"command", "repeat", "machine", "scales", "notes"} <= results.keys()
@@ -25,13 +26,18 @@ def test_benchmark_smoke(tmp_path):
     assert scale["floor"]["rows"] == scale["trips"]
     pipeline = scale["pipeline"]
     assert set(pipeline["runs"]) == PIPELINE_RUNS
-    assert {"ingest", "sbh_release", "published_release"} <= pipeline["steps"].keys()
+    assert {"ingest", "bounded_trips", "release_marginals", "published_release"} <= pipeline["steps"].keys()
     assert pipeline["wall_s"] > 0 and pipeline["peak_rss_bytes"] > 0 and pipeline["s_per_m_trips"] > 0
     assert scale["ratios"]["pipeline_over_floor"] > 0
     (repeat,) = pipeline["repeats"]
     assert repeat["rows_accepted"] == scale["trips"]
 
-    latest = tmp_path / "runs" / "scale-0.005" / "repeat-0" / "data" / "published" / "latest"
+    assert scale["units"]["card_day"]["ledger"]["scopes"] == 14 and scale["ratios"]["card_day_over_trip"] > 0
+    comparison = {row["unit"]: row for row in scale["unit_comparison"]["rows"]}
+    assert set(comparison) == {"trip", "card_day", "card_period"}
+    assert comparison["trip"]["share_dropped_by_bounding"] == 0 < comparison["card_day"]["share_dropped_by_bounding"]
+
+    latest = tmp_path / "runs" / "scale-0.005" / "trip" / "repeat-0" / "data" / "published" / "latest"
     assert latest.is_symlink() and sorted(p.name for p in latest.iterdir()) == sorted(FILES)
     assert set(repeat["published_files"]) == {f"{t}.csv" for t in TABLES}
     assert all(rows > 0 for rows in repeat["published_files"].values())
@@ -41,3 +47,4 @@ def test_benchmark_smoke(tmp_path):
     assert "| scale | trips | end to end s |" in markdown
     assert f"| 0.005 | {scale['trips']:,} |" in markdown
     assert "Machine: " in markdown
+    assert "## Privacy units" in markdown and "## Utility of the units on the same data" in markdown
