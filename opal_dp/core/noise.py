@@ -44,13 +44,20 @@ def _check_scale(scale: float) -> float:
 
 
 def _floor_scaled_power(inv_scale: Fraction, k: int, bits: int) -> int:
-    """Exactly ``floor(exp(-k * inv_scale) * 2**bits)`` for ``k >= 1``.
+    """Exactly ``floor(exp(-k * inv_scale) * 2**bits)`` for ``k >= 1``."""
+    return floor_exp_neg(k * inv_scale, bits)
+
+
+def floor_exp_neg(x: Fraction, bits: int) -> int:
+    """Exactly ``floor(exp(-x) * 2**bits)`` for a rational ``x > 0``.
 
     Lower/upper bounds from directed rounding; ``Decimal.exp`` is correctly rounded (error at
-    most half an ulp, so relative at most ``10**(1 - prec)``). The true value is irrational, so raising
-    the precision eventually puts both bounds in the same unit interval.
+    most half an ulp, so relative at most ``10**(1 - prec)``). ``exp(-x)`` is irrational for rational
+    ``x != 0`` (Lindemann), so raising the precision eventually puts both bounds in the same unit interval.
     """
-    num, den = k * inv_scale.numerator, inv_scale.denominator
+    if not x > 0:
+        raise ValueError(f"x must be a positive rational, got {x!r}")
+    num, den = x.numerator, x.denominator
     prec = 40 + bits // 3
     while True:
         with localcontext() as ctx:

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from opal_dp.core.discrete_gaussian import min_released_count
+from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram, sigma_for
 from opal_dp.core.sbh import StabilityHistogram
 
 
@@ -58,3 +60,21 @@ class ThresholdIgnoresL0(StabilityHistogram):
 def skip_bounding(trips, bounds):
     """Card level: the card id is dropped but no contribution is bounded."""
     return trips.drop(columns="card_id")
+
+
+class SigmaIgnoresLinf(GaussianThresholdHistogram):
+    """The Gaussian's sigma from l0 instead of l2_squared, as if every bin moved by at most 1: a card piling
+    linf trips into one bin costs linf times the stated rho."""
+
+    def __init__(self, rho, delta, sensitivity, noise=None):
+        super().__init__(rho, delta, sensitivity, noise)
+        self.sigma = self.scale = sigma_for(self.rho, sensitivity.l0)
+        self.min_released_count = min_released_count(self.sigma, sensitivity.l0, sensitivity.linf, self.delta)
+
+
+class GaussianThresholdIgnoresL0(GaussianThresholdHistogram):
+    """The Gaussian's threshold computed as if a card touched one bin."""
+
+    def __init__(self, rho, delta, sensitivity, noise=None):
+        super().__init__(rho, delta, sensitivity, noise)
+        self.min_released_count = min_released_count(self.sigma, 1, sensitivity.linf, self.delta)

@@ -9,10 +9,25 @@ from __future__ import annotations
 
 import pytest
 
-from opal_dp.audit.card_level import audit_card_level, neighbouring_histograms, real_bounding, scenarios
+from opal_dp.audit.card_level import (
+    GAUSSIAN_CLAIM,
+    audit_card_level,
+    audit_mechanism_for,
+    neighbouring_histograms,
+    real_bounding,
+    scenarios,
+)
 from opal_dp.core import ContributionBounds, DiscreteLaplace, PrivacyUnit, Relation, SeededBits, sensitivity
+from opal_dp.core.accounting import zcdp_rho_for
+from opal_dp.core.discrete_gaussian import DiscreteGaussian
+from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
 from opal_dp.core.sbh import StabilityHistogram
-from opal_dp_tests.audit.planted import ThresholdIgnoresL0, skip_bounding
+from opal_dp_tests.audit.planted import (
+    GaussianThresholdIgnoresL0,
+    SigmaIgnoresLinf,
+    ThresholdIgnoresL0,
+    skip_bounding,
+)
 
 RUNS = 10**6
 BOUNDS = ContributionBounds(max_trips_per_card_day=4, max_per_bin=2)
@@ -57,3 +72,46 @@ def test_planted_card_level_bug_is_caught(factory, bounding, caught_on):
     assert not report.passed
     flagged = {e.pair.name for e in report.events if e.violation_lower > DELTA}
     assert caught_on <= flagged, flagged
+
+
+GAUSS_BOUNDS = ContributionBounds(max_trips_per_card_day=3, max_per_bin=3)  # a card can pile 3 trips into a bin
+
+
+SPREAD_BOUNDS = ContributionBounds(max_trips_per_card_day=6, max_per_bin=1)  # a card can fill 6 fresh bins
+
+
+def gaussian(factory=GaussianThresholdHistogram, seed=0, bounds=GAUSS_BOUNDS):
+    epsilon, delta = GAUSSIAN_CLAIM
+    sens = sensitivity(PrivacyUnit.CARD_DAY, Relation.ADD_REMOVE, bounds)
+    return factory(zcdp_rho_for(epsilon, delta / 2), delta / 2, sens, DiscreteGaussian(SeededBits(seed)))
+
+
+def test_the_audited_gaussian_is_the_production_construction():
+    mech, epsilon, delta = audit_mechanism_for("gaussian", GAUSS_BOUNDS)
+    assert (epsilon, delta) == GAUSSIAN_CLAIM and mech.describe() | {"seeded": True} == gaussian().describe()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bounds", [GAUSS_BOUNDS, SPREAD_BOUNDS])
+def test_real_gaussian_passes_at_card_level(bounds):
+    epsilon, delta = GAUSSIAN_CLAIM
+    report = audit_card_level(gaussian(seed=1, bounds=bounds), bounds, epsilon=epsilon, delta=delta, runs=RUNS)
+    assert report.passed, report.worst
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "factory, bounding, bounds, caught_on",
+    [
+        pytest.param(GaussianThresholdHistogram, skip_bounding, GAUSS_BOUNDS, {"pile"}, id="bounding-skipped"),
+        pytest.param(SigmaIgnoresLinf, real_bounding, GAUSS_BOUNDS, {"pile"}, id="sigma-ignores-Linf"),
+        pytest.param(GaussianThresholdIgnoresL0, real_bounding, SPREAD_BOUNDS, {"fresh bins"},
+                     id="threshold-ignores-L0"),
+    ],
+)
+def test_planted_gaussian_bug_is_caught(factory, bounding, bounds, caught_on):
+    epsilon, delta = GAUSSIAN_CLAIM
+    report = audit_card_level(gaussian(factory, seed=2, bounds=bounds), bounds, epsilon=epsilon, delta=delta,
+                              bounding=bounding, runs=RUNS)
+    flagged = {e.pair.name for e in report.events if e.violation_lower > delta}
+    assert not report.passed and caught_on <= flagged, flagged

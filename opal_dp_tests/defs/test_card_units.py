@@ -83,7 +83,7 @@ def release(raw, root, unit: str):
 @pytest.fixture(scope="module")
 def releases(raw_days, tmp_path_factory):
     root = tmp_path_factory.mktemp("units")
-    return {unit: release(raw_days, root / unit, unit) for unit in ("trip", "card_day")}
+    return {unit: release(raw_days, root / unit, unit) for unit in ("trip", "card_day", "card_period")}
 
 
 def heavy_cell(time_loc: pd.DataFrame) -> int:
@@ -94,7 +94,7 @@ def heavy_cell(time_loc: pd.DataFrame) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("unit", ["trip", "card_day"])
+@pytest.mark.parametrize("unit", ["trip", "card_day", "card_period"])
 def test_each_unit_publishes_a_complete_checked_release(releases, unit):
     results, statement, _, ledger = releases[unit]
     evaluations = results["release"][0].get_asset_check_evaluations()
@@ -106,6 +106,13 @@ def test_each_unit_publishes_a_complete_checked_release(releases, unit):
         assert scopes == set(DAYS) and len(ledger.charges()) == 2 * 6  # one charge per date and marginal
         assert statement["privacy_unit"]["relation"] == "add_remove"
         assert statement["worked_examples"][0]["epsilon"] == pytest.approx(10 * statement["guarantee"]["epsilon"])
+    elif unit == "card_period":
+        assert scopes == {f"{DAYS[0]}..{DAYS[-1]}"} and len(ledger.charges()) == 6  # one charge per marginal
+        g = statement["guarantee"]
+        assert g["epsilon"] <= 8.0 * (1 + 1e-9) and g["delta"] <= 1e-6 and g["scopes"][0]["rho"] > 0
+        assert {m["noise"] for m in statement["marginals"]} == {"discrete_gaussian"}
+        assert statement["worked_examples"][0]["epsilon"] == g["epsilon"]  # the commuter: the period's guarantee
+        assert statement["privacy_unit"]["contribution_bounds"]["period_days"] == 2
     else:
         assert len(scopes) == 8 and len(ledger.charges()) == 8 * 6
     meta = {}
