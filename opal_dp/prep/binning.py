@@ -69,8 +69,8 @@ def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
 
 
 def card_days_of(binned: pd.DataFrame) -> pd.DataFrame:
-    """The distinct card ids of one day's binned trips, sorted."""
-    return CardDays.validate(pd.DataFrame({"card_id": np.unique(binned["card_id"].to_numpy(np.int64))}))
+    """The distinct card ids of one day's binned trips (hash-based, in first-seen order)."""
+    return CardDays.validate(pd.DataFrame({"card_id": pd.unique(binned["card_id"].to_numpy(np.int64))}))
 
 
 def _label_codes(stops: pd.DataFrame, categories: list[str]) -> np.ndarray:

@@ -95,9 +95,9 @@ class CardBinnedTrips(BinnedTrips):
 
 
 class CardDays(pa.DataFrameModel):
-    """The distinct card ids that travelled on one service day (private)."""
+    """The distinct card ids that travelled on one service day (private; distinct by construction)."""
 
-    card_id: Series[int] = pa.Field(gt=0, unique=True)
+    card_id: Series[int] = pa.Field(gt=0)
 
     class Config:
         strict = True
