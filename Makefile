@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test]"
 	@touch $@
 
-$(DAGSTER_HOME):
-	@mkdir -p $@ && touch $@/dagster.yaml
+$(DAGSTER_HOME): | $(STAMP)
+	@$(PY) -m opal_dp.cli dagster-home $@ >/dev/null
 
 # make release PRIVACY_UNIT=card_day (or card_period); default: trip, the 2016 release
 release: $(STAMP) | $(DAGSTER_HOME)
@@ -32,8 +32,10 @@ $(CHROMIUM):
 test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest
 
+# The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it).
+UI_HOST ?= 127.0.0.1
 ui: $(STAMP) | $(DAGSTER_HOME)
-	$(VENV)/bin/dagster dev -w workspace.yaml
+	$(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)

@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 
 from opal_dp import settings
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.release.publish import LATEST
 
 REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pipeline`` resolves
+STORAGE = OpalStorage(data_dir=str(settings.data_dir_from_env()))  # the child's data directory (set by the parent)
 
 
 def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: str = "trip") -> dict:
@@ -72,7 +74,7 @@ def _measure_release(unit: str) -> dict:
 
     budget = {"privacy_unit": unit}
     if unit == "card_period":
-        budget["period"] = ",".join(sorted(raw_files(settings.raw_dir())))
+        budget["period"] = ",".join(sorted(raw_files(STORAGE.raw_dir)))
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
         try:
@@ -82,15 +84,16 @@ def _measure_release(unit: str) -> dict:
             results, error = {}, str(failed)
         total = time.perf_counter() - started
         checks = [e for r in results.get("release", []) for e in r.get_asset_check_evaluations()]
-        runs = {}
+        runs = {}  # per job, summed over its runs (the release job runs once per mode)
         for run in sorted(instance.get_runs(), key=lambda r: instance.get_run_stats(r.run_id).start_time):
             stats = instance.get_run_stats(run.run_id)
-            runs[run.job_name] = {
-                "wall_s": stats.end_time - stats.start_time,
-                "steps": {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(run.run_id)},
-            }
+            job = runs.setdefault(run.job_name, {"wall_s": 0.0, "runs": 0, "steps": {}})
+            job["wall_s"] += stats.end_time - stats.start_time
+            job["runs"] += 1
+            for step in instance.get_run_step_stats(run.run_id):
+                job["steps"][step.step_key] = job["steps"].get(step.step_key, 0.0) + step.end_time - step.start_time
         rows_accepted = _rows_accepted(instance)
-    published = settings.published_dir() / LATEST
+    published = STORAGE.published_dir / LATEST
     return {
         "error": error,
         "run_release_s": total,
@@ -104,11 +107,13 @@ def _measure_release(unit: str) -> dict:
 
 
 def _rows_accepted(instance) -> int | None:
-    """Trips that passed ingest, from the ingest step's metadata (the floor's rows should match)."""
+    """Trips that passed ingest, summed over the days' ingest metadata (the floor's rows should match)."""
     import dagster as dg
 
-    event = instance.get_latest_materialization_event(dg.AssetKey("ingested_trips"))
-    return int(event.asset_materialization.metadata["rows_accepted"].value) if event else None
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("ingested_trips")),
+                                              limit=10_000, ascending=True).records
+    latest = {r.partition_key: r.asset_materialization.metadata["rows_accepted"].value for r in records}
+    return sum(latest.values()) if latest else None
 
 
 def _ledger_summary(budget: dict) -> dict:
@@ -116,9 +121,9 @@ def _ledger_summary(budget: dict) -> dict:
     marginal) is what a clean release leaves; and what one unit pays per scope at most."""
     from opal_dp.defs.budget import PrivacyBudget
 
-    if not (settings.private_dir() / "ledger.sqlite").exists():
+    if not (STORAGE.private_dir / "ledger.sqlite").exists():
         return {}
-    ledger = PrivacyBudget(**budget).ledger()
+    ledger = PrivacyBudget(**budget).ledger(STORAGE)
     draws, charges = ledger.draws(), {c.id: c for c in ledger.charges()}
     pairs = [(d.part, charges[d.charge_id].marginal) for d in draws]
     scopes = ledger.summary()
@@ -135,8 +140,8 @@ def _lines(path: Path) -> int:
 
 if __name__ == "__main__":
     data_dir, result_path = map(Path, sys.argv[1:3])
-    if settings.data_dir() != data_dir:
-        raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {settings.data_dir()}")
+    if settings.data_dir_from_env() != data_dir.absolute():
+        raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {settings.data_dir_from_env()}")
     measured = _measure_release(sys.argv[3] if len(sys.argv) > 3 else "trip")
     result_path.write_text(json.dumps(measured, indent=2) + "\n")
     sys.exit(1 if measured["error"] else 0)

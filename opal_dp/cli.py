@@ -1,65 +1,114 @@
-"""``python -m opal_dp.cli``: run the whole pipeline over every raw day (``release``), or administer the
-privacy ledger (``ledger show``, ``ledger raise-cap``).
+"""``python -m opal_dp.cli``: release the raw days end to end (``release``), administer the privacy ledger
+(``ledger show``, ``ledger raise-cap``), or prepare a Dagster home (``dagster-home``).
 
-``release`` makes one run per partitioning scheme (daily private stages, (date, mode) release, roll-up),
-each over the full range of partitions thanks to single-run backfill policies: no process per partition.
+``release`` makes the runs of ``opal_dp.defs.jobs.run_plan``, the same runs a UI backfill of every asset makes:
+one for the daily private stages, one per mode for the (date, mode) release, one for the roll-up. It prints a
+progress bar per run and a short summary; the full event log goes to ``private/logs/`` (``--verbose`` shows it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+import warnings
 from collections.abc import Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
 
 import dagster as dg
 
 from opal_dp import settings
 from opal_dp.core import PrivacyUnit
-from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, date_mode, service_dates
+from opal_dp.defs.jobs import run_plan
+from opal_dp.defs.logs import STEP_LISTENERS
+from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.prep.ingest import raw_files
 from opal_dp.release.plan import MECHANISMS
 
 BUDGET = "privacy_budget"
+DAGSTER_YAML = """\
+# Written by opal_dp: no telemetry (a privacy product phones nobody), and one run at a time on the ledger.
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: 1
+"""
+STAGE_NAMES = {"private_stages": "private stages", "release": "release", "rollup": "roll-up"}
 
 
 def run_release(
-    instance: dg.DagsterInstance, dates: list[str] | None = None, budget: Mapping[str, object] | None = None
+    instance: dg.DagsterInstance,
+    dates: list[str] | None = None,
+    budget: Mapping[str, object] | None = None,
+    data_dir: Path | None = None,
+    log_file: Path | None = None,
+    progress: bool = False,
 ) -> dict[str, list[dg.ExecuteInProcessResult]]:
     """Register the service dates (default: of every raw file) and materialise everything over them.
 
-    ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...).
-    One run per job and contiguous range of the requested partitions (normally exactly one), so a day that
-    was not asked for is never touched. Returns the successful runs by job name.
+    ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...);
+    ``data_dir``: the data directory (default: ``$OPAL_DP_DATA_DIR`` or ``./data``, read once); ``log_file``:
+    where the runs' events go instead of the console; ``progress``: a progress bar per run on stderr.
+    The runs of ``jobs.run_plan``, as a UI backfill makes them, over contiguous ranges of the requested days
+    (normally one), so a day that was not asked for is never touched. Returns the successful runs by job name.
     """
     from opal_dp.definitions import defs as load_defs
 
     defs = load_defs()
-    days = sorted(dates or raw_files(settings.raw_dir()))
+    storage = OpalStorage(data_dir=str(data_dir or settings.data_dir_from_env()))
+    days = sorted(dates or raw_files(storage.raw_dir))
     if not days:
-        raise SystemExit(f"no raw files in {settings.raw_dir()}")
+        raise SystemExit(f"no raw files in {storage.raw_dir}")
     instance.add_dynamic_partitions(
         service_dates.name, [d for d in days if not instance.has_dynamic_partition(service_dates.name, d)]
     )
     all_days = service_dates.get_partition_keys(dynamic_partitions_store=instance)
-    all_keys = date_mode.get_partition_keys(dynamic_partitions_store=instance)
-    wanted_keys = [k for k in all_keys if k.keys_by_dimension["date"] in days]
-    plan = [
-        ("private_stages", contiguous_ranges(all_days, days)),
-        ("release", contiguous_ranges(all_keys, wanted_keys)),
-        ("rollup", [None]),
-    ]
-    run_config = {"resources": {BUDGET: {"config": dict(budget)}}} if budget else None
+    run_config: dict = {"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+                                      **({BUDGET: {"config": dict(budget)}} if budget else {})}}
+    if log_file is not None:
+        run_config["loggers"] = {"event_log_file": {"config": {"path": str(log_file)}},
+                                 **({"step_progress": {}} if progress else {})}
     results: dict[str, list[dg.ExecuteInProcessResult]] = {}
-    for job, ranges in plan:
-        for span in ranges:
-            tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
-            result = defs.resolve_job_def(job).execute_in_process(
-                instance=instance, tags=tags, run_config=run_config, raise_on_error=False
-            )
-            if not result.success:
-                errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
-                raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
-            results.setdefault(job, []).append(result)
+    for job, span in run_plan(contiguous_ranges(all_days, days)):
+        tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
+        job_def = defs.resolve_job_def(job)
+        with _progress_bar(job, span, len(job_def.graph.node_dict), enabled=progress):
+            result = job_def.execute_in_process(instance=instance, tags=tags, run_config=run_config,
+                                                raise_on_error=False)
+        if not result.success:
+            errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
+            raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
+        results.setdefault(job, []).append(result)
     return results
+
+
+@contextmanager
+def _progress_bar(job: str, span: tuple[str, str] | None, steps: int, enabled: bool):
+    """A tqdm bar over the run's steps, advanced by the step_progress logger."""
+    if not enabled:
+        yield
+        return
+    from tqdm import tqdm
+
+    what = STAGE_NAMES[job] + (f" {span[0].split('|')[-1]}" if job == "release" else "")
+    bar = tqdm(total=steps, desc=f"{what:<20}", unit="step", file=sys.stderr, leave=True,
+               bar_format="{desc} {bar:20} {n_fmt}/{total_fmt} steps  {elapsed}")
+
+    def listener(event: str, step: str | None) -> None:
+        if event in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+            bar.update(1)
+
+    STEP_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        STEP_LISTENERS.remove(listener)
+        bar.close()
 
 
 def budget_config(args: argparse.Namespace, days: list[str]) -> dict[str, object]:
@@ -75,11 +124,41 @@ def budget_config(args: argparse.Namespace, days: list[str]) -> dict[str, object
     return config
 
 
+def ensure_dagster_home(path: Path) -> Path:
+    """A Dagster home at ``path`` with opal_dp's ``dagster.yaml`` (telemetry off), created if missing; private."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    yaml = path / "dagster.yaml"
+    if not yaml.exists() or not yaml.read_text().strip():
+        yaml.write_text(DAGSTER_YAML)
+    return path
+
+
+def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: OpalStorage) -> list[str]:
+    """The lines a person needs after a release: what was released, under what guarantee, and where."""
+    latest = storage.published_dir / "latest"
+    statement = json.loads((latest / "privacy.json").read_text(encoding="utf-8"))
+    trips = sum(int(e.materialization.metadata["rows_accepted"].value)
+                for r in results["private_stages"] for e in r.get_asset_materialization_events()
+                if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata)
+    cells = sum(1 for _ in open(latest / "time-loc.csv", encoding="utf-8")) - 1
+    g, unit = statement["guarantee"], statement["privacy_unit"]
+    partitions = statement["partitions"]["keys"]
+    days = len({k["date"] for k in partitions})
+    return [
+        f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
+        f"{cells:,} cells in time-loc.csv",
+        f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}",
+        f"release: {latest} -> {latest.resolve().name} (PRIVACY.md explains the guarantee)",
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m opal_dp.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     release = sub.add_parser("release", help="prepare the sample if needed, then run the pipeline end to end")
     release.add_argument("--no-sample", action="store_true", help="do not generate the bundled sample")
+    release.add_argument("--data-dir", type=Path, help="data directory (default: $OPAL_DP_DATA_DIR or ./data)")
+    release.add_argument("--verbose", action="store_true", help="print Dagster's event log too")
     release.add_argument("--privacy-unit", choices=[u.value for u in PrivacyUnit], default=PrivacyUnit.TRIP.value,
                          help="whom the release protects (default: trip, the 2016 release)")
     release.add_argument("--mechanism", choices=MECHANISMS, help="default: laplace; gaussian for card_period")
@@ -92,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--acknowledge-ledger-reset", metavar="REASON",
                          help="use a new or replaced ledger although releases were already published (recorded)")
     ledger = sub.add_parser("ledger", help="inspect the privacy ledger or raise a cap")
+    ledger.add_argument("--data-dir", type=Path, help="data directory (default: $OPAL_DP_DATA_DIR or ./data)")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
     ledger_sub.add_parser("show", help="caps, cap history and what each scope costs")
     raise_cap = ledger_sub.add_parser("raise-cap", help="raise a unit's cap per scope (recorded, with the reason)")
@@ -99,30 +179,44 @@ def main(argv: list[str] | None = None) -> None:
     raise_cap.add_argument("--epsilon", required=True, type=float)
     raise_cap.add_argument("--delta", required=True, type=float)
     raise_cap.add_argument("--reason", required=True)
+    home = sub.add_parser("dagster-home", help="create a Dagster home with telemetry off")
+    home.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     if args.command == "release":
         _release(args)
-    else:
+    elif args.command == "ledger":
         _ledger(args)
+    else:
+        print(ensure_dagster_home(args.path))
+
+
+def _storage(args: argparse.Namespace) -> OpalStorage:
+    return OpalStorage(data_dir=str((args.data_dir or settings.data_dir_from_env()).absolute()))
 
 
 def _release(args: argparse.Namespace) -> None:
+    for category in (dg.BetaWarning, dg.PreviewWarning):
+        warnings.filterwarnings("ignore", category=category)
+    storage = _storage(args)
     if not args.no_sample:
         from opal_dp.synth.sample import ensure_sample
 
-        ensure_sample(settings.raw_dir())
-    days = sorted(raw_files(settings.raw_dir()))
+        ensure_sample(storage.raw_dir)
+    days = sorted(raw_files(storage.raw_dir))
+    os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.private_dir / "dagster_home")))
+    log_file = storage.private_dir / "logs" / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    print(f"releasing {len(days)} days under unit {args.privacy_unit} from {storage.raw_dir}; full log: {log_file}")
     with dg.DagsterInstance.get() as instance:
-        run_release(instance, budget=budget_config(args, days))
-    latest = settings.published_dir() / "latest"
-    print(f"release published: {latest} -> {latest.resolve().name}")
-    print(f"files: {', '.join(sorted(p.name for p in latest.iterdir()))}")
+        results = run_release(instance, budget=budget_config(args, days), data_dir=storage.root,
+                              log_file=None if args.verbose else log_file, progress=not args.verbose)
+    print("\n".join(summary(results, storage)))
 
 
 def _ledger(args: argparse.Namespace) -> None:
     from opal_dp.defs.budget import PrivacyBudget
 
-    ledger = PrivacyBudget().ledger()
+    ledger = PrivacyBudget().ledger(_storage(args))
     if args.ledger_command == "raise-cap":
         cap = ledger.raise_cap(args.unit, args.epsilon, args.delta, args.reason)
         print(f"cap for {cap.unit} raised to (epsilon={cap.epsilon:g}, delta={cap.delta:g}) at {cap.set_at}: {cap.reason}")

@@ -6,12 +6,14 @@ from opal_dp.audit import audit_mechanism, membership_game
 from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
+from opal_dp.defs.automation import ROLLUP
 from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.defs.metadata import labels
 
 AUDIT_RUNS = 10**6
 
 
-@dg.asset(group_name="report")
+@dg.asset(group_name="report", automation_condition=ROLLUP, **labels("internal"))
 def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
     """10^6 releases on every neighbouring pair of the configured unit, with production noise and, for card
     units, the production contribution bounding in the path.

@@ -4,13 +4,14 @@ mechanism, nominal budget) and opens the ledger."""
 
 import json
 import math
+from pathlib import Path
 
 import dagster as dg
 from pydantic import model_validator
 
-from opal_dp import settings
 from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relation
 from opal_dp.core.secrets import derive_key, load_or_create_secret
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.plan import MECHANISMS, ReleasePlan, build_plan, parse_period
 
@@ -91,12 +92,13 @@ class PrivacyBudget(dg.ConfigurableResource):
             bounds=self.bounds, period=parse_period(self.period) if self.period else (),
         )
 
-    def ledger(self) -> PrivacyLedger:
+    def ledger(self, storage: OpalStorage) -> PrivacyLedger:
         """The ledger under the private folder; refuses a configured cap that differs from the ledger's."""
         nominal = self.nominal
         wanted = (self.cap_epsilon or nominal[0], self.cap_delta or nominal[1])
         caps = {u.value: nominal for u in PrivacyUnit} | {self.unit.value: wanted}
-        ledger = PrivacyLedger(settings.private_dir() / LEDGER_FILE, caps, published=published_ledger_draws(),
+        ledger = PrivacyLedger(storage.private_dir / LEDGER_FILE, caps,
+                               published=published_ledger_draws(storage.published_dir),
                                acknowledge_reset=self.acknowledge_ledger_reset)
         cap = ledger.cap(self.unit)
         for label, configured, held in (("cap_epsilon", self.cap_epsilon, cap.epsilon),
@@ -109,17 +111,15 @@ class PrivacyBudget(dg.ConfigurableResource):
                 )
         return ledger
 
-    def fingerprint_key(self) -> bytes:
-        return derive_key(load_or_create_secret(settings.private_dir() / SECRET_FILE), "fingerprint")
+    @staticmethod
+    def key(storage: OpalStorage, purpose: str) -> bytes:
+        """The deployment secret's key for ``purpose`` (``fingerprint`` or ``bounding``)."""
+        return derive_key(load_or_create_secret(storage.private_dir / SECRET_FILE), purpose)
 
-    def bounding_key(self) -> bytes:
-        return derive_key(load_or_create_secret(settings.private_dir() / SECRET_FILE), "bounding")
 
-
-def published_ledger_draws() -> dict[str, set[int]]:
-    """Ledger id -> draw ids, over every release already published (their privacy.json)."""
+def published_ledger_draws(root: Path) -> dict[str, set[int]]:
+    """Ledger id -> draw ids, over every release already published under ``root`` (their privacy.json)."""
     found: dict[str, set[int]] = {}
-    root = settings.published_dir()
     if not root.exists():
         return found
     for statement in root.glob("*/privacy.json"):

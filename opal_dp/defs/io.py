@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from opal_dp import settings
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.storage import write_parquet_atomic
 
 
@@ -39,14 +39,21 @@ class PartitionFrames(Mapping[str, pd.DataFrame]):
         return len(self._paths)
 
 
-class PartitionedParquetIOManager(dg.ConfigurableIOManager):
-    """Stores each partition at ``<base>/<asset key>/<dimension values...>.parquet``."""
+def materialised(*frames: PartitionFrames) -> list[str]:
+    """The partition keys (sorted) materialised in every one of ``frames``: what a roll-up can use when some
+    registered partitions are late, failed or still running."""
+    keys = set(frames[0])
+    return sorted(k for k in keys if all(k in f for f in frames))
 
-    base_dir: str | None = None  # default: $OPAL_DP_DATA_DIR/private
+
+class PartitionedParquetIOManager(dg.IOManager):
+    """Stores each partition at ``<root>/<asset key>/<dimension values...>.parquet``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
 
     def _path(self, asset_key: dg.AssetKey, partition: str | None) -> Path:
-        root = Path(self.base_dir) if self.base_dir else settings.private_dir()
-        folder = root.joinpath(*asset_key.path)
+        folder = self.root.joinpath(*asset_key.path)
         if partition is None:
             return folder.with_suffix(".parquet")
         *dirs, leaf = str(partition).split("|")
@@ -72,3 +79,11 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         if not context.has_asset_partitions:
             return pd.read_parquet(self._path(key, None))
         return PartitionFrames({str(k): self._path(key, str(k)) for k in context.asset_partition_keys})
+
+
+@dg.io_manager(required_resource_keys={"storage"},
+               description="Private Parquet files under the storage resource's private folder.")
+def private_parquet(init_context: dg.InitResourceContext) -> PartitionedParquetIOManager:
+    """Resolved from the ``storage`` resource at run time, so the one storage setting moves everything."""
+    storage: OpalStorage = init_context.resources.storage
+    return PartitionedParquetIOManager(storage.private_dir)

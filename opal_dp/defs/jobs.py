@@ -1,12 +1,19 @@
-"""Jobs, one per partitioning scheme (Dagster runs one scheme per job): daily private stages,
-the per-(date, mode) release, and the unpartitioned roll-up (ledger, publish)."""
+"""Jobs, one per partitioning scheme (Dagster runs one scheme per job), and the run plan every path follows.
+
+A backfill of everything launched from the UI, the automation's backfills and ``make release`` make the same
+runs: one ``private_stages`` run over all the days (single-run backfill policy), one ``release`` run per mode
+over all the days (Dagster splits a date x mode range along its smaller dimension: a multi-partition range is a
+box), and one ``rollup``.
+"""
 
 
 import dagster as dg
 
+from opal_dp.network import MODES
+
 private_stages_job = dg.define_asset_job(
     "private_stages",
-    selection=dg.AssetSelection.groups("ingest", "bin", "bound"),
+    selection=dg.AssetSelection.groups("ingest", "bin", "bound") - dg.AssetSelection.assets("raw_trip_files"),
     description="Ingest, bin, bound and anonymise the trips of the selected service days.",
 )
 
@@ -20,7 +27,7 @@ rollup_job = dg.define_asset_job(
     "rollup",
     selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
     - dg.AssetSelection.assets("unit_comparison"),
-    description="Summarise the privacy ledger, publish the release, and report utility internally.",
+    description="Summarise the privacy ledger, audit, report internally and publish the complete partitions.",
 )
 
 compare_units_job = dg.define_asset_job(
@@ -28,3 +35,12 @@ compare_units_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets("unit_comparison"),
     description="Internal report: trip, card_day and card_period on the same data (not DP, never published).",
 )
+
+
+def run_plan(day_ranges: list[tuple[str, str]]) -> list[tuple[str, tuple[str, str] | None]]:
+    """(job, partition range or None) for contiguous ranges of service dates: the backfill's runs."""
+    return [
+        *(("private_stages", span) for span in day_ranges),
+        *(("release", (f"{first}|{mode}", f"{last}|{mode}")) for first, last in day_ranges for mode in MODES),
+        ("rollup", None),
+    ]

@@ -9,6 +9,17 @@ from dagster_pandera import pandera_schema_to_dagster_type
 
 # One run materialises a whole backfill: never one process per partition per asset.
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+OWNERS = ["team:opal-data"]
+LEDGER_POOL = "privacy_ledger"  # runs that write the ledger queue on this pool (limit 1 in dagster.yaml)
+
+
+def labels(data_class: str, *kinds: str) -> dict:
+    """Owners, kinds and the ``data_class`` tag of an asset: ``microdata`` (trips, private), ``internal``
+    (non-DP figures for the data team, private), ``dp`` (differentially private, not yet published) or
+    ``public`` (published)."""
+    if data_class not in ("microdata", "internal", "dp", "public"):
+        raise ValueError(f"unknown data class {data_class!r}")
+    return {"owners": OWNERS, "kinds": {"python", *kinds}, "tags": {"data_class": data_class}}
 
 
 def column_schema(model: type[pa.DataFrameModel]) -> dict[str, dg.TableSchema]:

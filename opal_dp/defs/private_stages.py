@@ -11,9 +11,10 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from opal_dp import settings
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.defs.io import PartitionFrames
-from opal_dp.defs.metadata import SINGLE_RUN, column_schema, partition_table
+from opal_dp.defs.automation import BOUNDING, RAW_FILES, STAGE
+from opal_dp.defs.metadata import SINGLE_RUN, column_schema, labels
 from opal_dp.defs.partitions import date_and_mode, date_mode, service_dates
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.core import PrivacyUnit
@@ -39,47 +40,48 @@ CARD_DAYS, OVER_BOUND = "card_days", "trips_over_bound"
         "ingested_trips": dg.AssetOut(
             group_name="ingest",
             io_manager_key=PRIVATE,
+            automation_condition=STAGE,
+            **labels("microdata", "parquet"),
             description="Raw trips of one service day that meet the input contract, typed.",
             metadata=column_schema(IngestedTrips),
         ),
         "rejected_trips": dg.AssetOut(
             group_name="ingest",
             io_manager_key=PRIVATE,
+            automation_condition=STAGE,
+            **labels("microdata", "parquet"),
             description="Raw rows that broke the contract: file, line, field, reason and raw values.",
             metadata=column_schema(RejectedTrips),
         ),
     },
+    deps=[RAW_FILES],
     partitions_def=service_dates,
     backfill_policy=SINGLE_RUN,
 )
-def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork):
-    """Read each day's raw file; rows read = accepted + rejected, per file, always."""
+def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork, storage: OpalStorage):
+    """Read each day's raw file; rows read = accepted + rejected, per file, always (recorded per day)."""
     stops = reference.stops()
-    accepted, rejected, report = {}, {}, []
+    accepted, rejected = {}, {}
     for day in context.partition_keys:
         try:
-            result = ingest_file(raw_file_for(settings.raw_dir(), day), stops)
+            result = ingest_file(raw_file_for(storage.raw_dir, day), stops)
         except RawInputError as err:
             raise dg.Failure(description=str(err)) from err
         accepted[day], rejected[day] = result.accepted, result.rejected
-        report.append(
-            {
-                "date": day,
-                "file": result.source_file,
-                "rows_read": result.rows_read,
-                "rows_accepted": len(result.accepted),
-                "rows_rejected": len(result.rejected),
-                "ignored_columns": ", ".join(result.ignored_columns),
-            }
-        )
-    totals = {k: sum(r[k] for r in report) for k in ("rows_read", "rows_accepted", "rows_rejected")}
-    yield dg.Output(accepted, "ingested_trips", metadata={**totals, "by_day": partition_table(report)})
-    reasons = pd.concat(rejected.values())["reason"].value_counts() if report else pd.Series(dtype=int)
-    yield dg.Output(
-        rejected,
-        "rejected_trips",
-        metadata={"rows_rejected": totals["rows_rejected"], "reasons": dg.MetadataValue.json(reasons.to_dict())},
-    )
+        context.add_asset_metadata({
+            "file": result.source_file,
+            "rows_read": result.rows_read,
+            "rows_accepted": len(result.accepted),
+            "rows_rejected": len(result.rejected),
+            "ignored_columns": ", ".join(result.ignored_columns),
+            "dagster/row_count": len(result.accepted),
+        }, asset_key="ingested_trips", partition_key=day)
+        context.add_asset_metadata({
+            "dagster/row_count": len(result.rejected),
+            "reasons": dg.MetadataValue.json(result.rejected["reason"].value_counts().to_dict()),
+        }, asset_key="rejected_trips", partition_key=day)
+    yield dg.Output(accepted, "ingested_trips")
+    yield dg.Output(rejected, "rejected_trips")
 
 
 @dg.multi_asset(
@@ -87,6 +89,8 @@ def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork):
         "binned_trips": dg.AssetOut(
             group_name="bin",
             io_manager_key=PRIVATE,
+            automation_condition=STAGE,
+            **labels("microdata", "parquet"),
             description="15-minute windows; bus stops collapsed to postcodes; missing tap-off as -1. Still carries "
                         "the card id, for contribution bounding only (private microdata).",
             metadata=column_schema(CardBinnedTrips),
@@ -94,6 +98,8 @@ def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork):
         CARD_DAYS: dg.AssetOut(
             group_name="bin",
             io_manager_key=PRIVATE,
+            automation_condition=STAGE,
+            **labels("microdata", "parquet"),
             description="The card ids that travelled on the day (private): only the card_period day cap reads them.",
             metadata=column_schema(CardDays),
         ),
@@ -104,9 +110,14 @@ def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork):
 def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFrames, reference: ReferenceNetwork):
     """Coarsen each day's trips to the published bins (seed §4.1 steps 2-3)."""
     stops = reference.stops()
-    binned = {day: bin_trips(ingested_trips[day], stops) for day in context.partition_keys}
+    binned, cards = {}, {}
+    for day in context.partition_keys:
+        binned[day] = bin_trips(ingested_trips[day], stops)
+        cards[day] = card_days_of(binned[day])
+        context.add_asset_metadata({"dagster/row_count": len(binned[day])}, asset_key="binned_trips", partition_key=day)
+        context.add_asset_metadata({"dagster/row_count": len(cards[day])}, asset_key=CARD_DAYS, partition_key=day)
     yield dg.Output(binned, "binned_trips")
-    yield dg.Output({day: card_days_of(frame) for day, frame in binned.items()}, CARD_DAYS)
+    yield dg.Output(cards, CARD_DAYS)
 
 
 @dg.multi_asset(
@@ -114,6 +125,8 @@ def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFra
         "bounded_trips": dg.AssetOut(
             group_name="bound",
             io_manager_key=PRIVATE,
+            automation_condition=BOUNDING,
+            **labels("microdata", "parquet"),
             description="Bounded and anonymised: each card's contribution cut to the privacy unit's public bounds, "
                         "then the card id dropped and the rows put in a CSPRNG-random order (private microdata).",
             metadata=column_schema(BinnedTrips),
@@ -121,6 +134,8 @@ def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFra
         OVER_BOUND: dg.AssetOut(
             group_name="bound",
             io_manager_key=PRIVATE,
+            automation_condition=BOUNDING,
+            **labels("microdata", "parquet"),
             description="Trips removed by contribution bounding, without card id (private; internal utility "
                         "report only). Rows in = bounded + over the bound.",
             metadata=column_schema(BinnedTrips),
@@ -135,35 +150,35 @@ def bounded_trips(
     binned_trips: PartitionFrames,
     card_days: PartitionFrames,
     privacy_budget: PrivacyBudget,
+    storage: OpalStorage,
 ):
     """Bound every card's contribution (``opal_dp.prep.bounding``), then drop the card id.
 
     The share of trips dropped is internal, non-DP metadata.
     """
-    unit, bounds, key = privacy_budget.unit, privacy_budget.bounds, privacy_budget.bounding_key()
+    unit, bounds, key = privacy_budget.unit, privacy_budget.bounds, privacy_budget.key(storage, "bounding")
     days = list(context.partition_keys)
-    kept_days = _card_period_days(privacy_budget, card_days, days) if unit is PrivacyUnit.CARD_PERIOD else None
-    kept, over, report = {}, {}, []
+    kept_days = _card_period_days(privacy_budget, card_days, days, key) if unit is PrivacyUnit.CARD_PERIOD else None
+    kept, over = {}, {}
     for day in days:
         cards = None if kept_days is None else kept_days.get(day, np.zeros(0, np.int64))
         result = bound_day(binned_trips[day], date.fromisoformat(day), unit, bounds, key, cards)
         kept[day], over[day] = result.kept, result.over_bound
-        report.append({"date": day, "trips": len(result.kept) + len(result.over_bound), "kept": len(result.kept),
-                       "over_bound": len(result.over_bound), "share_dropped": result.share_dropped})
-        context.add_asset_metadata({"dagster/row_count": len(result.kept), "share_dropped_by_bounding":
+        context.add_asset_metadata({"dagster/row_count": len(result.kept), "trips_over_bound (internal, not DP)":
+                                    len(result.over_bound), "share_dropped_by_bounding (internal, not DP)":
                                     result.share_dropped}, asset_key="bounded_trips", partition_key=day)
-    total = sum(r["trips"] for r in report)
-    metadata = {
+        context.add_asset_metadata({"dagster/row_count": len(result.over_bound)}, asset_key=OVER_BOUND,
+                                   partition_key=day)
+    metadata = {  # the same for every partition of the run
         "privacy_unit": unit.value,
         "contribution_bounds": dg.MetadataValue.json(bounds.describe() if unit.bounds_cards else {}),
-        "share_dropped_by_bounding (internal, not DP)": sum(r["over_bound"] for r in report) / total if total else 0.0,
-        "by_day (internal, not DP)": partition_table(report),
     }
     yield dg.Output(kept, "bounded_trips", metadata=metadata)
     yield dg.Output(over, OVER_BOUND)
 
 
-def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames, days: list[str]) -> dict | None:
+def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames, days: list[str],
+                      key: bytes) -> dict | None:
     """With a day cap: per date, the sorted ids of the cards for which it is one of their kept days."""
     plan = privacy_budget.plan()
     outside = sorted(set(days) - set(plan.period))
@@ -177,7 +192,7 @@ def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames,
                                      f"not ingested yet: {missing}")
     chosen = select_card_days(
         pd.concat([card_days[d].assign(date=d) for d in plan.period], ignore_index=True),
-        privacy_budget.max_days_per_card, privacy_budget.bounding_key(),
+        privacy_budget.max_days_per_card, key,
     )
     return {d: np.sort(group["card_id"].to_numpy(np.int64)) for d, group in chosen.groupby("date", sort=False)}
 
@@ -188,17 +203,18 @@ def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames,
     partitions_def=date_mode,
     backfill_policy=SINGLE_RUN,
     metadata=column_schema(PartitionTrips),
+    automation_condition=STAGE,
+    **labels("microdata", "parquet"),
 )
 def trip_partitions(
     context: dg.AssetExecutionContext, bounded_trips: PartitionFrames
 ) -> dg.Output[dict[str, pd.DataFrame]]:
     """(date, mode) partitions of the bounded trips: the pieces the release draws and the ledger charges."""
-    parts, report, by_day = {}, [], {}
+    parts, by_day = {}, {}
     for key in map(str, context.partition_keys):
         day, mode = date_and_mode(key)
         if day not in by_day:
             by_day = {day: bounded_trips[day]}  # keys are date-major: one day in memory at a time
         parts[key] = split_by_mode(by_day[day], mode)
-        report.append({"partition": key, "trips": len(parts[key])})
         context.add_asset_metadata({"dagster/row_count": len(parts[key])}, partition_key=key)
-    return dg.Output(parts, metadata={"partitions": len(parts), "by_partition": partition_table(report)})
+    return dg.Output(parts)

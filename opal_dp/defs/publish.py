@@ -2,14 +2,17 @@
 ledger records of the draws that produced them."""
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pandas as pd
 
-from opal_dp import settings
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.io import PartitionFrames
+from opal_dp.core import PrivacyLedger
+from opal_dp.defs.automation import ROLLUP
+from opal_dp.defs.io import PartitionFrames, materialised
+from opal_dp.defs.metadata import LEDGER_POOL, labels
 from opal_dp.defs.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
@@ -26,12 +29,27 @@ from opal_dp.release.statement import (
 from opal_dp.storage import read_parquet
 
 
+def complete_partitions(
+    releases: dict[str, PartitionFrames], cells: PartitionFrames, standing: PartitionFrames, ledger: PrivacyLedger
+) -> tuple[dict[tuple[str, str], int], list[str]]:
+    """The draws (partition, marginal) -> draw id of every partition whose release is complete (every asset
+    stored, every draw complete in the ledger), and the registered partitions that are not (pending)."""
+    keys = materialised(cells, standing, *releases.values())
+    draw_ids = {(key, row.marginal): int(row.draw_id) for key in keys for row in standing[key].itertuples()}
+    done = {d.id for d in ledger.draws(draw_ids.values()) if d.status == "complete"}
+    complete = [k for k in keys if all(draw_ids[k, m.name] in done for m in MARGINALS if (k, m.name) in draw_ids)
+                and all((k, m.name) in draw_ids for m in MARGINALS)]
+    pending = sorted(set(map(str, cells)) - set(complete))
+    return {pair: i for pair, i in draw_ids.items() if pair[0] in complete}, pending
+
+
 def _gate(
     releases: dict[str, PartitionFrames],
     cells: PartitionFrames,
-    standing: PartitionFrames,
-    privacy_budget: PrivacyBudget,
+    draw_ids: dict[tuple[str, str], int],
+    ledger: PrivacyLedger,
     reference: ReferenceNetwork,
+    storage: OpalStorage,
 ) -> tuple[LedgerEvidence, dict[str, dict[str, pd.DataFrame]]]:
     """Check exactly what is about to be published against the ledger; refuse on any failure.
 
@@ -40,13 +58,9 @@ def _gate(
     charged. The release step evaluated the same checks, but publishing is a separate run: checking again
     here leaves no gap between what was checked and what goes out.
     """
-    ledger = privacy_budget.ledger()
     labels = frozenset(location_labels(reference.stops()))
     loaded = {m.name: {} for m in MARGINALS}
-    draw_ids, problems = {}, []
-    for key in cells:
-        for row in standing[key].itertuples():
-            draw_ids[key, row.marginal] = int(row.draw_id)
+    keys, problems = sorted({key for key, _ in draw_ids}), []
     try:
         evidence = ledger_evidence(ledger, draw_ids)
     except StatementError as err:
@@ -55,13 +69,13 @@ def _gate(
     spend = {(s.unit, s.scope): s.guarantee for s in evidence.scopes}
 
     def under_check():
-        for key in cells:
+        for key in keys:
             truths = histograms_from_cells(cells[key], column=BOUNDED)
             for m in MARGINALS:
                 draw = evidence.draws[key, m.name]
                 charge = evidence.charges[draw.charge_id]
                 frame = releases[m.name][key]
-                if draw.status != "complete" or not same_bins(read_parquet(settings.private_dir() / draw.release_ref), frame):
+                if draw.status != "complete" or not same_bins(read_parquet(storage.private_dir / draw.release_ref), frame):
                     problems.append(f"{key} {m.name}: the release asset is not the ledger's stored draw {draw.id}")
                 loaded[m.name][key] = frame
                 cap = caps[charge.unit]
@@ -87,7 +101,11 @@ def _gate(
     ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(),
          **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
     description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md built from the ledger, "
-                "published atomically.",
+                "published atomically; the partitions whose releases are complete, the others listed as pending.",
+    automation_condition=ROLLUP,
+    freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)),
+    pool=LEDGER_POOL,
+    **labels("public", "csv"),
 )
 def published_release(
     context: dg.AssetExecutionContext,
@@ -95,20 +113,29 @@ def published_release(
     release_draws: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
+    storage: OpalStorage,
     **releases: PartitionFrames,
 ) -> dg.MaterializeResult:
     """Check, build the tables and the statement, publish them as a new release, repoint ``latest``."""
-    evidence, loaded = _gate(releases, true_cells, release_draws, privacy_budget, reference)
+    ledger = privacy_budget.ledger(storage)
+    draw_ids, pending = complete_partitions(releases, true_cells, release_draws, ledger)
+    if not draw_ids:
+        raise dg.Failure(description=f"nothing to publish yet: no partition's release is complete (pending: "
+                                     f"{', '.join(pending) or 'none registered'})")
+    if pending:
+        context.log.warning(f"publishing {len({k for k, _ in draw_ids})} complete partitions; pending: {', '.join(pending)}")
+    evidence, loaded = _gate(releases, true_cells, draw_ids, ledger, reference, storage)
     now = datetime.now(timezone.utc)
     release_id = f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
     try:
-        statement = privacy_statement(evidence, sorted(true_cells), release_id, now.isoformat(timespec="seconds"))
+        statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id,
+                                      now.isoformat(timespec="seconds"))
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
     tables = to_open_data(loaded)
-    folder = publish(settings.published_dir(), tables, statement, release_id)
+    folder = publish(storage.published_dir, tables, statement, release_id)
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder)),
@@ -120,6 +147,8 @@ def published_release(
             "delta_per_unit": statement["guarantee"]["delta"],
             "per": statement["guarantee"]["per"],
             "noise_seeded": statement["noise_seeded"],
+            "partitions_published": len(statement["partitions"]["keys"]),
+            "partitions_pending": dg.MetadataValue.json(pending),
             "privacy_statement": dg.MetadataValue.md(render_markdown(statement)),
         }
     )

@@ -7,19 +7,19 @@ import math
 import dagster as dg
 import pandas as pd
 
-from opal_dp import settings
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.core import LedgerError
 from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.io import PartitionFrames
-from opal_dp.defs.metadata import SINGLE_RUN, column_schema, partition_table
+from opal_dp.defs.automation import ROLLUP, STAGE
+from opal_dp.defs.metadata import LEDGER_POOL, SINGLE_RUN, column_schema, labels, partition_table
 from opal_dp.defs.partitions import date_and_mode, date_mode
 from opal_dp.defs.private_stages import OVER_BOUND
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
-from opal_dp.core.accounting import Guarantee
 from opal_dp.prep.binning import split_by_mode
 from opal_dp.release.checks import BLOCKING_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
-from opal_dp.release.engine import ReleasedMarginal, release_partitions
+from opal_dp.release.engine import release_partitions
 from opal_dp.release.marginals import BY_NAME, MARGINALS, true_cells
 from opal_dp.release.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
 
@@ -29,9 +29,12 @@ RELEASE_KEYS = {m.name: dg.AssetKey([RELEASE_PREFIX, m.name]) for m in MARGINALS
 # One-way marginals of the same taps, whose released totals must roughly agree (warning check).
 PLAUSIBLE_PAIRS = {"tap_on_time": "tap_on_loc", "tap_off_time": "tap_off_loc"}
 
+GATE = (" Evaluated in the release step before anything is stored: if it fails, the step fails and no release "
+        "asset of the run is stored; the publish gate evaluates it again on what it publishes. Each partition's "
+        "outcome is in its metadata (a range run records check results without a partition).")
 CHECK_SPECS = [
     dg.AssetCheckSpec(check, asset=RELEASE_KEYS[m.name], blocking=True, partitions_def=date_mode,
-                      description=(BLOCKING_CHECKS[check].__doc__ or check.replace("_", " ")).strip())
+                      description=(BLOCKING_CHECKS[check].__doc__ or check.replace("_", " ")).strip() + GATE)
     for m in MARGINALS
     for check in BLOCKING_CHECKS
 ] + [
@@ -51,6 +54,8 @@ CHECK_SPECS = [
                 io_manager_key="private_parquet",
                 description=f"DP release of the {m.name.replace('_', ' ')} marginal (not yet published).",
                 metadata=column_schema(schema_for(m)),
+                automation_condition=STAGE,
+                **labels("dp", "parquet"),
             )
             for m in MARGINALS
         },
@@ -60,19 +65,24 @@ CHECK_SPECS = [
             description="Which ledger draw stands for each released marginal of the partition: the publish gate "
                         "and the privacy statement are built from these ledger records.",
             metadata=column_schema(ReleaseDraws),
+            automation_condition=STAGE,
+            **labels("dp", "parquet"),
         ),
         TRUE_CELLS: dg.AssetOut(
             group_name="partition",
             io_manager_key="private_parquet",
-            description="True time x location counts per partition, all trips and after bounding (NOT private; "
-                        "for checks and internal reports only, never published).",
+            description="Internal, NOT differentially private: true time x location counts per partition, all "
+                        "trips and after bounding, for the checks and internal reports only; never published.",
             metadata=column_schema(TrueCells),
+            automation_condition=STAGE,
+            **labels("internal", "parquet"),
         ),
     },
     ins={"trip_partitions": dg.AssetIn(), OVER_BOUND: dg.AssetIn()},
     partitions_def=date_mode,
     backfill_policy=SINGLE_RUN,
     check_specs=CHECK_SPECS,
+    pool=LEDGER_POOL,
 )
 def release_marginals(
     context: dg.AssetExecutionContext,
@@ -80,23 +90,23 @@ def release_marginals(
     trips_over_bound: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
+    storage: OpalStorage,
 ):
     """Six marginals from one read of each partition; every draw is charged to the ledger first."""
     plan = privacy_budget.plan()
     params = {name: mechanism.describe() for name, mechanism in plan.mechanisms.items()}
     labels = frozenset(location_labels(reference.stops()))
     try:  # trip_partitions holds exactly this run's partitions, loaded one at a time
-        ledger = privacy_budget.ledger()
+        ledger = privacy_budget.ledger(storage)
         released_by_key = release_partitions(
-            trip_partitions, plan, ledger, settings.private_dir(), context.run.run_id,
-            privacy_budget.fingerprint_key(), privacy_budget.fresh_draw,
+            trip_partitions, plan, ledger, storage.private_dir, context.run.run_id,
+            privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw,
         )
     except LedgerError as err:
         raise dg.Failure(description=str(err)) from err
     cap = ledger.cap(plan.unit)
     spend = {row.scope: row.guarantee for row in ledger.summary(plan.unit)}
     frames, cells, draws = {m.name: {} for m in MARGINALS}, {}, {}
-    rows = {m.name: [] for m in MARGINALS}
     under_check, plausible = [], {time: [] for time in PLAUSIBLE_PAIRS}
     over_by_day: dict[str, pd.DataFrame] = {}
     for key, released in released_by_key.items():
@@ -111,16 +121,19 @@ def release_marginals(
         scope_spend = spend[plan.scope(day, mode)]
         for name, result in released.items():
             frames[name][key] = result.frame
-            rows[name].append(_partition_row(key, result, scope_spend))
             under_check.append(ReleaseUnderCheck(key, result.marginal, result.frame, result.truth, params[name],
                                                  result.draw, result.charge, scope_spend, (cap.epsilon, cap.delta),
                                                  labels))
-            context.add_asset_metadata({"bins_released": len(result.frame), "ledger_draw": result.draw.id},
-                                       asset_key=RELEASE_KEYS[name], partition_key=key)
         for time, loc in PLAUSIBLE_PAIRS.items():
             ok, figures = plausibility(released[time].frame, released[loc].frame, released[time].truth,
                                        released[loc].truth, params[time], params[loc])
             plausible[time].append({"partition": key, "passed": str(ok), **figures})
+    problems = blocking_problems(under_check)
+    failed = [p for found in problems.values() for p in found]
+    _record_per_partition(context, released_by_key, spend, plan, problems)
+    if failed:  # the checks gate: nothing of this run is stored, so nothing downstream can use it
+        yield from _check_results(problems, plausible)
+        raise dg.Failure(description="blocking checks failed; no release asset was stored:\n" + "\n".join(failed[:20]))
     for marginal in MARGINALS:
         described = params[marginal.name]
         if described["seeded"]:
@@ -128,32 +141,39 @@ def release_marginals(
         yield dg.Output(
             frames[marginal.name],
             marginal.name,
-            metadata={
+            metadata={  # the same for every partition of the run
                 "privacy_unit": plan.unit.value,
                 "relation": plan.relation.value,
                 **{k: dg.MetadataValue.json(v) if isinstance(v, dict) else v
                    for k, v in described.items() if k != "seeded"},
                 "noise_seeded": described["seeded"],
                 "noise_source": "seeded PRNG (TEST ONLY)" if described["seeded"] else "OS CSPRNG (os.urandom)",
-                "by_partition (bins suppressed: internal, not DP)": partition_table(rows[marginal.name]),
             },
         )
     yield dg.Output(draws, RELEASE_DRAWS, metadata={"ledger": ledger.ledger_id})
-    yield dg.Output(cells, TRUE_CELLS, metadata={"partitions": len(cells)})
-    yield from _check_results(blocking_problems(under_check), plausible)
+    yield dg.Output(cells, TRUE_CELLS)
+    yield from _check_results(problems, plausible)
 
 
-def _partition_row(key: str, result: ReleasedMarginal, spend: Guarantee) -> dict:
-    return {
-        "partition": key,
-        "bins_released": len(result.frame),
-        "bins_suppressed": len(result.truth) - len(result.frame),  # internal UI only, never published
-        "ledger": result.decision,
-        "ledger_draw": result.draw.id,
-        "ledger_scope": result.charge.scope,
-        "scope_epsilon": spend.epsilon,
-        "scope_delta": spend.delta,
-    }
+def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]]) -> None:
+    """Per-partition metadata (Dagster records a range run's check results without a partition, so each
+    partition carries its own check outcome here)."""
+    for key, released in released_by_key.items():
+        day, mode = date_and_mode(key)
+        scope_spend = spend[plan.scope(day, mode)]
+        for name, result in released.items():
+            mine = [f"{check}: {p}" for check, found in problems.items() for p in found
+                    if p.startswith(f"{key} {name}:")]
+            context.add_asset_metadata({
+                "dagster/row_count": len(result.frame),
+                "bins_suppressed (internal, not DP)": len(result.truth) - len(result.frame),
+                "blocking_checks": "all passed" if not mine else dg.MetadataValue.md("\n".join(mine)),
+                "ledger": f"{result.decision} draw {result.draw.id} of charge {result.charge.id} "
+                          f"({result.charge.unit} scope {result.charge.scope})",
+                "scope_epsilon": scope_spend.epsilon,
+                "scope_delta": scope_spend.delta,
+            }, asset_key=RELEASE_KEYS[name], partition_key=key)
+        context.add_asset_metadata({"dagster/row_count": len(released)}, asset_key=RELEASE_DRAWS, partition_key=key)
 
 
 def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dict]]):
@@ -183,10 +203,13 @@ def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dic
     deps=[*RELEASE_KEYS.values(), RELEASE_DRAWS],
     io_manager_key="private_parquet",
     metadata=column_schema(LedgerSummary),
+    automation_condition=ROLLUP,
+    pool=LEDGER_POOL,
+    **labels("internal", "sqlite"),
 )
-def privacy_ledger(privacy_budget: PrivacyBudget) -> dg.Output[pd.DataFrame]:
+def privacy_ledger(privacy_budget: PrivacyBudget, storage: OpalStorage) -> dg.Output[pd.DataFrame]:
     """What every ledger scope costs one privacy unit, against the cap in force, from the persistent ledger."""
-    ledger = privacy_budget.ledger()
+    ledger = privacy_budget.ledger(storage)
     summary = LedgerSummary.validate(pd.DataFrame(
         [{"unit": r.unit, "scope": r.scope, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta,
           "rho": math.nan if r.guarantee.rho is None else r.guarantee.rho, "cap_epsilon": r.cap.epsilon, "cap_delta": r.cap.delta, "charges": r.charges,

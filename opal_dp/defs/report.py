@@ -5,9 +5,10 @@ import base64
 import dagster as dg
 import pandas as pd
 
-from opal_dp import settings
-from opal_dp.defs.io import PartitionFrames
-from opal_dp.defs.metadata import column_schema
+from opal_dp.defs.storage import OpalStorage
+from opal_dp.defs.automation import ROLLUP
+from opal_dp.defs.io import PartitionFrames, materialised
+from opal_dp.defs.metadata import column_schema, labels
 from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.release import RELEASE_KEYS, TRUE_CELLS
 from opal_dp.release.marginals import MARGINALS, histograms_from_cells
@@ -24,12 +25,16 @@ PLOTTED = "tap_on_time_loc"
     io_manager_key="private_parquet",
     metadata=column_schema(UtilitySummary),
     ins={TRUE_CELLS: dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
+    description="Internal, NOT differentially private: suppression and relative error of the release measured "
+                "against the true counts, and a plot of true vs released counts. Never published.",
+    automation_condition=ROLLUP,
+    **labels("internal", "parquet"),
 )
-def utility_report(true_cells: PartitionFrames, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
-    """Share of bins/trips suppressed and mean relative error per marginal and mode, plus a plot of
-    true vs released counts at the busiest location. Private: compares with true counts."""
+def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
+    """Share of bins/trips suppressed and mean relative error per marginal and mode, over the partitions released
+    so far, plus a plot of true vs released counts at the busiest location. Private: compares with true counts."""
     rows, plot = [], None
-    for key in sorted(true_cells):
+    for key in materialised(true_cells, *released.values()):
         day, mode = date_and_mode(key)
         truths = histograms_from_cells(true_cells[key])
         trips = int(truths["tap_on_time"]["count"].sum())  # every trip has exactly one tap-on
@@ -43,7 +48,7 @@ def utility_report(true_cells: PartitionFrames, **released: PartitionFrames) -> 
     summary = UtilitySummary.validate(summarise(rows))
     metadata = {"summary": dg.MetadataValue.md(summary.to_markdown(index=False, floatfmt=".4f"))}
     if plot is not None:
-        path = settings.private_dir() / "reports" / "busiest_location.png"
+        path = storage.private_dir / "reports" / "busiest_location.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(plot)
         metadata["plot"] = dg.MetadataValue.md(f"![true vs released](data:image/png;base64,{base64.b64encode(plot).decode()})")
@@ -58,13 +63,16 @@ def utility_report(true_cells: PartitionFrames, **released: PartitionFrames) -> 
     description="Internal, NOT differentially private: the three privacy units on the same data at the same "
                 "nominal budget (trips in released cells, released cells, relative error of cells >= 100, "
                 "suppressed mass). Never published.",
+    **labels("internal", "parquet"),
 )
-def unit_comparison(binned_trips: PartitionFrames, privacy_budget: PrivacyBudget) -> dg.Output[pd.DataFrame]:
+def unit_comparison(
+    binned_trips: PartitionFrames, privacy_budget: PrivacyBudget, storage: OpalStorage
+) -> dg.Output[pd.DataFrame]:
     """Run trip, card_day and card_period on the same binned trips, drawing noise once per cell (not charged:
     nothing here is released)."""
     days = {day: (lambda day=day: binned_trips[day]) for day in binned_trips if day in binned_trips}
     table = UnitComparison.validate(compare_units(days, privacy_budget.epsilon, privacy_budget.delta,
-                                                  privacy_budget.bounds, privacy_budget.bounding_key()))
+                                                  privacy_budget.bounds, privacy_budget.key(storage, "bounding")))
     plot = comparison_plot(table)
     return dg.Output(table, metadata={
         "comparison (internal, not DP)": dg.MetadataValue.md(table.to_markdown(index=False, floatfmt=".4f")),

@@ -8,7 +8,8 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.io import PartitionedParquetIOManager
+from opal_dp.defs.io import private_parquet
+from opal_dp.defs.storage import default_storage
 from opal_dp.network import load_stops
 
 
@@ -20,7 +21,7 @@ def _stops(path: str | None) -> pd.DataFrame:
 class ReferenceNetwork(dg.ConfigurableResource):
     """The public stop list (stop_id, mode, name, postcode): fixes the location domain."""
 
-    path: str | None = None  # default: data/reference/stops.csv
+    path: str | None = None  # default: the stop list shipped in opal_dp/reference/stops.csv
 
     def stops(self) -> pd.DataFrame:
         return _stops(self.path)
@@ -28,9 +29,11 @@ class ReferenceNetwork(dg.ConfigurableResource):
 
 @dg.definitions
 def resources() -> dg.Definitions:
+    storage = default_storage()  # $OPAL_DP_DATA_DIR, read once here
     return dg.Definitions(
         resources={
-            "private_parquet": PartitionedParquetIOManager(),
+            "storage": storage,
+            "private_parquet": private_parquet,
             "reference": ReferenceNetwork(),
             "privacy_budget": PrivacyBudget(),
         }

@@ -4,7 +4,9 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.io import PartitionFrames
+from opal_dp.defs.automation import ROLLUP
+from opal_dp.defs.io import PartitionFrames, materialised
+from opal_dp.defs.metadata import labels
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.risk.attacks import (
     AUTO_TAP_OFF_MODES,
@@ -28,15 +30,18 @@ def _table(frame: pd.DataFrame) -> dg.MetadataValue:
 @dg.asset(
     group_name="report",
     ins={m.name: dg.AssetIn(key=dg.AssetKey(["release", m.name])) for m in MARGINALS},
-    description="Differencing (§4.1), duplicated-measurement (§2) and presence (§3) attacks of the 2017 "
-                "assessment, run on the released marginals; figures as metadata only (internal).",
+    description="Internal: the differencing (§4.1), duplicated-measurement (§2) and presence (§3) attacks of the "
+                "2017 assessment, run on the released marginals; figures as metadata only, never published.",
+    automation_condition=ROLLUP,
+    **labels("internal"),
 )
 def disclosure_risk(
     context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, **released: PartitionFrames
 ) -> dg.MaterializeResult:
     """What an outsider can compute from our released counts and public parameters."""
     mechanisms = privacy_budget.plan().mechanisms
-    releases = {name: {key: frames[key] for key in frames} for name, frames in released.items()}
+    keys = materialised(*released.values())
+    releases = {name: {key: frames[key] for key in keys} for name, frames in released.items()}
 
     residuals = differencing(releases, mechanisms)
     flagged = residuals.loc[residuals["residual"] >= residuals["threshold"]]

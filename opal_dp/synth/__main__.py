@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     when.add_argument("--dates", help="explicit comma-separated service days YYYY-MM-DD (instead of --start)")
     parser.add_argument("--days", type=int, default=14, help="consecutive days from --start (default %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default: settings.raw_dir())")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: $OPAL_DP_DATA_DIR/raw or ./data/raw)")
     parser.add_argument("--format", choices=FORMATS, default="parquet", help="file format (default %(default)s)")
     args = parser.parse_args(argv)
     if args.scale <= 0 or args.days < 1:
@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    out = args.out or settings.raw_dir()
+    out = args.out or settings.data_dir_from_env() / "raw"
     started = time.perf_counter()
     rows = 0
     days = _dates(args)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from opal_dp import settings
 
-REPO_ROOT = settings.REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_LOCATION = "opal_dp"
 
 # Runs that automation starts on its own (sensors on by default, schedules, declarative automation)

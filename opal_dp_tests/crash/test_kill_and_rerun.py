@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from opal_dp.defs.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.core import PrivacyLedger
@@ -77,7 +78,7 @@ def rerun() -> None:
 
 
 def ledger() -> PrivacyLedger:
-    return PrivacyBudget().ledger()
+    return PrivacyBudget().ledger(default_storage())
 
 
 def assert_never_under_charged() -> None:
@@ -85,7 +86,7 @@ def assert_never_under_charged() -> None:
     covers every charge; no charge holds two draws of one part."""
     draws = ledger().draws()
     recorded = {d.release_ref for d in draws}
-    root = settings.private_dir()
+    root = default_storage().private_dir
     for path in (root / "releases").rglob("*.parquet"):
         assert str(path.relative_to(root)) in recorded, f"{path} is a draw no ledger charge stands for"
     assert len({(d.charge_id, d.part) for d in draws}) == len(draws)
@@ -102,13 +103,13 @@ def assert_charged_exactly_once() -> None:
     keys = [(d.part, charges[d.charge_id].marginal) for d in draws]
     assert sorted(keys) == sorted((p, m.name) for p in PARTITIONS for m in MARGINALS)
     for draw in draws:
-        assert (settings.private_dir() / draw.release_ref).is_file()
+        assert (default_storage().private_dir / draw.release_ref).is_file()
     for partition in PARTITIONS:
         assert ledger().spend("trip", partition).epsilon == pytest.approx(8.0)
 
 
 def assert_latest_is_complete() -> str:
-    latest = settings.published_dir() / LATEST
+    latest = default_storage().published_dir / LATEST
     validate_published(latest)  # exactly the five files, each well-formed
     return os.readlink(latest)
 
@@ -116,7 +117,7 @@ def assert_latest_is_complete() -> str:
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv(settings.DATA_DIR_ENV, str(tmp_path))
-    write_day(settings.raw_dir(), DAY, tiny_day(DAY, trips=1_500))
+    write_day(default_storage().raw_dir, DAY, tiny_day(DAY, trips=1_500))
     return tmp_path
 
 
@@ -133,7 +134,7 @@ def test_killed_release_is_never_under_or_double_charged(data_dir, owner, attr, 
     crash(data_dir, owner, attr, when, n)
     assert ledger().draws(), "the kill came before any charge"
     assert_never_under_charged()
-    assert not (settings.published_dir() / LATEST).exists()
+    assert not (default_storage().published_dir / LATEST).exists()
     rerun()
     assert_never_under_charged()
     assert_charged_exactly_once()

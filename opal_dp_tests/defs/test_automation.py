@@ -1,73 +1,172 @@
-"""Sensor and schedule ticks produce the right run requests."""
+"""Automation declared on the assets: the raw-file sensor only registers days and records file versions;
+eager conditions carry a new day to a publication, whichever path launched the first runs; the roll-up
+publishes the complete partitions and lists a failed day as pending."""
 
 from __future__ import annotations
 
+import json
 import os
-from datetime import date, datetime
-from zoneinfo import ZoneInfo
 
 import dagster as dg
 import pytest
 
+from opal_dp.cli import run_release
 from opal_dp.definitions import defs
-from opal_dp.defs.automation import (
-    RANGE_END,
-    RANGE_START,
-    last_complete_week,
-    raw_file_sensor,
-    release_request,
-    weekly_request,
-)
-from opal_dp.defs.partitions import contiguous_ranges
-from opal_dp.settings import DATA_DIR_ENV
+from opal_dp.defs.automation import RAW_FILES, raw_file_sensor
+from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.defs.jobs import run_plan
+from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, date_mode, service_dates
+from opal_dp.defs.storage import OpalStorage
+from opal_dp.network import MODES
 from opal_dp_tests.conftest import write_csv
+from opal_dp_tests.defs.conftest import DAYS
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 
 @pytest.fixture
-def raw(tmp_path, monkeypatch):
-    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+def storage(tmp_path) -> OpalStorage:
     (tmp_path / "raw").mkdir()
-    return tmp_path / "raw"
+    return OpalStorage(data_dir=str(tmp_path))
 
 
-def test_last_complete_week_is_monday_to_sunday_before_today():
-    assert last_complete_week(date(2016, 8, 15)) == [f"2016-08-{d:02d}" for d in range(8, 15)]
-    assert last_complete_week(date(2016, 8, 14)) == [f"2016-08-{d:02d}" for d in range(1, 8)]
+def sensor_tick(instance, storage, cursor=None):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs(),
+                                      resources={"storage": storage})
+    return raw_file_sensor(context)
 
 
-def test_raw_file_sensor_requests_new_and_replaced_days_once(raw):
+def test_raw_file_sensor_registers_days_and_records_versions_but_launches_nothing(storage):
     instance = dg.DagsterInstance.ephemeral()
-    write_csv(raw, "2016-07-25", [])
-    write_csv(raw, "2016-07-26", [])
-    result = raw_file_sensor(dg.build_sensor_context(instance=instance, definitions=defs()))
-    assert [r.partition_key for r in result.run_requests] == ["2016-07-25", "2016-07-26"]
+    write_csv(storage.raw_dir, "2016-07-25", [])
+    write_csv(storage.raw_dir, "2016-07-26", [])
+    result = sensor_tick(instance, storage)
+    assert result.run_requests == []
     assert result.dynamic_partitions_requests[0].partition_keys == ["2016-07-25", "2016-07-26"]
+    assert [(e.asset_key, e.partition) for e in result.asset_events] == [(RAW_FILES, "2016-07-25"),
+                                                                         (RAW_FILES, "2016-07-26")]
     instance.add_dynamic_partitions("service_date", ["2016-07-25", "2016-07-26"])
-    again = raw_file_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor, definitions=defs()))
-    assert again.run_requests == [] and again.dynamic_partitions_requests == []
-    path = write_csv(raw, "2016-07-26", [{"card_id": 1}])
+    again = sensor_tick(instance, storage, result.cursor)
+    assert again.asset_events == [] and again.dynamic_partitions_requests == []
+    path = write_csv(storage.raw_dir, "2016-07-26", [{"card_id": 1}])
     os.utime(path, ns=(1, 1))
-    replaced = raw_file_sensor(dg.build_sensor_context(instance=instance, cursor=again.cursor, definitions=defs()))
-    assert [r.partition_key for r in replaced.run_requests] == ["2016-07-26"]
-    assert replaced.dynamic_partitions_requests == []
+    replaced = sensor_tick(instance, storage, again.cursor)
+    assert [e.partition for e in replaced.asset_events] == ["2016-07-26"]  # a new version: the day re-runs
+    assert replaced.dynamic_partitions_requests == [] and replaced.run_requests == []
 
 
-def test_finished_private_stages_release_their_dates_in_one_run(released):
-    instance, results = released
-    run = instance.get_run_by_id(results["private_stages"][0].run_id)
-    (request,) = release_request(instance, run)
-    assert request.tags[RANGE_START] == "2016-07-25|bus"
-    assert request.tags[RANGE_END] == "2016-07-30|train"
+def test_the_cli_makes_the_runs_of_a_ui_backfill():
+    """One private-stages run over the days, one release run per mode over the days (a date x mode range is a
+    box, so Dagster splits it along modes, as the UI does), one roll-up."""
+    plan = run_plan([("2016-07-25", "2016-08-14")])
+    assert plan[0] == ("private_stages", ("2016-07-25", "2016-08-14")) and plan[-1] == ("rollup", None)
+    assert [span for job, span in plan if job == "release"] == [
+        (f"2016-07-25|{m}", f"2016-08-14|{m}") for m in MODES]
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("service_date", ["2016-07-25", "2016-07-26", "2016-07-27"])
+    box = date_mode.get_partition_keys_in_range(dg.PartitionKeyRange("2016-07-25|ferry", "2016-07-27|ferry"),
+                                                dynamic_partitions_store=instance)
+    assert sorted(map(str, box)) == [f"2016-07-2{d}|ferry" for d in (5, 6, 7)]
 
 
-def test_weekly_schedule_releases_the_last_complete_week(released):
-    instance, _ = released
-    monday = datetime(2016, 8, 1, 6, tzinfo=ZoneInfo("Australia/Sydney"))
-    (request,) = weekly_request(instance, monday)
-    assert (request.tags[RANGE_START], request.tags[RANGE_END]) == ("2016-07-25|bus", "2016-07-30|train")
-    later = datetime(2016, 8, 8, 6, tzinfo=ZoneInfo("Australia/Sydney"))
-    skipped = weekly_request(instance, later)
-    assert isinstance(skipped, dg.SkipReason)
+def apply_sensor_result(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:
+    """What the daemon does with a sensor result: register the partitions, record the observations."""
+    for request in result.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+
+
+def automate(definitions: dg.Definitions, instance: dg.DagsterInstance, cursor=None, rounds: int = 6):
+    """Play the automation daemon: evaluate the conditions, run what they request (per partitions definition,
+    as ranges, with the implicit asset job: a launch from the asset graph), until nothing more is requested."""
+    ran = []
+    for _ in range(rounds):
+        result = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=cursor)
+        cursor = result.cursor
+        requested = {key: result.get_requested_partitions(key) for key in definitions.resolve_all_asset_keys()
+                     if result.get_num_requested(key)}
+        if not requested:
+            return ran
+        by_scheme: dict[object, list] = {}
+        for key in requested:
+            scheme = definitions.resolve_assets_def(key).partitions_def
+            by_scheme.setdefault(scheme, []).append(key)
+        for scheme, keys in by_scheme.items():
+            job = definitions.resolve_implicit_job_def_def_for_assets(keys)
+            spans = _spans(scheme, {p for k in keys for p in requested[k]}, instance)
+            for span in spans:
+                tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
+                result_run = job.execute_in_process(instance=instance, asset_selection=keys, tags=tags,
+                                                    raise_on_error=False)
+                ran.append((sorted(k.to_user_string() for k in keys), span, result_run.success))
+    raise AssertionError(f"automation still requesting after {rounds} rounds: {ran}")
+
+
+def _spans(scheme, partitions: set, instance) -> list:
+    if scheme is None:
+        return [None]
+    if scheme == service_dates:
+        return contiguous_ranges(service_dates.get_partition_keys(dynamic_partitions_store=instance),
+                                 {str(p) for p in partitions})
+    days = sorted({str(p).split("|")[0] for p in partitions})
+    ranges = contiguous_ranges(service_dates.get_partition_keys(dynamic_partitions_store=instance), days)
+    return [span for job, span in run_plan(ranges) if job == "release"]
+
+
+@pytest.mark.slow
+def test_a_launch_from_the_asset_graph_with_a_deployment_epsilon_flows_to_a_publication(tmp_path):
+    """The deployment's privacy_budget (not the default) releases; automation follows with the release and
+    the publication, and privacy.json states exactly what the ledger charged."""
+    storage = OpalStorage(data_dir=str(tmp_path))
+    for day in DAYS:
+        write_day(storage.raw_dir, day.isoformat(), tiny_day(day.isoformat(), trips=1_500))
+    epsilon = {"tap_on_time": 0.5, "tap_on_loc": 0.5, "tap_off_time": 0.5, "tap_off_loc": 0.5,
+               "tap_on_time_loc": 3.0, "tap_off_time_loc": 3.0}
+    base = defs()
+    definitions = dg.Definitions(
+        assets=base.assets, asset_checks=base.asset_checks, jobs=base.jobs, sensors=base.sensors,
+        loggers=base.loggers,
+        resources={**base.resources, "storage": storage, "privacy_budget": PrivacyBudget(epsilon=epsilon)},
+    )
+    instance = dg.DagsterInstance.ephemeral()
+    first = dg.evaluate_automation_conditions(defs=definitions, instance=instance)  # the daemon is running...
+    apply_sensor_result(instance, sensor_tick(instance, storage))  # ...when the raw-file sensor sees the days
+    ran = automate(definitions, instance, first.cursor)
+    assert all(ok for *_, ok in ran), ran
+    assert any("published_release" in keys for keys, _, _ in ran)
+    statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
+    ledger = PrivacyBudget(epsilon=epsilon).ledger(storage)
+    charged = {c.marginal: json.loads(c.mechanism)["epsilon"] for c in ledger.charges()}
+    assert charged == epsilon
+    assert {m["name"]: m["epsilon"] for m in statement["marginals"]} == epsilon
+    assert statement["ledger"]["draws"] == sorted(d.id for d in ledger.draws())
+
+
+@pytest.mark.slow
+def test_a_failed_day_leaves_the_rest_published_and_pending(tmp_path):
+    """Register a third day whose raw file breaks ingest: the roll-up still publishes the complete partitions
+    and lists the four of the failed day as pending; nothing fails because one day is late."""
+    storage = OpalStorage(data_dir=str(tmp_path))
+    for day in DAYS:
+        write_day(storage.raw_dir, day.isoformat(), tiny_day(day.isoformat(), trips=1_500))
+    instance = dg.DagsterInstance.ephemeral()
+    run_release(instance, data_dir=storage.root)
+    bad_day = "2016-07-31"
+    write_csv(storage.raw_dir, bad_day, [], header="card_id,mode")  # missing columns: ingest fails
+    instance.add_dynamic_partitions("service_date", [bad_day])
+    stages = defs().resolve_job_def("private_stages").execute_in_process(
+        instance=instance, tags={RANGE_START: bad_day, RANGE_END: bad_day}, raise_on_error=False,
+        run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}})
+    assert not stages.success
+    rollup = defs().resolve_job_def("rollup").execute_in_process(
+        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}})
+    assert rollup.success
+    published = [e for e in rollup.get_asset_materialization_events() if e.asset_key == dg.AssetKey("published_release")]
+    meta = published[0].materialization.metadata
+    assert meta["partitions_published"].value == 8
+    assert meta["partitions_pending"].value == [f"{bad_day}|{m}" for m in MODES]
+    statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
+    assert {k["date"] for k in statement["partitions"]["keys"]} == {d.strftime("%Y%m%d") for d in DAYS}
 
 
 def test_contiguous_ranges_never_cover_a_key_that_was_not_asked_for():

@@ -8,6 +8,7 @@ import json
 import dagster as dg
 import pytest
 
+from opal_dp.defs.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import main
 from opal_dp.core.ledger import LedgerResetRefused
@@ -21,19 +22,19 @@ def data_dir(tmp_path, monkeypatch):
 
 
 def test_a_configured_cap_is_used_only_when_the_ledger_is_created(data_dir):
-    assert PrivacyBudget(cap_epsilon=4.0).ledger().cap("trip").epsilon == 4.0
+    assert PrivacyBudget(cap_epsilon=4.0).ledger(default_storage()).cap("trip").epsilon == 4.0
     with pytest.raises(dg.Failure, match="raise-cap"):
-        PrivacyBudget(cap_epsilon=40.0).ledger()  # a later configuration cannot lift it
-    assert PrivacyBudget().ledger().cap("trip").epsilon == 4.0
+        PrivacyBudget(cap_epsilon=40.0).ledger(default_storage())  # a later configuration cannot lift it
+    assert PrivacyBudget().ledger(default_storage()).cap("trip").epsilon == 4.0
 
 
 def test_the_cli_raises_a_cap_with_its_reason_and_shows_the_history(data_dir, capsys):
-    PrivacyBudget().ledger()
+    PrivacyBudget().ledger(default_storage())
     main(["ledger", "raise-cap", "--unit", "card_day", "--epsilon", "16", "--delta", "1.5e-6", "--reason", "second draw"])
     main(["ledger", "show"])
     out = capsys.readouterr().out
     assert "raised to (epsilon=16" in out and "cap card_day: raise" in out and "second draw" in out
-    assert PrivacyBudget(privacy_unit="card_day").ledger().cap("card_day").epsilon == 16.0
+    assert PrivacyBudget(privacy_unit="card_day").ledger(default_storage()).cap("card_day").epsilon == 16.0
     with pytest.raises(Exception, match="must raise"):
         main(["ledger", "raise-cap", "--unit", "card_day", "--epsilon", "8", "--delta", "1e-6", "--reason", "lower"])
 
@@ -43,8 +44,8 @@ def test_a_ledger_reset_beside_published_releases_needs_an_acknowledgement(data_
     release.mkdir(parents=True)
     (release / "privacy.json").write_text(json.dumps({"ledger": {"id": "ab" * 16, "draws": [1, 2]}}))
     with pytest.raises(LedgerResetRefused):
-        PrivacyBudget().ledger()
-    ledger = PrivacyBudget(acknowledge_ledger_reset="restored from an old backup").ledger()
+        PrivacyBudget().ledger(default_storage())
+    ledger = PrivacyBudget(acknowledge_ledger_reset="restored from an old backup").ledger(default_storage())
     assert ledger.resets()[0]["reason"] == "restored from an old backup"
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from opal_dp.defs.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.core import error_bound
@@ -69,9 +70,9 @@ def release(raw, root, unit: str):
     budget = {"privacy_unit": unit} | ({"period": ",".join(DAYS)} if unit == "card_period" else {})
     try:
         results = run_release(dg.DagsterInstance.ephemeral(), budget=budget)
-        statement = json.loads((settings.published_dir() / "latest" / "privacy.json").read_text())
-        time_loc = pd.read_csv(settings.published_dir() / "latest" / "time-loc.csv", dtype=str)
-        ledger = PrivacyBudget(**budget).ledger()
+        statement = json.loads((default_storage().published_dir / "latest" / "privacy.json").read_text())
+        time_loc = pd.read_csv(default_storage().published_dir / "latest" / "time-loc.csv", dtype=str)
+        ledger = PrivacyBudget(**budget).ledger(default_storage())
         return results, statement, time_loc, ledger
     finally:
         if previous is None:

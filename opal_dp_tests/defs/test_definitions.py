@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 
 from opal_dp.definitions import defs
-from opal_dp.settings import REPO_ROOT
+from opal_dp_tests.browser.dagster_dev import REPO_ROOT
 
 EXPECTED_GROUPS = {
     "ingest": {"ingested_trips", "rejected_trips"},
@@ -44,8 +44,8 @@ def test_lineage_runs_ingest_to_publish():
 
 def test_every_dataframe_asset_shows_its_column_schema():
     for key, spec in specs().items():
-        if spec.group_name in {"ingest", "bin", "bound", "partition"} or key.startswith("release/") or key in {
-            "privacy_ledger", "utility_report", "release_draws"}:
+        if (spec.group_name in {"ingest", "bin", "bound", "partition"} or key.startswith("release/") or key in {
+                "privacy_ledger", "utility_report", "release_draws"}) and key != "raw_trip_files":
             schema = spec.metadata.get("dagster/column_schema")
             assert isinstance(schema, dg.TableSchema) and schema.columns, key
 
@@ -57,13 +57,30 @@ def test_release_assets_have_blocking_checks():
             "budget_recorded", "no_identifiers"} <= blocking
 
 
-def test_jobs_schedules_and_sensors_exist():
+def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "rollup"):
+    for job in ("private_stages", "release", "rollup", "compare_units"):
         assert d.resolve_job_def(job)
-    assert d.resolve_schedule_def("weekly_release")
-    for sensor in ("raw_file_sensor", "release_after_private_stages", "rollup_after_release"):
+    for sensor in ("raw_file_sensor", "opal_dp_automation"):
         assert d.resolve_sensor_def(sensor)
+
+
+def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation():
+    """data_class says what an asset holds (microdata, internal non-DP figures, dp, public); the UI shows it."""
+    for key, spec in specs().items():
+        assert spec.tags.get("data_class") in {"microdata", "internal", "dp", "public"}, key
+        if key == "raw_trip_files":
+            continue
+        assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
+        assert "dagster/code_references" in spec.metadata, key
+        assert spec.automation_condition is not None or key == "unit_comparison", key
+    internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
+    assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "privacy_ledger"} <= internal
+    for key in internal - {"privacy_audit", "privacy_ledger"}:
+        assert "not differentially private" in (specs()[key].description or "").lower() or "internal" in (
+            specs()[key].description or "").lower(), key
+    published = specs()["published_release"]
+    assert published.tags["data_class"] == "public" and published.freshness_policy is not None
 
 
 def test_dg_check_defs_passes():

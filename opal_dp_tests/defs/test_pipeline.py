@@ -7,10 +7,12 @@ import json
 import dagster as dg
 import pandas as pd
 
+from opal_dp.defs.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.partitions import date_mode
+from opal_dp.defs.release import CHECK_SPECS
 from opal_dp_tests.defs.conftest import DAYS
 
 
@@ -18,7 +20,7 @@ def materialized(instance: dg.DagsterInstance, key: str) -> set[str]:
     return set(instance.get_materialized_partitions(dg.AssetKey.from_user_string(key)))
 
 
-def test_every_partition_is_materialised_in_three_runs(released):
+def test_every_partition_is_materialised_in_the_plans_runs(released):
     instance, results = released
     assert list(results) == ["private_stages", "release", "rollup"]
     days = {d.isoformat() for d in DAYS}
@@ -39,31 +41,35 @@ def test_ingest_reports_read_equals_accepted_plus_rejected(released):
 
 def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     _, results = released
-    assert [len(runs) for runs in results.values()] == [1, 1, 1]
-    evaluations = results["release"][0].get_asset_check_evaluations()
-    assert evaluations and all(e.passed for e in evaluations if e.check_name != "plausible_totals")
+    # One private run, one release run per mode (the split a UI backfill makes), one rollup.
+    assert [len(runs) for runs in results.values()] == [1, 4, 1]
+    evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
+    assert len(evaluations) == 4 * len(CHECK_SPECS)
+    assert all(e.passed for e in evaluations if e.check_name != "plausible_totals")
     meta = {}
     for m in results["release"][0].get_asset_materialization_events():
-        meta.setdefault(m.asset_key.to_user_string(), m.materialization.metadata)
+        key = m.asset_key.to_user_string()
+        meta[key] = {**meta.get(key, {}), **m.materialization.metadata}
     assert meta["release/tap_on_time"]["epsilon"].value == 1.0
     assert meta["release/tap_on_time_loc"]["epsilon"].value == 2.0
     assert meta["release/tap_on_time_loc"]["noise_seeded"].value is False
     assert meta["release/tap_on_time"]["privacy_unit"].value == "trip"
-    assert any(key.startswith("by_partition") for key in meta["release/tap_on_time"])
+    assert meta["release/tap_on_time"]["blocking_checks"].value == "all passed"
+    assert meta["release/tap_on_time"]["dagster/row_count"].value > 0
 
 
 def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
-    ledger = PrivacyBudget().ledger()
+    ledger = PrivacyBudget().ledger(default_storage())
     charges = ledger.charges()
     pairs = [(c.scope, c.marginal) for c in charges]
     assert len(pairs) == len(set(pairs)) == 8 * 6 and {c.unit for c in charges} == {"trip"}
     assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 48
-    summary = pd.read_parquet(settings.private_dir() / "privacy_ledger.parquet")
+    summary = pd.read_parquet(default_storage().private_dir / "privacy_ledger.parquet")
     assert summary["epsilon"].tolist() == [8.0] * 8
 
 
 def test_published_release_is_complete_and_says_it_is_not_seeded(released):
-    latest = settings.published_dir() / "latest"
+    latest = default_storage().published_dir / "latest"
     assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "loc.csv", "privacy.json", "time-loc.csv", "time.csv"]
     statement = json.loads((latest / "privacy.json").read_text())
     assert statement["noise_seeded"] is False
@@ -74,9 +80,9 @@ def test_published_release_is_complete_and_says_it_is_not_seeded(released):
 
 def test_rerun_reuses_every_release_without_new_charges(released):
     instance, _ = released
-    before = (PrivacyBudget().ledger().charges(), PrivacyBudget().ledger().draws())
-    old = (settings.published_dir() / "latest" / "time-loc.csv").read_text()
+    before = (PrivacyBudget().ledger(default_storage()).charges(), PrivacyBudget().ledger(default_storage()).draws())
+    old = (default_storage().published_dir / "latest" / "time-loc.csv").read_text()
     run_release(instance)
-    after = (PrivacyBudget().ledger().charges(), PrivacyBudget().ledger().draws())
+    after = (PrivacyBudget().ledger(default_storage()).charges(), PrivacyBudget().ledger(default_storage()).draws())
     assert after == before
-    assert (settings.published_dir() / "latest" / "time-loc.csv").read_text() == old
+    assert (default_storage().published_dir / "latest" / "time-loc.csv").read_text() == old

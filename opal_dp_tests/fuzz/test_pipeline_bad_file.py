@@ -9,6 +9,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from opal_dp.defs.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.release.publish import LATEST, validate_published
@@ -26,7 +27,7 @@ def data_dir(tmp_path, monkeypatch) -> Path:
 
 @pytest.mark.slow
 def test_a_bad_file_fails_its_run_naming_the_file_and_never_reaches_a_release(data_dir):
-    raw = settings.raw_dir()
+    raw = default_storage().raw_dir
     write_day(raw, GOOD, tiny_day(GOOD))
     bad = write_day(raw, BAD, tiny_day(BAD, seed=1))
     bad.write_bytes(bad.read_bytes()[:-100])  # truncated Parquet
@@ -36,7 +37,7 @@ def test_a_bad_file_fails_its_run_naming_the_file_and_never_reaches_a_release(da
         message = str(failed.value)
         assert "job private_stages failed" in message and "events.Failure: " in message
         assert f"{bad.name}: cannot be read as parquet" in message and "Traceback" not in message
-        assert days_with_bins(data_dir) == set() and not settings.published_dir().exists()
+        assert days_with_bins(data_dir) == set() and not default_storage().published_dir.exists()
 
     # The bad file and a good one for a day nobody registered as a partition stay in raw/; neither is read.
     write_day(raw, UNREGISTERED, tiny_day(UNREGISTERED, seed=3))
@@ -45,19 +46,20 @@ def test_a_bad_file_fails_its_run_naming_the_file_and_never_reaches_a_release(da
         assert instance.get_dynamic_partitions("service_date") == [GOOD]
         risk = instance.get_latest_materialization_event(dg.AssetKey("disclosure_risk"))
         assert risk.asset_materialization.metadata["partitions"].value == 4
-    validate_published(settings.published_dir() / LATEST)
+    validate_published(default_storage().published_dir / LATEST)
     assert days_with_bins(data_dir) == {GOOD}
 
 
 @pytest.mark.slow
 def test_a_day_whose_taps_are_all_on_another_date_releases_nothing(data_dir):
-    write_day(settings.raw_dir(), GOOD, tiny_day(GOOD))
-    write_day(settings.raw_dir(), WRONG_DATES, tiny_day("2016-07-28", seed=2))
+    write_day(default_storage().raw_dir, GOOD, tiny_day(GOOD))
+    write_day(default_storage().raw_dir, WRONG_DATES, tiny_day("2016-07-28", seed=2))
     with dg.DagsterInstance.ephemeral() as instance:
         run_release(instance)
-        ingested = instance.get_latest_materialization_event(dg.AssetKey("ingested_trips"))
-    by_day = {r.data["date"]: r.data for r in ingested.asset_materialization.metadata["by_day"].records}
-    assert by_day[WRONG_DATES]["rows_read"] == 2_000 and by_day[WRONG_DATES]["rows_accepted"] == 0
+        (wrong,) = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("ingested_trips"), asset_partitions=[WRONG_DATES]), limit=1).records
+    meta = wrong.asset_materialization.metadata
+    assert meta["rows_read"].value == 2_000 and meta["rows_accepted"].value == 0
     assert days_with_bins(data_dir) == {GOOD}
 
 

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.io import PartitionedParquetIOManager
+from opal_dp.defs.io import private_parquet
+from opal_dp.defs.storage import OpalStorage
 from opal_dp.defs.partitions import date_mode
 from opal_dp.defs.publish import published_release
 from opal_dp.defs.resources import ReferenceNetwork
@@ -272,7 +273,7 @@ def test_sigkill_mid_publish_keeps_latest(tmp_path, hang):
 
 def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_path, monkeypatch):
     """The publish gate builds the statement from the ledger: release assets whose draws the ledger does not
-    hold are refused, and nothing appears under published/."""
+    hold never count as complete, so they stay pending and nothing appears under published/."""
     monkeypatch.setenv("OPAL_DP_DATA_DIR", str(tmp_path))
     keys = [f"2016-07-25|{mode}" for mode in MODES]
     no_trips = pd.DataFrame({
@@ -298,12 +299,13 @@ def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_p
     result = dg.materialize(
         [*sources, published_release],
         instance=instance,
-        resources={"private_parquet": PartitionedParquetIOManager(), "privacy_budget": PrivacyBudget(),
-                   "reference": ReferenceNetwork()},
+        resources={"private_parquet": private_parquet, "privacy_budget": PrivacyBudget(),
+                   "reference": ReferenceNetwork(), "storage": OpalStorage(data_dir=str(tmp_path))},
         raise_on_error=False,
     )
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     message = failure.step_failure_data.user_failure_data.description
-    assert "publishing refused" in message and "the ledger has no draws" in message
+    assert "no partition's release is complete" in message
+    assert all(key in message for key in keys)
     assert not (tmp_path / "published").exists()
