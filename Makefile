@@ -8,7 +8,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: release test ui bench clean
+.PHONY: release test ui ui-readonly bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -37,7 +37,17 @@ UI_HOST ?= 127.0.0.1
 ui: $(STAMP) | $(DAGSTER_HOME)
 	$(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
 
-bench: $(STAMP)
+# For people who look but must not launch or wipe anything (it still shows the internal figures: see README).
+ui-readonly: $(STAMP) | $(DAGSTER_HOME)
+	$(VENV)/bin/dagster-webserver -w workspace.yaml -h $(UI_HOST) --read-only
+
+# The peer libraries the benchmark runs are the `bench` extra.
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	@touch $@
+
+bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:

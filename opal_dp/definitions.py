@@ -1,14 +1,20 @@
-"""Dagster entry point: every module under ``opal_dp/defs`` is loaded, and every asset links to its source."""
+"""Dagster entry point: every module under ``opal_dp/defs`` is loaded, and every asset links to its source.
+
+The project root is the package's parent, given explicitly: an installed (non-editable) opal_dp has no
+pyproject.toml above it for Dagster to find.
+"""
 
 import warnings
 from pathlib import Path
 
 import dagster as dg
 
+import opal_dp.defs
+
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+    loaded = dg.load_defs(opal_dp.defs, project_root=Path(__file__).resolve().parent.parent)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)  # code references are beta in 1.13
         assets = dg.with_source_code_references(list(loaded.assets or []))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -13,6 +15,8 @@ from opal_dp.cli import run_release
 from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.partitions import date_mode
 from opal_dp.defs.release import CHECK_SPECS
+from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.publish import FILES, RELEASE_ID, to_open_data
 from opal_dp_tests.defs.conftest import DAYS
 
 
@@ -76,6 +80,31 @@ def test_published_release_is_complete_and_says_it_is_not_seeded(released):
     table = pd.read_csv(latest / "time-loc.csv", dtype=str)
     assert list(table.columns) == ["mode", "date", "tap", "time", "loc", "count"]
     assert set(table["date"]) <= {d.strftime("%Y%m%d") for d in DAYS}
+
+
+def test_nothing_non_dp_is_reachable_from_published(released):
+    """published/ holds release folders of the known files and the ``latest`` link, nothing links out of it,
+    no file names a private path, and every published count is exactly a DP release asset's count."""
+    storage = default_storage()
+    root = storage.published_dir.resolve()
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        here = Path(folder)
+        for name in dirs + files:
+            path = here / name
+            if path.is_symlink():
+                assert path.resolve().parent == root and path.resolve().is_dir(), f"{path} links out of published/"
+            elif path.is_dir():
+                assert here == root and RELEASE_ID.fullmatch(name), f"unexpected folder {path}"
+            else:
+                assert here.parent == root and name in FILES, f"unexpected file {path}"
+                assert str(storage.private_dir) not in path.read_text(encoding="utf-8"), f"{path} names private/"
+    latest = root / "latest"
+    keys = [f"{d[:4]}-{d[4:6]}-{d[6:]}|{k['mode']}" for k in json.loads((latest / "privacy.json").read_text())
+            ["partitions"]["keys"] for d in [k["date"]]]
+    assets = {m.name: {key: pd.read_parquet(storage.private_dir.joinpath("release", m.name, *key.split("|"))
+                                            .with_suffix(".parquet")) for key in keys} for m in MARGINALS}
+    for table, frame in to_open_data(assets).items():
+        assert (latest / f"{table}.csv").read_text(encoding="utf-8") == frame.to_csv(index=False)
 
 
 def test_rerun_reuses_every_release_without_new_charges(released):

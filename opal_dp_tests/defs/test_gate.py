@@ -1,0 +1,92 @@
+"""The blocking checks gate: a release that fails one is never stored, so nothing downstream can publish it;
+each partition's metadata is its own (not the run's totals)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+import opal_dp.defs.release as release_defs
+from opal_dp.cli import run_release
+from opal_dp.definitions import defs
+from opal_dp.defs.partitions import RANGE_START
+from opal_dp.defs.storage import OpalStorage
+from opal_dp.release.marginals import COUNT, MARGINALS
+from opal_dp_tests.defs.conftest import DAYS
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+BAD_KEY = f"{DAYS[0].isoformat()}|train"
+
+
+@pytest.fixture
+def storage(tmp_path) -> OpalStorage:
+    storage = OpalStorage(data_dir=str(tmp_path))
+    for day in DAYS:
+        write_day(storage.raw_dir, day.isoformat(), tiny_day(day.isoformat(), trips=1_500))
+    return storage
+
+
+def latest_metadata(instance: dg.DagsterInstance, asset: str) -> dict[str, dict]:
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey.from_user_string(asset)),
+                                              limit=1_000, ascending=True).records
+    return {r.partition_key: r.asset_materialization.metadata for r in records}
+
+
+@pytest.mark.slow
+def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(storage, monkeypatch):
+    real = release_defs.release_partitions
+
+    def planted(*args, **kwargs):  # a bug in the engine: one released count below the threshold
+        released = real(*args, **kwargs)
+        if BAD_KEY in released:
+            result = released[BAD_KEY]["tap_on_loc"]
+            frame = result.frame.copy()
+            frame.loc[frame.index[0], COUNT] = 1
+            released[BAD_KEY]["tap_on_loc"] = dataclasses.replace(result, frame=frame)
+        return released
+
+    monkeypatch.setattr(release_defs, "release_partitions", planted)
+    instance = dg.DagsterInstance.ephemeral()
+    with pytest.raises(SystemExit, match="blocking checks failed; no release asset was stored"):
+        run_release(instance, data_dir=storage.root)
+    (failed,) = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
+    assert failed.job_name == "release" and failed.tags[RANGE_START].endswith("|train")
+    train = {f"{d.isoformat()}|train" for d in DAYS}
+    for marginal in MARGINALS:  # the whole run is refused: neither of its partitions is stored
+        stored = set(instance.get_materialized_partitions(dg.AssetKey(["release", marginal.name])))
+        assert not stored & train and len(stored) == 6
+        assert not list(storage.private_dir.joinpath("release", marginal.name).rglob("train.parquet"))
+    check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [dg.AssetCheckKey(dg.AssetKey(["release", "tap_on_loc"]), "counts_above_threshold")])
+    (evaluation,) = check.values()
+    assert evaluation.run_id == failed.run_id and evaluation.status.value == "FAILED"
+    failure = next(e for e in instance.all_logs(failed.run_id) if e.dagster_event and e.dagster_event.is_step_failure)
+    assert f"{BAD_KEY} tap_on_loc:" in failure.dagster_event.step_failure_data.error.message
+    assert not storage.published_dir.exists()
+
+    rollup = defs().resolve_job_def("rollup").execute_in_process(
+        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}})
+    published = latest_metadata(instance, "published_release")[None]
+    assert rollup.success and published["partitions_pending"].value == sorted(train)
+    statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
+    assert {k["mode"] for k in statement["partitions"]["keys"]} == {"bus", "ferry", "light_rail"}
+
+
+@pytest.mark.slow
+def test_per_partition_metadata_is_each_partitions_own(storage):
+    instance = dg.DagsterInstance.ephemeral()
+    run_release(instance, data_dir=storage.root)
+    meta = latest_metadata(instance, "release/tap_on_time_loc")
+    assert len(meta) == 8
+    for key, values in meta.items():
+        stored = pd.read_parquet(storage.private_dir.joinpath("release", "tap_on_time_loc", *key.split("|"))
+                                 .with_suffix(".parquet"))
+        assert values["dagster/row_count"].value == len(stored)
+        assert values["blocking_checks"].value == "all passed"
+    assert len({v["dagster/row_count"].value for v in meta.values()}) > 1  # not one run-wide figure copied
+    ingest = latest_metadata(instance, "ingested_trips")
+    assert {k: v["rows_read"].value for k, v in ingest.items()} == {d.isoformat(): 1_500 for d in DAYS}

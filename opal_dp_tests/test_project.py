@@ -1,0 +1,94 @@
+"""The project as a newcomer and an operator meet it: make release on a fresh clone (at most 40 lines, ending with
+the summary), the UI bound to this machine, make bench's peers declared, a non-editable install.
+
+The fresh clone shares this checkout's virtual environment (installing is not what is measured), and make is told
+that the install is up to date; everything else is what a newcomer runs: the bundled sample, a new Dagster
+home, the CLI's plan, the published release.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_LINES = 40
+
+
+@pytest.mark.slow
+def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_path):
+    if not (REPO / ".git").exists() or shutil.which("git") is None or shutil.which("make") is None:
+        pytest.fail("this test needs the project's git checkout, git and make")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    venv = Path(sys.prefix)
+    (clone / ".venv").symlink_to(venv, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPAL_DP_", "DAGSTER_"))}
+    done = subprocess.run(["make", "-o", ".venv/.installed-stamp", "release"], cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=900)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    lines = output.splitlines()  # a progress bar redraws with \r, on its own line
+    assert len(lines) <= MAX_LINES, output
+    assert not re.search(r"DEBUG|telemetry", output, re.IGNORECASE), output
+    summary = lines[-3:]
+    assert re.fullmatch(r"released 56 partitions \(14 days x modes\), [\d,]+ trips read, [\d,]+ cells in time-loc.csv",
+                        summary[0]), summary
+    assert summary[1].startswith("protected: one trip at (epsilon = ") and "per (date, mode) partition" in summary[1]
+    assert summary[2].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")
+    assert (clone / ".dagster_home" / "dagster.yaml").read_text().count("enabled: false") >= 1
+    log = re.search(r"full log: (\S+)", output).group(1)
+    assert Path(log).stat().st_size > 0 and Path(log).is_relative_to(clone / "data" / "private")
+
+
+def dry_run(target: str) -> str:
+    done = subprocess.run(["make", "-n", "-o", ".venv/.installed-stamp", target], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def test_the_ui_binds_to_this_machine_only_and_has_a_read_only_mode():
+    assert "dagster dev -w workspace.yaml -h 127.0.0.1" in dry_run("ui")
+    assert re.search(r"dagster-webserver -w workspace.yaml -h 127.0.0.1 --read-only", dry_run("ui-readonly"))
+
+
+def test_make_bench_installs_the_peers_it_runs():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["bench"]
+    names = {re.split(r"[=<>\[]", req)[0]: req for req in extras}
+    peers = (REPO / "benchmarks" / "peers.py").read_text()
+    assert "import polars" in peers and "opendp[polars]" in names["opendp"]
+    assert "import pipeline_dp" in peers and "pipeline-dp" in names
+    assert '-e ".[bench]"' in dry_run("bench").replace("'", '"')
+
+
+@pytest.mark.slow
+def test_a_non_editable_install_releases_with_an_explicit_data_directory(tmp_path):
+    """``pip install .`` (no source tree on the path): the packaged reference data is found and the data
+    directory is only what ``--data-dir`` says."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(site), str(REPO)], check=True, capture_output=True)
+    data = tmp_path / "data"
+    for day in ("2016-07-25", "2016-07-26"):
+        write_day(data / "raw", day, tiny_day(day, trips=1_500))
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPAL_DP_", "DAGSTER_"))}
+    env["PYTHONPATH"] = str(site)
+    where = subprocess.run([sys.executable, "-c", "import opal_dp; print(opal_dp.__file__)"], cwd=elsewhere,
+                           env=env, capture_output=True, text=True, check=True).stdout
+    assert Path(where.strip()).is_relative_to(site)
+    done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--no-sample", "--data-dir", str(data)],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (data / "published" / "latest" / "privacy.json").exists()
+    assert sorted(p.name for p in elsewhere.iterdir()) == []  # nothing written where it ran
