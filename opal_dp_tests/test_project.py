@@ -34,8 +34,8 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     (clone / ".venv").symlink_to(venv, target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPAL_DP_", "DAGSTER_"))}
     done = subprocess.run(["make", "-o", ".venv/.installed-stamp", "release"], cwd=clone, env=env,
-                          capture_output=True, text=True, timeout=900)
-    output = done.stdout + done.stderr
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    output = done.stdout.decode()  # bytes: text mode would turn the progress bars' \r into new lines
     assert done.returncode == 0, output[-3000:]
     lines = output.rstrip("\n").split("\n")  # as a terminal shows them: a progress bar redraws its line with \r
     assert len(lines) <= MAX_LINES, output
