@@ -207,8 +207,9 @@ def _time_charts(time: pd.DataFrame, days: Mapping[str, list[str]], modes: list[
         rows = _tap_ons(time, mode)
         per_day = _per_day(rows.assign(window=rows["time"].map(WINDOW_INDEX)), "window", len(days[mode]), marginal)
         per_day = per_day.reindex(range(WINDOWS_PER_DAY), fill_value=0.0)
-        charts.append(f"<h3>{MODE_NAMES[mode]}</h3>\n"
-                      + _time_chart(mode, per_day["average"].to_numpy(), per_day["error"].to_numpy()))
+        body = (_time_chart(mode, per_day["average"].to_numpy(), per_day["error"].to_numpy()) if len(rows) else
+                '<p class="note">No time-of-day count of this mode was published.</p>\n')
+        charts.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
     return ('<section id="time-of-day">\n<h2>Trips by time of day</h2>\n<p>Average tap-ons per day in each '
             f"15-minute window, from time.csv.</p>\n{''.join(charts)}{_error_note(marginal, 'time.csv')}</section>\n")
 

@@ -134,3 +134,11 @@ def test_bad_input_is_refused(tables, stated, stops):
 ])
 def test_external_references_are_found(page, snippet):
     assert external_references(page.replace("</body>", snippet + "</body>"))
+
+
+def test_a_mode_with_nothing_published_gets_a_note_not_a_chart(tables, stated, stops):
+    empty = {name: frame[frame["mode"] != "bus"] for name, frame in tables.items()}
+    page = render_index(empty, stated, stops)
+    assert 'id="time-bus"' not in page and 'id="top-bus"' not in page
+    assert "No time-of-day count of this mode was published." in page
+    assert "No location count of this mode was published." in page
