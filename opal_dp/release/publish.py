@@ -31,7 +31,7 @@ from opal_dp.network import MODES
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
-from opal_dp.release.site import PAGE, external_references, links, render_index
+from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
 from opal_dp.release.statement import STATEMENT_JSON, STATEMENT_MD, open_data_partition, render_markdown
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
@@ -216,12 +216,16 @@ def validate_published(folder: Path) -> None:
     partitions = {(k["date"], k["mode"]) for k in statement["partitions"]["keys"]}
     for table in TABLES:
         _validate_table(folder / f"{table}.csv", table, partitions)
-    _validate_page(folder / PAGE)
+    _validate_page(folder / PAGE, statement)
 
 
-def _validate_page(path: Path) -> None:
-    """The page must be self-contained and link to every other file of the release, and to nothing else."""
+def _validate_page(path: Path, statement: dict) -> None:
+    """The page must be self-contained, state the statement's guarantee, and link to every other file of the
+    release and to nothing else."""
     page = path.read_text(encoding="utf-8")
+    guarantee = statement["guarantee"]
+    if stated_guarantee(page) != (guarantee["epsilon"], guarantee["delta"]):
+        raise PublishedFormatError(f"{path} does not state the guarantee of {STATEMENT_JSON}")
     external = external_references(page)
     if external:
         raise PublishedFormatError(f"{path}: refers to something outside the release: {external[:5]}")

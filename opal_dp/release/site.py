@@ -91,6 +91,12 @@ def links(page: str) -> list[str]:
     return [html.unescape(next(g for g in m.groups() if g is not None)) for m in _URL.finditer(page)]
 
 
+def stated_guarantee(page: str) -> tuple[float, float] | None:
+    """The (epsilon, delta) a page states, exactly as it was given, or None if it states none."""
+    values = [re.search(rf'<span class="{name}" data-value="([^"]+)">', page) for name in ("epsilon", "delta")]
+    return None if None in values else (float(values[0][1]), float(values[1][1]))
+
+
 def external_references(page: str) -> list[str]:
     """What in ``page`` would load or link anything outside its own folder: elements and CSS that load
     (script, link, img, iframe, url(), @import...), any ``scheme://`` text, and attribute URLs that are not a
@@ -139,7 +145,7 @@ def _about(published: Mapping[str, pd.DataFrame], days: Mapping[str, list[str]],
         "<p>Every count carries random noise, and a count is published only if its noisy value reaches a "
         f"threshold (the smallest published count is {' or '.join(map(str, floors))}, by table): a combination "
         "missing from a file had no trips or too few. Each file gets its own noise, so the files do not add up "
-        "exactly to one another. There are no remainder rows: the counts left out are not listed anywhere.</p>\n"
+        "exactly to one another.</p>\n"
         "</section>\n"
     )
 

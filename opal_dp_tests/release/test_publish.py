@@ -165,6 +165,8 @@ def _replace(old: str, new: str, count: int = 1):
         ("index.html", _replace('href="time.csv"', 'href="//cdn.example/time.csv"'), "outside"),
         ("index.html", _replace('href="time.csv"', 'href="../r0/time.csv"'), "outside"),
         ("index.html", _replace('href="loc.csv"', 'href="gone.csv"'), "link to exactly"),
+        ("index.html", _replace('class="epsilon" data-value="8.0"', 'class="epsilon" data-value="0.8"'), "guarantee"),
+        ("index.html", _replace('class="delta"', 'class="d"'), "guarantee"),
         ("index.html", _replace('href="PRIVACY.md"', 'title="PRIVACY.md"', -1), "link to exactly"),
     ],
 )

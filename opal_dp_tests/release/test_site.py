@@ -14,7 +14,7 @@ from opal_dp.core import sbh
 from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
 from opal_dp.release.publish import FILES, to_open_data
-from opal_dp.release.site import PAGE, external_references, links, render_index
+from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
 from opal_dp_tests.conftest import TINY_STOPS
 from opal_dp_tests.release.test_publish import releases, statement
 
@@ -63,8 +63,8 @@ def test_links_are_the_release_files(page):
 
 def test_the_guarantee_is_the_statements(page, stated):
     g = stated["guarantee"]
-    assert float(re.search(r'class="epsilon" data-value="([^"]+)"', page)[1]) == g["epsilon"]
-    assert float(re.search(r'class="delta" data-value="([^"]+)"', page)[1]) == g["delta"]
+    assert stated_guarantee(page) == (g["epsilon"], g["delta"])
+    assert f'data-value="{g["epsilon"]!r}">{g["epsilon"]:.4g}</span>' in page
     assert f"<strong>{stated['privacy_unit']['protects']}</strong>" in page
     assert f'<span class="per">{g["per"]}</span>' in page and html.escape(stated["privacy_unit"]["meaning"]) in page
     for example in stated["worked_examples"]:
@@ -77,7 +77,7 @@ def test_a_different_statement_gives_a_different_page(tables, stated, stops):
     changed["guarantee"].update(epsilon=3.25, delta=1e-9)
     changed["noise_seeded"] = True
     page = render_index(tables, changed, stops)
-    assert 'data-value="3.25">3.25</span>' in page and 'data-value="1e-09">1e-09</span>' in page
+    assert stated_guarantee(page) == (3.25, 1e-9) and "epsilon = <span" in page and ">3.25</span>" in page
     assert 'id="seeded"' in page and "NOT differentially private" in page
 
 
