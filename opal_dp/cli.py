@@ -148,7 +148,7 @@ def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: OpalSt
         f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
         f"{cells:,} cells in time-loc.csv",
         f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}",
-        f"release: {latest} -> {latest.resolve().name} (PRIVACY.md explains the guarantee)",
+        f"release: {latest} -> {latest.resolve().name} (index.html for the public; PRIVACY.md explains the guarantee)",
     ]
 
 

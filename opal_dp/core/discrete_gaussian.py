@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.core.bits import BitSource, SecureBits
 from opal_dp.core.noise import MAX_SCALE, DiscreteLaplace, floor_exp_neg
 
@@ -137,7 +138,7 @@ def min_released_count(sigma: float, l0: int, linf: int, delta: float) -> int:
 
 
 @lru_cache(maxsize=64)
-def _pmf(sigma: float) -> tuple[int, np.ndarray]:
+def pmf(sigma: float) -> tuple[int, np.ndarray]:
     """(k0, pmf over k0, k0 + 1, ..., -k0): the mass beyond 40 sigma + 10 is below 1e-300."""
     k0 = math.ceil(40 * sigma) + 10
     z = np.arange(-k0, k0 + 1)
@@ -147,18 +148,13 @@ def _pmf(sigma: float) -> tuple[int, np.ndarray]:
 
 def release_probability(true_count: int, sigma: float, min_released_count: int) -> float:
     """``P(true_count + Z >= min_released_count)`` in float64 (for statements, not for privacy)."""
-    k0, pmf = _pmf(float(sigma))
+    k0, mass = pmf(float(sigma))
     first = int(min_released_count) - int(true_count) - k0  # index of the smallest noise value that releases
     if first <= 0:
         return 1.0
-    return float(pmf[first:].sum()) if first < len(pmf) else 0.0
+    return float(mass[first:].sum()) if first < len(mass) else 0.0
 
 
 def error_bound(sigma: float, confidence: float = 0.95) -> int:
     """Smallest integer ``e >= 0`` with ``P(|Z| <= e) >= confidence`` (float64)."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    k0, pmf = _pmf(float(sigma))
-    centre = -k0  # index of z = 0
-    within = np.cumsum(np.concatenate(([pmf[centre]], pmf[centre + 1:] + pmf[:centre][::-1])))
-    return int(np.searchsorted(within, confidence))
+    return error_bound_of_sum(pmf(float(sigma))[1], 1, confidence)

@@ -61,6 +61,14 @@ def error_bound(scale: float, confidence: float = 0.95) -> int:
     return max(0, math.ceil(scale * math.log(2 / ((1 - confidence) * (1 + q)))) - 1)
 
 
+def pmf(scale: float) -> tuple[int, np.ndarray]:
+    """(k0, P(Z = z) for z = k0, k0 + 1, ..., -k0), ``k0 = -(ceil(40 scale) + 10)``: the mass left out,
+    ``2 q**(1 - k0)/(1 + q)``, is below 1e-17 (float64, for statements and charts)."""
+    k = math.ceil(40 * scale) + 10
+    q = math.exp(-1 / scale)
+    return -k, (1 - q) / (1 + q) * np.exp(-np.abs(np.arange(-k, k + 1)) / scale)
+
+
 class StabilityHistogram:
     """SBH: ``a = count + Z`` (discrete Laplace, ``scale = l1/epsilon``), released iff ``a >= threshold``.
 

@@ -100,8 +100,9 @@ def _gate(
     deps=["privacy_audit"],
     ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(),
          **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
-    description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md built from the ledger, "
-                "published atomically; the partitions whose releases are complete, the others listed as pending.",
+    description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md built from the ledger and a "
+                "self-contained index.html for the public, published atomically; the partitions whose releases are "
+                "complete, the others listed as pending.",
     automation_condition=ROLLUP,
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)),
     pool=LEDGER_POOL,
@@ -135,7 +136,7 @@ def published_release(
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
     tables = to_open_data(loaded)
-    folder = publish(storage.published_dir, tables, statement, release_id)
+    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops())
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder)),

@@ -24,6 +24,14 @@ def stop_labels(stops: pd.DataFrame) -> pd.Series:
     return pd.Series(label.to_numpy(), index=stops["stop_id"].astype("int64"))
 
 
+def location_points(stops: pd.DataFrame) -> pd.DataFrame:
+    """Public coordinates of every (mode, location label): the stop's own, or for a bus postcode the mean of
+    its bus stops'. Columns ``mode, loc, lat, lon``, sorted by mode and label."""
+    points = pd.DataFrame({"mode": stops["mode"].astype(str).to_numpy(), "loc": stop_labels(stops).to_numpy(),
+                           "lat": stops["lat"].to_numpy(), "lon": stops["lon"].to_numpy()})
+    return points.groupby(["mode", "loc"], sort=True)[["lat", "lon"]].mean().reset_index()
+
+
 def location_labels(stops: pd.DataFrame) -> list[str]:
     """Every label that can be published, plus "-1", in lexicographic order."""
     return sorted(set(stop_labels(stops)) | {UNKNOWN_LABEL})

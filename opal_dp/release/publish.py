@@ -3,7 +3,7 @@
 Published layout; nothing else is written under the published folder, apart from the transient
 ``.staging-<release id>/`` and ``.latest-<release id>`` of a publish in progress::
 
-    <published>/<release id>/{time-loc,time,loc}.csv, privacy.json, PRIVACY.md
+    <published>/<release id>/{time-loc,time,loc}.csv, privacy.json, PRIVACY.md, index.html
     <published>/latest -> <release id>          (relative symlink, repointed atomically)
 
 Rows are ``mode,date,tap,time,loc,count`` as in the 2016 open data (``bus,20160730,on,2:30,2000,415``),
@@ -31,14 +31,14 @@ from opal_dp.network import MODES
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
-from opal_dp.release.statement import open_data_partition, render_markdown
+from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
+from opal_dp.release.statement import STATEMENT_JSON, STATEMENT_MD, open_data_partition, render_markdown
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
 TAPS = ("on", "off")
 AGGREGATED = "-"
-STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
-FILES = (*(f"{t}.csv" for t in TABLES), STATEMENT_JSON, STATEMENT_MD)
+FILES = (*(f"{t}.csv" for t in TABLES), STATEMENT_JSON, STATEMENT_MD, PAGE)
 LATEST = "latest"
 STAGING_PREFIX, LINK_PREFIX = ".staging-", ".latest-"
 
@@ -128,10 +128,13 @@ def _categorical(column: pd.Series, categories: list[str] | None = None) -> pd.C
     return pd.Categorical(column, categories=sorted(column.unique()) if categories is None else categories)
 
 
-def publish(published_dir: Path, tables: Mapping[str, pd.DataFrame], statement: dict, release_id: str) -> Path:
+def publish(
+    published_dir: Path, tables: Mapping[str, pd.DataFrame], statement: dict, release_id: str, stops: pd.DataFrame
+) -> Path:
     """Write, validate and fsync the release in a staging folder, rename it to ``<release_id>``, then
     repoint ``latest``. A crash at any point leaves the previous ``latest`` intact; stale staging
-    folders are removed by the next publish. Refuses an existing release id."""
+    folders are removed by the next publish. Refuses an existing release id. ``stops``: the public stop
+    list, which places the locations on the page's map."""
     if not RELEASE_ID.fullmatch(release_id) or release_id == LATEST:
         raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}, got {release_id!r}")
     if statement["release"]["id"] != release_id:
@@ -151,6 +154,7 @@ def publish(published_dir: Path, tables: Mapping[str, pd.DataFrame], statement: 
             _write(staging / f"{table}.csv", tables[table].to_csv(index=False, lineterminator="\n"))
         _write(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
         _write(staging / STATEMENT_MD, render_markdown(statement))
+        _write(staging / PAGE, render_index(tables, statement, stops))
         validate_published(staging)
         _fsync(staging)
         os.rename(staging, target)
@@ -212,6 +216,23 @@ def validate_published(folder: Path) -> None:
     partitions = {(k["date"], k["mode"]) for k in statement["partitions"]["keys"]}
     for table in TABLES:
         _validate_table(folder / f"{table}.csv", table, partitions)
+    _validate_page(folder / PAGE, statement)
+
+
+def _validate_page(path: Path, statement: dict) -> None:
+    """The page must be self-contained, state the statement's guarantee, and link to every other file of the
+    release and to nothing else."""
+    page = path.read_text(encoding="utf-8")
+    guarantee = statement["guarantee"]
+    if stated_guarantee(page) != (guarantee["epsilon"], guarantee["delta"]):
+        raise PublishedFormatError(f"{path} does not state the guarantee of {STATEMENT_JSON}")
+    external = external_references(page)
+    if external:
+        raise PublishedFormatError(f"{path}: refers to something outside the release: {external[:5]}")
+    linked = {url for url in links(page) if not url.startswith("#")}
+    if linked != set(FILES) - {PAGE}:
+        raise PublishedFormatError(f"{path}: must link to exactly the other files {sorted(set(FILES) - {PAGE})}, "
+                                   f"links to {sorted(linked)}")
 
 
 def _validate_table(path: Path, table: str, partitions: set[tuple[str, str]]) -> None:

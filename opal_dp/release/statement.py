@@ -26,6 +26,7 @@ from opal_dp.network import MODES
 from opal_dp.release.marginals import MARGINALS
 
 SCHEMA_VERSION = 2
+STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
 TRUE_COUNTS = (1, 2, 5, 10, 18, 20, 30, 40, 50, 100, 200)
 CONFIDENCE = 0.95
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -33,6 +34,7 @@ PACKAGES = ("opal_dp", "dagster", "numpy", "pandas", "pyarrow", "opendp", "crypt
 COMMUTER_DAYS, COMMUTER_TRIPS = 10, 2  # a commuter: 2 trips on each of 10 weekdays, one mode
 OCCASIONAL_DAYS = 3  # an occasional rider: 1 trip on each of 3 days
 
+TAILS = {"discrete_laplace": laplace_tail, "discrete_gaussian": gaussian_tail}  # noise -> its closed-form figures
 MECHANISMS = {
     "stability_based_histogram": {
         "reference": (
@@ -275,7 +277,7 @@ def _worked_examples(unit: PrivacyUnit, scopes: Sequence[ScopeSpend]) -> list[di
 
 
 def _marginal(name: str, table: str, tap: str, p: dict) -> dict:
-    tail = laplace_tail if p["noise"] == "discrete_laplace" else gaussian_tail
+    tail = TAILS[p["noise"]]
     sens, m, scale = p["sensitivity"], p["min_released_count"], p["scale"]
     return {
         "name": name,

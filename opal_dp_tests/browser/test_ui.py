@@ -9,47 +9,32 @@ missing (``apt-get install -y chromium``); in CI (env ``CI`` set) it always runs
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from datetime import date
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from opal_dp_tests.browser.dagster_dev import AUTOMATION_TAGS, REPO_ROOT, DagsterDev, write_raw_day
+from opal_dp_tests.browser.chromium import (
+    ARTIFACTS,
+    BROWSER_MARKS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Page,
+    expect,
+    require_chromium,
+    screenshot,
+    sync_playwright,
+)
+from opal_dp_tests.browser.dagster_dev import AUTOMATION_TAGS, DagsterDev, write_raw_day
 
-CHROMIUM = Path(os.environ.get("OPAL_DP_CHROMIUM", "/usr/bin/chromium"))
-IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = REPO_ROOT / "test-artifacts"
 SERVICE_DAY = date(2016, 7, 25)
 FIRST_STAGE_ASSET = "ingested_trips"  # group "ingest", partitioned by the dynamic "service_date"
 RUN_TIMEOUT_S = 120
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
-if not CHROMIUM.exists() and not IN_CI:
-    pytestmark.append(
-        pytest.mark.skip(
-            reason=f"{CHROMIUM} not found (apt-get install -y chromium); this test is required when CI is set"
-        )
-    )
-
-try:
-    from playwright.sync_api import Page, expect, sync_playwright
-except ImportError:  # pragma: no cover - the [test] extra installs it
-    if IN_CI:
-        raise
-    pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
+pytestmark = BROWSER_MARKS
 
 
 def defined_groups() -> set[str]:
@@ -61,8 +46,7 @@ def defined_groups() -> set[str]:
 
 @pytest.fixture(scope="module")
 def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
-    if not CHROMIUM.exists():  # only reachable in CI (skipped otherwise)
-        pytest.fail(f"CI is set but {CHROMIUM} is missing: install it (apt-get install -y chromium)")
+    require_chromium()  # only reachable in CI (skipped otherwise)
     root = tmp_path_factory.mktemp("dagster_ui")
     data_dir = root / "data"
     write_raw_day(data_dir / "raw", SERVICE_DAY)
@@ -78,14 +62,6 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
-
-
-def _shot(page: Page, name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
-    print(f"screenshot: {path}")
-    return path
 
 
 def _dismiss_community_modal(page: Page) -> None:
@@ -117,7 +93,7 @@ def _check_lineage_graph(page: Page, server: DagsterDev, groups: set[str]) -> No
             timeout=30_000
         )
     _no_community_modal(page)
-    _shot(page, "ui_asset_lineage")
+    screenshot(page, "ui_asset_lineage")
 
 
 def _launch_one_partition(page: Page, server: DagsterDev, asset: str, partition: str) -> None:
@@ -188,10 +164,10 @@ def test_lineage_graph_and_materialise_one_partition_from_ui(dagster_ui: Dagster
                     timeout=30_000
                 )
                 _no_community_modal(page)
-                _shot(page, "ui_run_success")
+                screenshot(page, "ui_run_success")
             except Exception as err:
                 try:
-                    _shot(page, "ui_failure")
+                    screenshot(page, "ui_failure")
                 except Exception:  # noqa: BLE001 - the original error matters more
                     pass
                 raise AssertionError(

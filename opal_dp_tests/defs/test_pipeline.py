@@ -74,7 +74,8 @@ def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
 
 def test_published_release_is_complete_and_says_it_is_not_seeded(released):
     latest = default_storage().published_dir / "latest"
-    assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "loc.csv", "privacy.json", "time-loc.csv", "time.csv"]
+    assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "index.html", "loc.csv", "privacy.json",
+                                                       "time-loc.csv", "time.csv"]
     statement = json.loads((latest / "privacy.json").read_text())
     assert statement["noise_seeded"] is False
     table = pd.read_csv(latest / "time-loc.csv", dtype=str)

@@ -6,7 +6,14 @@ import pandas as pd
 import pandera.pandas as pa
 import pytest
 
-from opal_dp.prep.binning import bin_trips, location_labels, split_by_mode, time_window, window_label
+from opal_dp.prep.binning import (
+    bin_trips,
+    location_labels,
+    location_points,
+    split_by_mode,
+    time_window,
+    window_label,
+)
 from opal_dp.prep.ingest import ingest_file
 from opal_dp.prep.schemas import BinnedTrips, CardBinnedTrips
 from opal_dp_tests.conftest import write_csv
@@ -79,3 +86,14 @@ def test_split_by_mode_is_disjoint_and_complete(tmp_path, stops):
     parts = {m: split_by_mode(binned, m) for m in ("bus", "ferry", "light_rail", "train")}
     assert sum(len(p) for p in parts.values()) == len(binned)
     assert len(parts["train"]) == 2 and "mode" not in parts["train"].columns
+
+
+def test_location_points_place_postcodes_at_their_bus_stops_mean(stops):
+    stops = stops.assign(lat=[-33.0, -34.0, -33.5, -33.1, -33.2, -33.3, -33.4, -33.8, -33.6, -33.7],
+                         lon=151.0 + stops.index * 0.01)
+    points = location_points(stops).set_index(["mode", "loc"])
+    assert points.loc[("bus", "2000"), "lat"] == pytest.approx(-33.5)  # stops 1 and 2
+    assert points.loc[("bus", "2000"), "lon"] == pytest.approx(151.005)
+    assert points.loc[("train", "Central"), "lat"] == -33.1
+    assert ("bus", "Central") not in points.index and ("train", "2000") not in points.index
+    assert len(points) == 2 + 3 + 2 + 2  # two bus postcodes, then one point per named stop

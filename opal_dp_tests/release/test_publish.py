@@ -23,7 +23,7 @@ from opal_dp.defs.storage import OpalStorage
 from opal_dp.defs.partitions import date_mode
 from opal_dp.defs.publish import published_release
 from opal_dp.defs.resources import ReferenceNetwork
-from opal_dp.network import MODES
+from opal_dp.network import MODES, load_stops
 from opal_dp.release import publish as publish_module
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.publish import FILES, PublishedFormatError, publish, to_open_data, validate_published
@@ -32,6 +32,7 @@ from opal_dp_tests.release.test_statement import PARTS, released as ledger_relea
 from opal_dp_tests.release.test_statement import statement as ledger_statement
 
 LABELS = ["-1", "2000", "2010", "Central"]
+STOPS = load_stops()
 KEYS = ["2016-07-26|train", "2016-07-25|bus", "2016-07-25|train"]
 assert sorted(KEYS) == sorted(PARTS)
 
@@ -69,7 +70,7 @@ def releases(keys: list[str] = KEYS) -> dict[str, dict[str, pd.DataFrame]]:
 
 
 def publish_release(root: Path, release_id: str) -> Path:
-    return publish(root, to_open_data(releases()), statement(release_id=release_id), release_id)
+    return publish(root, to_open_data(releases()), statement(release_id=release_id), release_id, STOPS)
 
 
 def visible(root: Path) -> set[str]:
@@ -158,6 +159,15 @@ def _replace(old: str, new: str, count: int = 1):
         ("privacy.json", lambda t: t[:-3], "JSON"),
         ("privacy.json", _replace('"epsilon": 8.0', '"epsilon": 1.0'), "PRIVACY.md"),
         ("PRIVACY.md", _replace("Presence", "Absence"), "PRIVACY.md"),
+        ("index.html", _replace("<style>", '<script src="https://cdn.example/x.js"></script><style>'), "outside"),
+        ("index.html", _replace("<style>", "<style>@import 'fonts.css';"), "outside"),
+        ("index.html", _replace("</body>", '<img src="map.png"></body>'), "outside"),
+        ("index.html", _replace('href="time.csv"', 'href="//cdn.example/time.csv"'), "outside"),
+        ("index.html", _replace('href="time.csv"', 'href="../r0/time.csv"'), "outside"),
+        ("index.html", _replace('href="loc.csv"', 'href="gone.csv"'), "link to exactly"),
+        ("index.html", _replace('class="epsilon" data-value="8.0"', 'class="epsilon" data-value="0.8"'), "guarantee"),
+        ("index.html", _replace('class="delta"', 'class="d"'), "guarantee"),
+        ("index.html", _replace('href="PRIVACY.md"', 'title="PRIVACY.md"', -1), "link to exactly"),
     ],
 )
 def test_validation_rejects_malformed_files(tmp_path, file, corrupt, message):
@@ -195,7 +205,7 @@ def test_refuses_an_existing_or_bad_release_id(tmp_path):
         with pytest.raises(ValueError, match="release id"):
             publish_release(tmp_path, bad)
     with pytest.raises(ValueError, match="statement is for"):
-        publish(tmp_path, to_open_data(releases()), statement(release_id="r9"), "r8")
+        publish(tmp_path, to_open_data(releases()), statement(release_id="r9"), "r8", STOPS)
     assert os.readlink(tmp_path / "latest") == "r1"
 
 
@@ -224,6 +234,7 @@ def test_failure_mid_write_keeps_latest(tmp_path, monkeypatch):
 CHILD = """
 import os, pickle, sys, time
 from pathlib import Path
+from opal_dp.network import load_stops
 from opal_dp.release import publish as module
 root, payload, flag, hang = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 tables, statement = pickle.loads(payload.read_bytes())
@@ -244,7 +255,7 @@ if hang == "write":
     module._write = _write
 else:
     os.symlink = stop
-module.publish(root, tables, statement, "r2")
+module.publish(root, tables, statement, "r2", load_stops())
 """
 
 

@@ -1,0 +1,48 @@
+"""Error bounds of sums of noise draws (the release page's error bars)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opal_dp.core import discrete_gaussian, sbh
+from opal_dp.core.accuracy import error_bound_of_sum
+
+
+def smallest_bound(mass: np.ndarray, confidence: float) -> int:
+    """By brute force over a centred pmf."""
+    z = np.arange(len(mass)) - len(mass) // 2
+    return next(e for e in range(len(mass)) if mass[np.abs(z) <= e].sum() >= confidence)
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0, 7.3])
+@pytest.mark.parametrize("confidence", [0.5, 0.95, 0.999])
+def test_one_draw_is_the_closed_form_bound(scale, confidence):
+    assert error_bound_of_sum(sbh.pmf(scale)[1], 1, confidence) == sbh.error_bound(scale, confidence)
+
+
+@pytest.mark.parametrize(("scale", "n"), [(1.0, 2), (2.0, 3), (2.0, 14), (4.5, 5)])
+def test_sums_match_direct_convolution(scale, n):
+    one = sbh.pmf(scale)[1]
+    total = one
+    for _ in range(n - 1):
+        total = np.convolve(total, one)
+    assert error_bound_of_sum(one, n, 0.95) == smallest_bound(total, 0.95)
+
+
+def test_a_sum_of_gaussians_is_nearly_a_wider_gaussian():
+    one = discrete_gaussian.pmf(3.0)[1]
+    assert abs(error_bound_of_sum(one, 4, 0.95) - discrete_gaussian.error_bound(6.0, 0.95)) <= 1
+
+
+def test_bounds_grow_with_the_number_of_draws():
+    one = sbh.pmf(2.0)[1]
+    bounds = [error_bound_of_sum(one, n) for n in range(1, 20)]
+    assert bounds == sorted(bounds) and bounds[0] == 6 < bounds[-1] < 19 * 6
+
+
+@pytest.mark.parametrize(("pmf", "n", "confidence"),
+                         [(np.ones(3) / 3, 0, 0.95), (np.ones(3) / 3, 2, 1.0), (np.ones(4) / 4, 1, 0.95)])
+def test_bad_input_is_refused(pmf, n, confidence):
+    with pytest.raises(ValueError):
+        error_bound_of_sum(pmf, n, confidence)
