@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.bits import BitSource, SecureBits
 from opal_dp.core.sensitivity import Sensitivity
 from opal_dp.core.sparse_noise import GaussianNoise, LaplaceNoise, ThresholdNoise, tail_probability
@@ -121,14 +122,23 @@ class DesignNoise:
     """The noise of the three measurements of a block, by published table: ``time-loc``, ``time``, ``loc``."""
 
     mechanism: str
+    sensitivity: Sensitivity
+    budget: Mapping[str, float]  # epsilon (laplace) or rho (gaussian) per table
     laws: Mapping[str, ThresholdNoise]
     parameters: Mapping[str, float]  # Laplace scale or Gaussian sigma
     variances: Mapping[str, float]  # weights of the least-squares step
 
+    def cost(self, table: str) -> PrivacyCost:
+        """What measuring ``table`` costs one unit: pure epsilon-DP (delta 0) or rho-zCDP (delta 0)."""
+        if self.mechanism == "laplace":
+            return PrivacyCost.approx_dp(self.budget[table], 0.0)
+        return PrivacyCost.zcdp(self.budget[table], 0.0)
+
     def describe(self) -> dict:
         name = "scale" if self.mechanism == "laplace" else "sigma"
-        return {"mechanism": self.mechanism, "noise": f"discrete_{self.mechanism}",
-                name: dict(self.parameters)}
+        return {"mechanism": self.mechanism, "noise": f"discrete_{self.mechanism}", name: dict(self.parameters),
+                "sensitivity": self.sensitivity.describe(),
+                "cost": {table: self.cost(table).describe() for table in TABLES}}
 
 
 def calibrate(
@@ -152,7 +162,7 @@ def calibrate(
             sigma = math.sqrt(sens.l2_squared / (2 * value))
             laws[table] = GaussianNoise(sigma, bits)
             parameters[table], variances[table] = sigma, sigma**2  # the variance is at most sigma²
-    return DesignNoise(mechanism, laws, parameters, variances)
+    return DesignNoise(mechanism, sens, dict(budget), laws, parameters, variances)
 
 
 def release_tap(partition: pd.DataFrame, dom: Domain, noise: DesignNoise, tau: int) -> list[Rounded]:
