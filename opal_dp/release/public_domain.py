@@ -63,6 +63,10 @@ class Block:
     windows: tuple[int, ...]
     locations: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        if list(self.windows) != list(range(self.windows[0], self.windows[0] + len(self.windows))):
+            raise ValueError(f"a block's windows must be consecutive, got {self.windows}")
+
     @property
     def shape(self) -> tuple[int, int]:
         return len(self.windows), len(self.locations)
@@ -100,20 +104,23 @@ def domain(stops: pd.DataFrame, mode: str, tap: str) -> Domain:
 def true_blocks(partition: pd.DataFrame, dom: Domain) -> list[np.ndarray]:
     """True counts of every cell of each block of ``dom`` (int64 arrays), from the partition's trips."""
     window = partition[f"tap_{dom.tap}_window"].to_numpy("int64")
-    loc = partition[f"tap_{dom.tap}_loc"].astype(str).to_numpy()
+    loc = partition[f"tap_{dom.tap}_loc"].astype("category")
+    codes = loc.cat.codes.to_numpy("int64")
+    labels = loc.cat.categories.astype(str)
     out, placed = [], np.zeros(len(window), dtype=bool)
     for block in dom.blocks:
-        rows = pd.Index(block.windows).get_indexer(window)
-        cols = pd.Index(block.locations).get_indexer(loc)
-        inside = (rows >= 0) & (cols >= 0)
-        counts = np.zeros(block.shape, dtype=np.int64)
-        np.add.at(counts, (rows[inside], cols[inside]), 1)
-        out.append(counts)
+        n_rows, n_cols = block.shape
+        rows = window - block.windows[0]  # a block's windows are consecutive
+        column_of = np.append(pd.Index(block.locations).get_indexer(labels), -1)  # code -1 (missing) -> -1
+        cols = column_of[codes]
+        inside = (rows >= 0) & (rows < n_rows) & (cols >= 0)
+        counts = np.bincount(rows[inside] * n_cols + cols[inside], minlength=n_rows * n_cols)
+        out.append(counts.reshape(n_rows, n_cols).astype(np.int64))
         placed |= inside
     if not placed.all():
         i = int(np.flatnonzero(~placed)[0])
         raise ValueError(f"a {dom.mode} trip lies outside the public domain of tap-{dom.tap}: window "
-                         f"{window[i]}, location {loc[i]!r}")
+                         f"{window[i]}, location {loc.iloc[i]!r}")
     return out
 
 
@@ -184,21 +191,33 @@ def published_rows(key: str, dom: Domain, blocks: list[Rounded]) -> dict[str, pd
     day, mode = open_data_partition(key)
     if mode != dom.mode or len(blocks) != len(dom.blocks):
         raise ValueError(f"{key}: blocks are not those of the {dom.mode} tap-{dom.tap} domain")
-    rows: dict[str, list[tuple[str, str, int]]] = {t: [] for t in TABLES}
+    pieces: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in TABLES}
+
+    def add(table: str, time: np.ndarray, loc: np.ndarray, count: np.ndarray) -> None:
+        pieces[table].append((time, loc, count))
+
     for block, rounded in zip(dom.blocks, blocks):
-        times = [window_label(w) for w in block.windows]
-        for i, j in zip(*np.nonzero(rounded.cells)):
-            rows["time-loc"].append((times[i], block.locations[j], int(rounded.cells[i, j])))
-        rows["time-loc"] += [(times[i], OTHER, int(n)) for i, n in enumerate(rounded.row_other) if n]
-        rows["time-loc"] += [(OTHER, block.locations[j], int(n)) for j, n in enumerate(rounded.col_other) if n]
-        rows["time"] += [(times[i], AGGREGATED, int(n)) for i, n in enumerate(rounded.rows) if n]
-        rows["loc"] += [(AGGREGATED, block.locations[j], int(n)) for j, n in enumerate(rounded.cols) if n]
-    return {
-        table: pd.DataFrame(
-            [(mode, day, dom.tap, time, loc, count) for time, loc, count in found], columns=COLUMNS
-        ).astype({"count": "int64"})
-        for table, found in rows.items()
-    }
+        times = np.array([window_label(w) for w in block.windows], dtype=object)
+        locs = np.array(block.locations, dtype=object)
+        i, j = np.nonzero(rounded.cells)
+        add("time-loc", times[i], locs[j], rounded.cells[i, j])
+        i = np.flatnonzero(rounded.row_other)
+        add("time-loc", times[i], np.full(i.size, OTHER, dtype=object), rounded.row_other[i])
+        j = np.flatnonzero(rounded.col_other)
+        add("time-loc", np.full(j.size, OTHER, dtype=object), locs[j], rounded.col_other[j])
+        i = np.flatnonzero(rounded.rows)
+        add("time", times[i], np.full(i.size, AGGREGATED, dtype=object), rounded.rows[i])
+        j = np.flatnonzero(rounded.cols)
+        add("loc", np.full(j.size, AGGREGATED, dtype=object), locs[j], rounded.cols[j])
+    out = {}
+    for table, parts in pieces.items():
+        time, loc, count = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        n = len(count)
+        out[table] = pd.DataFrame({
+            "mode": np.full(n, mode, dtype=object), "date": np.full(n, day, dtype=object),
+            "tap": np.full(n, dom.tap, dtype=object), "time": time, "loc": loc, "count": count.astype(np.int64),
+        })
+    return out
 
 
 def expected_false_cells(noise: DesignNoise, cells: int, tau: int) -> float:
