@@ -133,22 +133,13 @@ class LaplaceNoise:
     def __init__(self, scale: float, bits: BitSource | None = None) -> None:
         self.scale = _check_scale(scale)
         self.bits = SecureBits() if bits is None else bits
-        self._inv = 1 / Fraction(self.scale)
         self._sampler = DiscreteLaplace(self.bits)
 
     def draw(self, size: int) -> np.ndarray:
         return self._sampler.sample(self.scale, size)
 
     def tail_bounds(self, t: int, prec: int) -> tuple[Decimal, Decimal]:
-        qt_lo, qt_hi = _exp_neg_bounds(_check_threshold(t) * self._inv, prec)
-        q_lo, q_hi = _exp_neg_bounds(self._inv, prec)
-        with localcontext() as ctx:
-            ctx.prec = prec
-            ctx.rounding = ROUND_FLOOR
-            lo = qt_lo / (1 + q_hi)
-            ctx.rounding = ROUND_CEILING
-            hi = qt_hi / (1 + q_lo)
-        return lo, hi
+        return _laplace_tail_bounds(self.scale, _check_threshold(t), prec)
 
     def tail_digit(self, t: int, j: int) -> int:
         return _laplace_digit(self.scale, _check_threshold(t), j)
@@ -172,25 +163,7 @@ class GaussianNoise:
         return self._sampler.sample(self.sigma, size)
 
     def tail_bounds(self, t: int, prec: int) -> tuple[Decimal, Decimal]:
-        """``P(Z >= t) = S_t / (1 + 2 S_1)`` with ``S_a = sum_{z >= a} f(z)``, summed to ``M`` with the rest
-        bounded by ``f(M + 1)/(1 - r)``, ``r = exp(-(2M + 3)/(2 sigma²)) >= f(z + 1)/f(z)`` for ``z > M``."""
-        t = _check_threshold(t)
-        m = t + math.ceil(self.sigma * math.sqrt(2 * math.log(10) * (prec + 10))) + 1
-        terms = [_exp_neg_bounds(Fraction(z * z) / (2 * self._s2), prec) for z in range(1, m + 2)]
-        r_lo, r_hi = _exp_neg_bounds(Fraction(2 * m + 3) / (2 * self._s2), prec)
-        with localcontext() as ctx:
-            ctx.prec = prec
-            ctx.rounding = ROUND_CEILING
-            rest = terms[m][1] / (1 - r_hi)
-            st_hi = sum((hi for _, hi in terms[t - 1:m]), Decimal(0)) + rest
-            s1_hi = sum((hi for _, hi in terms[:t - 1]), Decimal(0)) + st_hi
-            ctx.rounding = ROUND_FLOOR
-            st_lo = sum((lo for lo, _ in terms[t - 1:m]), Decimal(0))
-            s1_lo = sum((lo for lo, _ in terms[:t - 1]), Decimal(0)) + st_lo
-            lo = st_lo / (1 + 2 * s1_hi)
-            ctx.rounding = ROUND_CEILING
-            hi = st_hi / (1 + 2 * s1_lo)
-        return lo, hi
+        return _gaussian_tail_bounds(self.sigma, _check_threshold(t), prec)
 
     def tail_digit(self, t: int, j: int) -> int:
         return _gaussian_digit(self.sigma, _check_threshold(t), j)
@@ -222,14 +195,56 @@ class GaussianNoise:
         return out
 
 
+def _laplace_tail_bounds(scale: float, t: int, prec: int) -> tuple[Decimal, Decimal]:
+    """``P(Z >= t) = q**t/(1 + q)``, ``q = exp(-1/scale)``; each quotient's denominator rounded the other way."""
+    inv = 1 / Fraction(scale)
+    qt_lo, qt_hi = _exp_neg_bounds(t * inv, prec)
+    q_lo, q_hi = _exp_neg_bounds(inv, prec)
+    with localcontext() as ctx:
+        ctx.prec = prec
+        ctx.rounding = ROUND_CEILING
+        den_hi = 1 + q_hi
+        ctx.rounding = ROUND_FLOOR
+        den_lo = 1 + q_lo
+        lo = qt_lo / den_hi
+        ctx.rounding = ROUND_CEILING
+        hi = qt_hi / den_lo
+    return lo, hi
+
+
+def _gaussian_tail_bounds(sigma: float, t: int, prec: int) -> tuple[Decimal, Decimal]:
+    """``P(Z >= t) = S_t / (1 + 2 S_1)`` with ``S_a = sum_{z >= a} f(z)``, ``f(z) = exp(-z²/(2 sigma²))``, summed
+    to ``M`` with the rest bounded by ``f(M + 1)/(1 - r)``, ``r = exp(-(2M + 3)/(2 sigma²)) >= f(z + 1)/f(z)`` for
+    every ``z > M``; sums and quotients rounded outwards."""
+    s2 = Fraction(sigma) ** 2
+    m = t + math.ceil(sigma * math.sqrt(2 * math.log(10) * (prec + 10))) + 1
+    terms = [_exp_neg_bounds(Fraction(z * z) / (2 * s2), prec) for z in range(1, m + 2)]  # terms[k]: z = k + 1
+    _, r_hi = _exp_neg_bounds(Fraction(2 * m + 3) / (2 * s2), prec)
+    with localcontext() as ctx:
+        ctx.prec = prec
+        ctx.rounding = ROUND_FLOOR
+        gap = 1 - r_hi
+        st_lo = sum((lo for lo, _ in terms[t - 1:m]), Decimal(0))
+        s1_lo = sum((lo for lo, _ in terms[:t - 1]), Decimal(0)) + st_lo
+        den_lo = 1 + 2 * s1_lo
+        ctx.rounding = ROUND_CEILING
+        st_hi = sum((hi for _, hi in terms[t - 1:m]), Decimal(0)) + terms[m][1] / gap
+        s1_hi = sum((hi for _, hi in terms[:t - 1]), Decimal(0)) + st_hi
+        den_hi = 1 + 2 * s1_hi
+        hi = st_hi / den_lo
+        ctx.rounding = ROUND_FLOOR
+        lo = st_lo / den_hi
+    return lo, hi
+
+
 @lru_cache(maxsize=256)
 def _laplace_digit(scale: float, t: int, j: int) -> int:
-    return _floor_word(lambda prec: LaplaceNoise(scale, SecureBits()).tail_bounds(t, prec), j)
+    return _floor_word(lambda prec: _laplace_tail_bounds(scale, t, prec), j)
 
 
 @lru_cache(maxsize=256)
 def _gaussian_digit(sigma: float, t: int, j: int) -> int:
-    return _floor_word(lambda prec: GaussianNoise(sigma, SecureBits()).tail_bounds(t, prec), j)
+    return _floor_word(lambda prec: _gaussian_tail_bounds(sigma, t, prec), j)
 
 
 def tail_probability(law: ThresholdNoise, t: int) -> float:
