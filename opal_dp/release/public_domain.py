@@ -234,3 +234,24 @@ def min_tau(noise: DesignNoise, cells: int, target: float) -> int:
     while expected_false_cells(noise, cells, tau) > target:
         tau += 1
     return tau
+
+
+def sum_problems(tables: Mapping[str, pd.DataFrame]) -> list[str]:
+    """What breaks the remainder-row convention in published ``tables`` (``release-format.md``): per (mode, date,
+    tap), each ``time`` count must equal its ``time-loc`` rows including ``loc = other``, each ``loc`` count its
+    rows including ``time = other``, and both one-way tables the same total. Empty when the files add up."""
+    joint, time, loc = (tables[t].astype({"count": "int64"}) for t in TABLES)
+    key = ["mode", "date", "tap"]
+    problems = []
+    for table, one_way, dim, remainder in (("time", time, "time", "loc"), ("loc", loc, "loc", "time")):
+        listed = joint[joint[dim] != OTHER].groupby([*key, dim])["count"].sum()
+        published = one_way.groupby([*key, dim])["count"].sum()
+        both = pd.concat([listed.rename("time-loc"), published.rename(table)], axis=1).fillna(0)
+        for index, row in both[both["time-loc"] != both[table]].iterrows():
+            problems.append(f"{table}.csv {index}: {int(row[table])}, but its time-loc rows ({remainder} = other "
+                            f"included) sum to {int(row['time-loc'])}")
+    totals = pd.concat([time.groupby(key)["count"].sum().rename("time"),
+                        loc.groupby(key)["count"].sum().rename("loc")], axis=1).fillna(0)
+    for index, row in totals[totals["time"] != totals["loc"]].iterrows():
+        problems.append(f"{index}: time.csv totals {int(row['time'])}, loc.csv {int(row['loc'])}")
+    return problems

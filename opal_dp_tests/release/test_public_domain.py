@@ -22,6 +22,7 @@ from opal_dp.release.public_domain import (
     min_tau,
     published_rows,
     release_tap,
+    sum_problems,
     true_blocks,
 )
 from opal_dp_tests.core.helpers import ALPHA
@@ -137,10 +138,23 @@ def test_published_files_add_up_exactly(mechanism, budget, tau):
         assert by_time.sort_index().equals(t.sort_index())  # including each time's loc = other row
         assert by_loc.sort_index().equals(lo.sort_index())  # including each location's time = other row
         assert t.sum() == lo.sum()
+    assert sum_problems(tables) == []
     # the unknown cell only ever pairs with itself or a remainder
     unknown = joint[(joint["time"] == "-1") | (joint["loc"] == "-1")]
     assert set(unknown["time"]) <= {"-1", OTHER} and set(unknown["loc"]) <= {"-1", OTHER}
     assert (unknown["tap"] == "off").all()
+
+
+def test_sum_problems_finds_files_that_do_not_add_up():
+    stops = many_bus_stops(10)
+    tables = _tables(stops, trips(stops, "bus", 5_000), "bus", calibrate("laplace", TRIP, BUDGET), 9)
+    assert sum_problems(tables) == []
+    joint = tables["time-loc"]
+    dropped = {**tables, "time-loc": joint.drop(index=joint.index[joint["loc"] == OTHER][0])}
+    assert any("time.csv" in p for p in sum_problems(dropped))
+    bumped = {**tables, "loc": tables["loc"].assign(count=tables["loc"]["count"] + (tables["loc"].index == 0))}
+    problems = sum_problems(bumped)
+    assert any("loc.csv" in p for p in problems) and any("totals" in p for p in problems)
 
 
 def test_published_rows_refuse_another_modes_blocks(stops):
