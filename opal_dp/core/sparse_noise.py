@@ -21,9 +21,8 @@ Proof of equality in law. For a set ``A`` and values ``z_A >= t``, naive enumera
 and step 2 the product of the conditionals, independently. The two laws are equal; exactness rests only on the
 bits being independent uniform words.
 
-Cost: one word and one comparison per empty cell (naive: two table-searched geometrics per Laplace draw, and
-about ``1.3 * (floor(sigma) + 1)/sigma`` Laplace proposals plus an accept word per Gaussian draw), plus
-``O(k p)`` conditional draws. What it does not give is the values of the cells below ``t``: an estimator
+Cost: one word and one comparison per empty cell (naive: two table-searched geometrics per Laplace draw; a
+rejection loop of Laplace proposals and accept words per Gaussian draw), plus ``O(k p)`` conditional draws. What it does not give is the values of the cells below ``t``: an estimator
 that needs them (least squares through row and column sums, whose joint law depends on every cell) must draw
 every cell, with ``law.draw``.
 """
