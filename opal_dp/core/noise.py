@@ -110,9 +110,14 @@ class DiscreteLaplace:
         """``size`` iid discrete Laplace draws (``int64``) with parameter ``q = exp(-1/scale)``."""
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
             raise ValueError(f"size must be a non-negative integer, got {size!r}")
-        table = _table(_check_scale(scale))
-        g = self._geometric(table, 2 * int(size))
+        g = self.geometric(scale, 2 * int(size))
         return g[:size] - g[size:]
+
+    def geometric(self, scale: float, size: int) -> np.ndarray:
+        """``size`` iid geometric draws (``int64``) with ``P(G >= k) = q**k``, ``q = exp(-1/scale)``, ``k >= 0``."""
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise ValueError(f"size must be a non-negative integer, got {size!r}")
+        return self._geometric(_table(_check_scale(scale)), int(size))
 
     def _geometric(self, table: _Table, n: int) -> np.ndarray:
         out = np.zeros(n, dtype=np.int64)

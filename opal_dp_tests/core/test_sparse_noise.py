@@ -1,0 +1,131 @@
+"""The fast empty-cell sampler against naive enumeration, its exact tail digits, and its exact accept steps."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from opal_dp.core import SecureBits
+from opal_dp.core.sparse_noise import (
+    GaussianNoise,
+    LaplaceNoise,
+    naive_threshold_cells,
+    tail_probability,
+    threshold_cells,
+)
+from opal_dp_tests.core.helpers import ALPHA, UINT64_MAX, ScriptedBits
+
+CELLS = 12  # cells per replicate; one call over CELLS * REPS iid cells gives REPS independent replicates
+REPS = 40_000
+N_TESTS = 3  # chi-square tests per law: the false-failure rate per law is at most ALPHA (Bonferroni)
+
+
+def _reference_tail(law, t: int) -> Fraction:
+    """``P(Z >= t)`` at 120 digits, plainly (independent of the module's interval code)."""
+    with localcontext() as ctx:
+        ctx.prec = 120
+        if isinstance(law, LaplaceNoise):
+            q = (-(1 / Decimal(law.scale))).exp()
+            p = q**t / (1 + q)
+        else:
+            s2 = Decimal(law.sigma) ** 2
+            k0 = math.ceil(60 * law.sigma) + 20
+            w = {z: (-(Decimal(z * z) / (2 * s2))).exp() for z in range(-k0, k0 + 1)}
+            p = sum(v for z, v in w.items() if z >= t) / sum(w.values())
+        return Fraction(p)
+
+
+def _two_sample_pvalue(a: np.ndarray, b: np.ndarray) -> float:
+    """Chi-square test of homogeneity of two integer samples; sparse top values pooled (expected >= 10)."""
+    top = max(int(a.max(initial=0)), int(b.max(initial=0)))
+    lo = min(int(a.min(initial=0)), int(b.min(initial=0)))
+    counts = np.stack([np.bincount(x - lo, minlength=top - lo + 1) for x in (a, b)])
+    total = counts.sum(axis=0)
+    expected_min = total * min(len(a), len(b)) / (len(a) + len(b))
+    keep = np.flatnonzero(expected_min >= 10)
+    cut = keep[-1] if keep.size else 0
+    pooled = np.concatenate([counts[:, :cut], counts[:, cut:].sum(axis=1, keepdims=True)], axis=1)
+    pooled = pooled[:, pooled.sum(axis=0) > 0]
+    return float(stats.chi2_contingency(pooled).pvalue)
+
+
+def _replicates(sampler, law, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kept cells per replicate, kept positions within their replicate, kept values)."""
+    positions, values = sampler(law, CELLS * REPS, t)
+    return np.bincount(positions // CELLS, minlength=REPS), positions % CELLS, values
+
+
+@pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SecureBits()), 2), (GaussianNoise(2.5, SecureBits()), 3)])
+def test_fast_sampler_matches_naive_enumeration(law, t):
+    fast, naive = _replicates(threshold_cells, law, t), _replicates(naive_threshold_cells, law, t)
+    for a, b in zip(fast, naive):  # per-replicate count, position, value: each law must be the same
+        assert _two_sample_pvalue(a, b) > ALPHA / N_TESTS
+
+
+@pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SecureBits()), 2), (GaussianNoise(2.5, SecureBits()), 3)])
+def test_fast_sampler_is_not_blind_to_a_wrong_threshold(law, t):
+    """The same comparison must reject a sampler whose threshold is off by one (the test has power)."""
+    fast = _replicates(threshold_cells, law, t)
+    wrong = _replicates(naive_threshold_cells, law, t + 1)
+    assert min(_two_sample_pvalue(a, b) for a, b in zip(fast, wrong)) < ALPHA / N_TESTS
+
+
+@pytest.mark.parametrize(
+    "law,t",
+    [(LaplaceNoise(1.0), 1), (LaplaceNoise(2.0), 7), (LaplaceNoise(0.3), 3),
+     (GaussianNoise(1.0), 1), (GaussianNoise(4.5), 9), (GaussianNoise(12.0), 40)],
+)
+def test_tail_digits_are_exact(law, t):
+    p = _reference_tail(law, t)
+    for j in (1, 2):
+        assert law.tail_digit(t, j) == math.floor(p * 2 ** (64 * j)) % 2**64
+    assert tail_probability(law, t) == pytest.approx(float(p), rel=1e-12)
+
+
+def test_bernoulli_compares_words_and_settles_ties_with_further_digits():
+    first, second = LaplaceNoise(2.0).tail_digit(3, 1), LaplaceNoise(2.0).tail_digit(3, 2)
+    # one word per cell (below, above, tie, tie), then the ties' next words; the kept cells' geometrics
+    # then read UINT64_MAX (G = 0)
+    bits = ScriptedBits([first - 1, first + 1, first, first, second - 1, second + 1, UINT64_MAX, UINT64_MAX])
+    positions, values = threshold_cells(LaplaceNoise(2.0, bits), 4, 3)
+    assert positions.tolist() == [0, 2] and values.tolist() == [3, 3] and bits.remaining == 0
+
+
+def test_laplace_conditional_values_are_threshold_plus_geometric():
+    law = LaplaceNoise(2.0, SecureBits())
+    z = law.draw_at_least(4, 200_000) - 4
+    q = math.exp(-1 / 2.0)
+    expected = (1 - q) * q ** np.arange(12)
+    observed = np.bincount(np.minimum(z, 12), minlength=13)
+    expected = np.append(expected, q**12) * z.size
+    assert stats.chisquare(observed, expected).pvalue > ALPHA
+
+
+def test_gaussian_conditional_values_follow_the_truncated_law():
+    sigma, t = 3.0, 2
+    law = GaussianNoise(sigma, SecureBits())
+    z = law.draw_at_least(t, 200_000)
+    support = np.arange(t, t + 12)
+    w = np.exp(-np.arange(t, t + 80) ** 2 / (2 * sigma**2))
+    pmf = w / w.sum()
+    expected = np.append(pmf[:12], pmf[12:].sum()) * z.size
+    observed = np.bincount(np.minimum(z - t, 12), minlength=13)
+    assert support[0] == t and stats.chisquare(observed, expected).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("k,t", [(-1, 3), (2.5, 3), (True, 3), (4, 0), (4, 1.5)])
+def test_bad_arguments_are_refused(k, t):
+    with pytest.raises(ValueError):
+        threshold_cells(LaplaceNoise(1.0), k, t)
+
+
+def test_no_cells_and_a_proposal_out_of_range():
+    positions, values = threshold_cells(LaplaceNoise(1.0), 0, 3)
+    assert positions.size == 0 and values.size == 0
+    with pytest.raises(ValueError):
+        GaussianNoise(40.0).draw_at_least(1, 1)  # sigma²/t beyond the geometric sampler's range
