@@ -117,7 +117,8 @@ def _greedy_keep(trips: pd.DataFrame, day: date, bounds: ContributionBounds, key
     kept_pos = np.full((group[-1] + 1, m), -1, dtype=np.int64)
     kept_pos[:, 0] = np.flatnonzero(rank == 0)
     kept_count = np.ones(len(kept_pos), dtype=np.int64)
-    by_slot = np.argsort(rank, kind="stable")
+    narrow = rank.astype(np.uint16) if rank.max() < 1 << 16 else rank  # 16-bit keys: numpy sorts by radix
+    by_slot = np.argsort(narrow, kind="stable")
     slot_starts = np.searchsorted(rank[by_slot], np.arange(int(rank.max()) + 2))
     for slot in range(1, int(rank.max()) + 1):
         pos = by_slot[slot_starts[slot] : slot_starts[slot + 1]]
