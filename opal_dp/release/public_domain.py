@@ -47,10 +47,10 @@ from opal_dp.prep.binning import stop_labels, window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.consistency import Rounded, least_squares, round_with_remainders
 from opal_dp.release.marginals import TAPS
+from opal_dp.release.schemas import OTHER_WINDOW
 from opal_dp.release.statement import open_data_partition
 
 OTHER = "other"
-OTHER_WINDOW = -2  # the time window of a (time = other) remainder row in a released frame (published: "other")
 AGGREGATED = "-"
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
