@@ -272,6 +272,8 @@ def _validate_table(path: Path, table: str, partitions: set[tuple[str, str]], re
     fail("loc must be a label or -1" if by_loc else "loc must be '-' (aggregated)",
          rows["loc"].isin([AGGREGATED, ""]) if by_loc else rows["loc"] != AGGREGATED)
     fail("a remainder row has time = other and loc = other", other_time & other_loc)
+    fail(f"loc = {OTHER} is a remainder row, which only a public-domain release's time-loc.csv has",
+         (rows["loc"] == OTHER) & ~other_loc)
     unknown_time, unknown_loc = rows["time"] == UNKNOWN_LABEL, rows["loc"] == UNKNOWN_LABEL
     fail("unknown (-1) appears on a tap-on row", (unknown_time | unknown_loc) & (rows["tap"] == "on"))
     if by_time and by_loc:  # a remainder row of the unknown cell pairs -1 with other

@@ -18,7 +18,7 @@ from opal_dp.cli import budget_config, main, run_release
 from opal_dp.defs.budget import PrivacyBudget
 from opal_dp.defs.storage import default_storage
 from opal_dp.release.public_domain import OTHER
-from opal_dp.release.publish import validate_published
+from opal_dp.release.publish import PublishedFormatError, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 DAYS = ["2016-07-25", "2016-07-26"]
@@ -46,7 +46,8 @@ def release(raw, root, unit: str):
         validate_published(latest)
         tables = {t: pd.read_csv(latest / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
                   for t in ("time-loc", "time", "loc")}
-        return results, json.loads((latest / "privacy.json").read_text()), tables, (latest / "PRIVACY.md").read_text()
+        return (results, json.loads((latest / "privacy.json").read_text()), tables, (latest / "PRIVACY.md").read_text(),
+                latest.resolve())
     finally:
         if previous is None:
             os.environ.pop(settings.DATA_DIR_ENV)
@@ -67,7 +68,7 @@ def sums(rows: pd.DataFrame, dim: str) -> pd.Series:
 @pytest.mark.slow
 @pytest.mark.parametrize("unit", ["trip", "card_day", "card_period"])
 def test_each_unit_publishes_files_that_add_up(releases, unit):
-    results, statement, tables, page = releases[unit]
+    results, statement, tables, page, _ = releases[unit]
     evaluations = results["release"][0].get_asset_check_evaluations()
     assert evaluations and all(e.passed for e in evaluations)
     assert {e.check_name for e in evaluations} >= {"within_public_domain", "listed_counts_reach_tau", "sums_exact"}
@@ -96,6 +97,17 @@ def test_each_unit_publishes_files_that_add_up(releases, unit):
         assert all(s["delta"] == 0 for s in statement["guarantee"]["scopes"])
         assert {m["noise"] for m in statement["marginals"]} == {"discrete_laplace"}
         assert {m["delta"] for m in statement["marginals"]} == {0}
+
+
+@pytest.mark.slow
+def test_published_files_that_do_not_add_up_are_rejected(releases, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(releases["trip"][4], folder)
+    time = pd.read_csv(folder / "time.csv", dtype=str, keep_default_na=False)
+    time.loc[0, "count"] = str(int(time.loc[0, "count"]) + 1)
+    time.to_csv(folder / "time.csv", index=False, lineterminator="\n")
+    with pytest.raises(PublishedFormatError, match="do not add up"):
+        validate_published(folder)
 
 
 def test_the_design_flag_reaches_the_privacy_resource(monkeypatch, capsys):

@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from opal_dp.core import PrivacyLedger
+from opal_dp.prep.binning import location_labels
+from opal_dp.release.checks import DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems
 from opal_dp.release import engine
 from opal_dp.release.engine import PartialTap, release_partitions
 from opal_dp.release.marginals import MARGINALS
@@ -94,3 +96,51 @@ def test_a_rerun_reuses_the_whole_tap(tmp_path):
     for name, result in again["2016-07-25|bus"].items():
         assert result.reused
         pd.testing.assert_frame_equal(result.frame, first["2016-07-25|bus"][name].frame)
+
+
+def under_checks(tmp_path, mutate=None):
+    """The blocking checks' view of one released public-domain partition; ``mutate(name, frame)`` tampers."""
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", BIG_CAPS)
+    p = plan()
+    out = release_partitions({"2016-07-25|bus": bus_partition(3000)}, p, ledger, tmp_path, "run-1", KEY)
+    spend = ledger.spend("trip", "2016-07-25|bus")
+    labels = frozenset(location_labels(STOPS))
+    checks = []
+    for name, r in out["2016-07-25|bus"].items():
+        frame = r.frame if mutate is None else mutate(name, r.frame.copy())
+        checks.append(ReleaseUnderCheck("2016-07-25|bus", r.marginal, frame, r.truth, p.mechanisms[name].describe(),
+                                        ledger.draws([r.draw.id])[0], r.charge, spend, BIG_CAPS["trip"], labels,
+                                        p.domains["bus", r.marginal.tap]))
+    return checks
+
+
+def failing(problems):
+    return {name for name, found in problems.items() if found}
+
+
+def test_the_public_domain_checks_pass_on_a_release_and_catch_tampering(tmp_path):
+    assert blocking_problems(under_checks(tmp_path / "a")) == {n: [] for n in DESIGN_CHECKS["public_domain"]}
+
+    def outside(name, frame):  # a cell at a train station in the bus joint
+        if name == "tap_on_time_loc":
+            frame["loc"] = frame["loc"].cat.add_categories(["Central"]) if "Central" not in frame["loc"].cat.categories \
+                else frame["loc"]
+            frame.loc[0, "loc"] = "Central"
+        return frame
+
+    assert "within_public_domain" in failing(blocking_problems(under_checks(tmp_path / "b", outside)))
+
+    def below_tau(name, frame):  # a listed cell below tau; the one-way total moved with it
+        if name == "tap_on_time_loc":
+            listed = (frame["time_window"] >= 0) & (frame["loc"] != OTHER)
+            frame.loc[listed.idxmax(), "count"] = 1
+        return frame
+
+    assert {"listed_counts_reach_tau", "sums_exact"} <= failing(blocking_problems(under_checks(tmp_path / "c", below_tau)))
+
+    def one_more(name, frame):  # one trip more in time.csv than in its time-loc rows
+        if name == "tap_off_time":
+            frame.loc[0, "count"] += 1
+        return frame
+
+    assert failing(blocking_problems(under_checks(tmp_path / "d", one_more))) == {"sums_exact"}
