@@ -17,7 +17,7 @@ from opal_dp.defs.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
-from opal_dp.release.public_domain import domain
+from opal_dp.release.public_domain import Domain, domain
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
@@ -69,6 +69,7 @@ def _gate(
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     caps = {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}}
+    domains: dict[tuple[str, str], Domain] = {}
     spend = {(s.unit, s.scope): s.guarantee for s in evidence.scopes}
 
     def under_check():
@@ -83,8 +84,10 @@ def _gate(
                 loaded[m.name][key] = frame
                 cap = caps[charge.unit]
                 mechanism = json.loads(charge.mechanism)
-                public = domain(stops, date_and_mode(key)[1], m.tap) if mechanism.get("design") == "public_domain" \
-                    else None  # the ledger's design chooses the checks, not this run's configuration
+                public = None  # the ledger's design chooses the checks, not this run's configuration
+                if mechanism.get("design") == "public_domain":
+                    mode = date_and_mode(key)[1]
+                    public = domains.setdefault((mode, m.tap), domain(stops, mode, m.tap))
                 yield ReleaseUnderCheck(key, m, frame, truths[m.name], mechanism, draw, charge,
                                         spend[charge.unit, charge.scope], (cap.epsilon, cap.delta), labels, public)
 

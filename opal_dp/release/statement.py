@@ -28,7 +28,7 @@ from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
 from opal_dp.network import MODES
 from opal_dp.release.marginals import MARGINALS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the release design ("design"); a statement without it is an SBH release
 STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
 TRUE_COUNTS = (1, 2, 5, 10, 18, 20, 30, 40, 50, 100, 200)
 CONFIDENCE = 0.95
