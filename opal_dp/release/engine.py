@@ -138,22 +138,26 @@ def _serve_taps(
     taps: dict[tuple[str, str], list[tuple[Request, Decision]]] = {}
     for request, decision in zip(requests, decisions):
         taps.setdefault((request.part, BY_NAME[request.marginal].tap), []).append((request, decision))
+    stored = {}
+    for (part, tap), members in taps.items():  # refuse any partial tap before any noise is drawn
+        paths = [root / d.draw.release_ref for _, d in members]
+        stored[part, tap] = [_stored(d, path) for (_, d), path in zip(members, paths)]
+        runs = {d.draw.run_id for _, d in members}
+        whole = all(stored[part, tap]) and len(runs) == 1
+        if (any(stored[part, tap]) and not whole) or len(members) != len(pd_design.TABLES):
+            raise PartialTap(
+                f"{part} tap-{tap}: the public-domain tables {', '.join(r.marginal for r, _ in members)} are one "
+                f"measurement, but only some of them are stored draws of one run ({sum(stored[part, tap])} of "
+                f"{len(members)}, runs {sorted(runs)}); drawing the others again would break their consistency and "
+                "measure the same counts twice. Nothing was drawn. Release this partition with a fresh draw "
+                "(privacy_budget.fresh_draw), which is charged anew."
+            )
     frames = {}
     for (part, tap), members in taps.items():
         paths = [root / d.draw.release_ref for _, d in members]
-        stored = [_stored(d, path) for (_, d), path in zip(members, paths)]
-        runs = {d.draw.run_id for _, d in members}
-        names = ", ".join(r.marginal for r, _ in members)
-        if all(stored) and len(runs) == 1:
+        if all(stored[part, tap]):
             frames.update({(r.part, r.marginal): read_parquet(path) for (r, _), path in zip(members, paths)})
             continue
-        if any(stored) or len(members) != len(pd_design.TABLES):
-            raise PartialTap(
-                f"{part} tap-{tap}: the public-domain tables {names} are one measurement, but only some of them are "
-                f"stored draws of one run ({sum(stored)} of {len(members)}, runs {sorted(runs)}); drawing the others "
-                "again would break their consistency and measure the same counts twice. Nothing was drawn. Release "
-                "this partition with a fresh draw (privacy_budget.fresh_draw), which is charged anew."
-            )
         mode = part.split("|")[1]
         partition = partitions[part]
         labels = partition[f"tap_{tap}_loc"].cat.categories
@@ -164,8 +168,8 @@ def _serve_taps(
         ours = [drawn[BY_NAME[r.marginal].table] for r, _ in members]
         stood = [write_parquet_exclusive(frame, path) for frame, path in zip(ours, paths)]
         if any(a is not b for a, b in zip(ours, stood)) and any(a is b for a, b in zip(ours, stood)):
-            raise PartialTap(f"{part} tap-{tap}: another run stored some of the tables {names} concurrently; "
-                             "the stored tap is not one measurement")
+            raise PartialTap(f"{part} tap-{tap}: another run stored some of its tables concurrently; the stored tap "
+                             "is not one measurement")
         frames.update({(r.part, r.marginal): frame for (r, _), frame in zip(members, stood)})
     return frames
 

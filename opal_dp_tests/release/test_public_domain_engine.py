@@ -77,13 +77,14 @@ def test_a_partially_stored_tap_is_refused_not_redrawn(tmp_path, monkeypatch):
     stored_before = sorted((tmp_path / "releases").rglob("*.parquet"))
     assert stored_before == written
 
-    with pytest.raises(PartialTap, match="tap-on"):
-        release_partitions(parts, plan(), ledger, tmp_path, "run-2", KEY)
-    assert sorted((tmp_path / "releases").rglob("*.parquet")) == stored_before  # nothing redrawn
+    earlier = {"2016-07-24|bus": bus_partition(1000, seed=5), **parts}  # a new partition served first
+    with pytest.raises(PartialTap, match=r"2016-07-25\|bus tap-on"):
+        release_partitions(earlier, plan(), ledger, tmp_path, "run-2", KEY)
+    assert sorted((tmp_path / "releases").rglob("*.parquet")) == stored_before  # nothing drawn, nothing redrawn
     assert all(d.status == "pending" for d in ledger.draws())
 
     out = release_partitions(parts, plan(), ledger, tmp_path, "run-3", KEY, fresh=True)  # charged anew
-    assert len(ledger.charges()) == 12
+    assert len(ledger.charges("trip", "2016-07-25|bus")) == 12
     tables = to_open_data({name: {k: r[name].frame for k, r in out.items()} for name in out["2016-07-25|bus"]})
     assert sum_problems(tables) == []
 
