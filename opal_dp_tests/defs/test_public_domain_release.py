@@ -46,8 +46,8 @@ def release(raw, root, unit: str):
         validate_published(latest)
         tables = {t: pd.read_csv(latest / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
                   for t in ("time-loc", "time", "loc")}
-        return (results, json.loads((latest / "privacy.json").read_text()), tables, (latest / "PRIVACY.md").read_text(),
-                latest.resolve())
+        pages = (latest / "PRIVACY.md").read_text() + (latest / "index.html").read_text()
+        return results, json.loads((latest / "privacy.json").read_text()), tables, pages, latest.resolve()
     finally:
         if previous is None:
             os.environ.pop(settings.DATA_DIR_ENV)
@@ -88,12 +88,15 @@ def test_each_unit_publishes_files_that_add_up(releases, unit):
     assert design["name"] == "public_domain" and (listed["count"] >= design["tau"]).all()
     totals = time.groupby(KEY)["count"].sum()
     assert {(t["mode"], t["date"], t["tap"]): t["trips"] for t in design["totals"]} == totals.to_dict()
-    assert "double-counts" in page and "Remainder rows" in page
+    assert "double-counts" in page and "Remainder rows" in page  # PRIVACY.md
+    assert "do not add up all of time-loc.csv" in page  # index.html
     if unit == "card_period":  # the Gaussian composes in zCDP: approximate DP after conversion
-        assert not design["pure_dp"] and statement["guarantee"]["delta"] > 0
+        assert not design["pure_dp"] and 0 < statement["guarantee"]["delta"] <= 6 / 8e6 * (1 + 1e-9)
+        assert statement["guarantee"]["epsilon"] <= 8.0 * (1 + 1e-9)
         assert {m["noise"] for m in statement["marginals"]} == {"discrete_gaussian"}
     else:  # discrete Laplace on every cell: pure epsilon-DP
         assert design["pure_dp"] and statement["guarantee"]["delta"] == 0
+        assert statement["guarantee"]["epsilon"] == pytest.approx(8.0)  # the six tables' epsilon_j
         assert all(s["delta"] == 0 for s in statement["guarantee"]["scopes"])
         assert {m["noise"] for m in statement["marginals"]} == {"discrete_laplace"}
         assert {m["delta"] for m in statement["marginals"]} == {0}
