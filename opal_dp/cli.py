@@ -27,7 +27,7 @@ from opal_dp.defs.logs import STEP_LISTENERS
 from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
 from opal_dp.defs.storage import OpalStorage
 from opal_dp.prep.ingest import raw_files
-from opal_dp.release.plan import MECHANISMS
+from opal_dp.release.plan import DESIGNS, MECHANISMS
 
 BUDGET = "privacy_budget"
 DAGSTER_YAML = """\
@@ -114,7 +114,7 @@ def _progress_bar(job: str, span: tuple[str, str] | None, steps: int, enabled: b
 def budget_config(args: argparse.Namespace, days: list[str]) -> dict[str, object]:
     """The ``privacy_budget`` configuration the command line asks for (only what it sets)."""
     config: dict[str, object] = {"privacy_unit": args.privacy_unit}
-    for name in ("mechanism", "relation", "max_trips_per_card_day", "max_per_bin", "max_days_per_card",
+    for name in ("mechanism", "release_design", "relation", "max_trips_per_card_day", "max_per_bin", "max_days_per_card",
                  "acknowledge_ledger_reset"):
         value = getattr(args, name)
         if value is not None:
@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--privacy-unit", choices=[u.value for u in PrivacyUnit], default=PrivacyUnit.TRIP.value,
                          help="whom the release protects (default: trip, the 2016 release)")
     release.add_argument("--mechanism", choices=MECHANISMS, help="default: laplace; gaussian for card_period")
+    release.add_argument("--design", dest="release_design", choices=DESIGNS,
+                         help="release design: sbh (default, the 2016 design) or public_domain (noise on every "
+                              "public cell, consistent tables with remainder rows)")
     release.add_argument("--relation", choices=["replace_one", "add_remove"],
                          help="default: replace_one for trip, add_remove for card units")
     release.add_argument("--max-trips-per-card-day", type=int)
@@ -206,7 +209,7 @@ def _release(args: argparse.Namespace) -> None:
     os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.private_dir / "dagster_home")))
     log_file = storage.private_dir / "logs" / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    print(f"releasing {len(days)} days under unit {args.privacy_unit} from {storage.raw_dir}; full log: {log_file}")
+    print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or 'sbh'} from {storage.raw_dir}; full log: {log_file}")
     with dg.DagsterInstance.get() as instance:
         results = run_release(instance, budget=budget_config(args, days), data_dir=storage.root,
                               log_file=None if args.verbose else log_file, progress=not args.verbose)

@@ -1,5 +1,5 @@
 """The privacy budget: one validated resource holds every privacy setting of a release (unit, bounds,
-mechanism, nominal budget) and opens the ledger."""
+mechanism, release design, nominal budget) and opens the ledger."""
 
 
 import json
@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 
 import dagster as dg
+import pandas as pd
 from pydantic import model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relation
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.defs.storage import OpalStorage
 from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.plan import MECHANISMS, ReleasePlan, build_plan, parse_period
+from opal_dp.release.plan import DESIGNS, MECHANISMS, ReleasePlan, build_plan, parse_period
 
 DEFAULT_DELTA = 1 / 8_000_000
 SECRET_FILE = "secret.key"
@@ -26,6 +27,8 @@ class PrivacyBudget(dg.ConfigurableResource):
     Defaults reproduce the 2016 release: unit ``trip``, relation ``replace_one``, epsilon_j = 1,1,1,1,2,2 and
     delta_j = 1/8,000,000, so one full release costs (8, 6/8,000,000) per scope. Card units default to
     add/remove and the bounds below; ``card_period`` to the thresholded discrete Gaussian in zCDP.
+    ``release_design``: ``sbh`` (default, the 2016 design) or ``public_domain`` (``opal_dp.release.plan``); it
+    composes with any unit, relation, bounds and mechanism.
 
     The ledger's cap per scope is ledger state: ``cap_epsilon``/``cap_delta`` only set it when the ledger is
     created (default: one full release, the sums of epsilon_j and delta_j); afterwards a different value is
@@ -36,6 +39,7 @@ class PrivacyBudget(dg.ConfigurableResource):
     privacy_unit: str = PrivacyUnit.TRIP.value
     relation: str | None = None  # default: the unit's (replace_one for trip, add_remove for card units)
     mechanism: str | None = None  # laplace | gaussian; default: laplace, gaussian for card_period
+    release_design: str = "sbh"  # sbh | public_domain
     epsilon: dict[str, float] = {m.name: m.default_epsilon for m in MARGINALS}
     delta: dict[str, float] = {m.name: DEFAULT_DELTA for m in MARGINALS}
     max_trips_per_card_day: int = ContributionBounds.max_trips_per_card_day
@@ -64,6 +68,8 @@ class PrivacyBudget(dg.ConfigurableResource):
             Relation(self.relation)
         if self.mechanism is not None and self.mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}")
+        if self.release_design not in DESIGNS:
+            raise ValueError(f"release_design must be one of {DESIGNS}, got {self.release_design!r}")
         self.bounds  # validates the bounds
         if self.period is not None:
             parse_period(self.period)
@@ -85,11 +91,13 @@ class PrivacyBudget(dg.ConfigurableResource):
         """What one full release costs a scope: (sum epsilon_j, sum delta_j)."""
         return math.fsum(self.epsilon.values()), math.fsum(self.delta.values())
 
-    def plan(self) -> ReleasePlan:
-        """The release plan; production noise from the OS CSPRNG (there is no seed to set)."""
+    def plan(self, stops: pd.DataFrame | None = None) -> ReleasePlan:
+        """The release plan; production noise from the OS CSPRNG (there is no seed to set). ``stops``: the
+        public stop list of the reference resource (the public-domain design's domains)."""
         return build_plan(
             self.unit, self.epsilon, self.delta, relation=self.relation, mechanism=self.mechanism,
             bounds=self.bounds, period=parse_period(self.period) if self.period else (),
+            design=self.release_design, stops=stops,
         )
 
     def ledger(self, storage: OpalStorage) -> PrivacyLedger:

@@ -14,8 +14,10 @@ from opal_dp.defs.automation import ROLLUP
 from opal_dp.defs.io import PartitionFrames, materialised
 from opal_dp.defs.metadata import LEDGER_POOL, labels
 from opal_dp.defs.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
+from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
+from opal_dp.release.public_domain import Domain, domain
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
@@ -58,7 +60,8 @@ def _gate(
     charged. The release step evaluated the same checks, but publishing is a separate run: checking again
     here leaves no gap between what was checked and what goes out.
     """
-    labels = frozenset(location_labels(reference.stops()))
+    stops = reference.stops()
+    labels = frozenset(location_labels(stops))
     loaded = {m.name: {} for m in MARGINALS}
     keys, problems = sorted({key for key, _ in draw_ids}), []
     try:
@@ -66,6 +69,7 @@ def _gate(
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     caps = {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}}
+    domains: dict[tuple[str, str], Domain] = {}
     spend = {(s.unit, s.scope): s.guarantee for s in evidence.scopes}
 
     def under_check():
@@ -79,9 +83,13 @@ def _gate(
                     problems.append(f"{key} {m.name}: the release asset is not the ledger's stored draw {draw.id}")
                 loaded[m.name][key] = frame
                 cap = caps[charge.unit]
-                yield ReleaseUnderCheck(key, m, frame, truths[m.name], json.loads(charge.mechanism),
-                                        draw, charge, spend[charge.unit, charge.scope], (cap.epsilon, cap.delta),
-                                        labels)
+                mechanism = json.loads(charge.mechanism)
+                public = None  # the ledger's design chooses the checks, not this run's configuration
+                if mechanism.get("design") == "public_domain":
+                    mode = date_and_mode(key)[1]
+                    public = domains.setdefault((mode, m.tap), domain(stops, mode, m.tap))
+                yield ReleaseUnderCheck(key, m, frame, truths[m.name], mechanism, draw, charge,
+                                        spend[charge.unit, charge.scope], (cap.epsilon, cap.delta), labels, public)
 
     failed = {name: found for name, found in blocking_problems(under_check()).items() if found}
     if problems:
@@ -128,14 +136,14 @@ def published_release(
     evidence, loaded = _gate(releases, true_cells, draw_ids, ledger, reference, storage)
     now = datetime.now(timezone.utc)
     release_id = f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
+    tables = to_open_data(loaded)
     try:
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id,
-                                      now.isoformat(timespec="seconds"))
+                                      now.isoformat(timespec="seconds"), tables)
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    tables = to_open_data(loaded)
     folder = publish(storage.published_dir, tables, statement, release_id, reference.stops())
     return dg.MaterializeResult(
         metadata={
@@ -143,6 +151,7 @@ def published_release(
             "release_id": release_id,
             "files": dg.MetadataValue.json(list(FILES)),
             **{f"rows_{table}": len(tables[table]) for table in TABLES},
+            "release_design": statement["design"]["name"],
             "privacy_unit": statement["privacy_unit"]["unit"],
             "epsilon_per_unit": statement["guarantee"]["epsilon"],
             "delta_per_unit": statement["guarantee"]["delta"],

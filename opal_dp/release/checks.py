@@ -1,6 +1,11 @@
 """Consistency checks of a released marginal partition. Pure functions: each returns None when the
 check passes, else a message saying what is wrong. The Dagster asset checks and the publish gate
 both call ``blocking_problems``, so what is published is exactly what was checked.
+
+The release design (named by the mechanism the ledger charged) chooses the checks (``DESIGN_CHECKS``): SBH
+releases only bins present in the data, each at or above its threshold; the public-domain design releases cells
+of the public domain, listed ones at or above tau and the rest in remainder rows, and its three tables of a
+tap must add up exactly (``PARTITION_CHECKS``, on the whole partition).
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import pandera.pandas as pa
 from opal_dp.core.accounting import Guarantee
 from opal_dp.core.ledger import Charge, Draw
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
-from opal_dp.release.marginals import COUNT, LOC, TIME, Marginal
+from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
+from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, Domain, sum_problems
+from opal_dp.release.publish import to_open_data
 from opal_dp.release.schemas import schema_for
 
 # Values of P(|sum of noise| > bound) we tolerate before the plausibility warning fires.
@@ -38,6 +45,16 @@ class ReleaseUnderCheck:
     scope_spend: Guarantee  # what the draw's ledger scope costs one unit in total
     cap: tuple[float, float]  # the cap in force for the unit, per scope
     public_labels: frozenset[str]
+    domain: Domain | None = None  # public-domain design: the public cells of this partition's (mode, tap)
+
+    @property
+    def design(self) -> str:
+        return self.mechanism.get("design", "sbh")
+
+    @property
+    def remainders(self) -> bool:
+        """Whether this table may hold remainder rows (the public-domain design's joint)."""
+        return self.design == "public_domain" and self.marginal.by_time and self.marginal.by_loc
 
 
 def no_new_points(r: ReleaseUnderCheck) -> str | None:
@@ -91,10 +108,11 @@ def canonical_order(r: ReleaseUnderCheck) -> str | None:
 
 
 def schema_valid(r: ReleaseUnderCheck) -> str | None:
+    schema = schema_for(r.marginal, r.design)
     try:
-        schema_for(r.marginal).validate(r.released, lazy=True)
+        schema.validate(r.released, lazy=True)
     except (pa.errors.SchemaError, pa.errors.SchemaErrors) as err:
-        return f"schema {schema_for(r.marginal).__name__} violated: {str(err)[:500]}"
+        return f"schema {schema.__name__} violated: {str(err)[:500]}"
     return None
 
 
@@ -117,50 +135,123 @@ def no_identifiers(r: ReleaseUnderCheck) -> str | None:
     if list(r.released.columns) != expected:
         return f"columns {list(r.released.columns)}; a release may only hold {expected}"
     if r.marginal.by_loc:
-        unknown = set(r.released[LOC].astype(str)) - r.public_labels
+        unknown = set(r.released[LOC].astype(str)) - r.public_labels - ({OTHER} if r.remainders else set())
         if unknown:
             return f"{len(unknown)} location values outside the public label universe, e.g. {sorted(unknown)[0]!r}"
     if r.marginal.by_time:
         window = r.released[TIME]
-        if not pd.api.types.is_integer_dtype(window) or ((window < UNKNOWN) | (window >= WINDOWS_PER_DAY)).any():
+        low = OTHER_WINDOW if r.remainders else UNKNOWN
+        if not pd.api.types.is_integer_dtype(window) or ((window < low) | (window >= WINDOWS_PER_DAY)).any():
             return "time values are not 15-minute window indices"
     return None
 
 
-BLOCKING_CHECKS: dict[str, Callable[[ReleaseUnderCheck], str | None]] = {
+def within_public_domain(r: ReleaseUnderCheck) -> str | None:
+    """Every released cell lies in the public domain of its (mode, tap); remainder rows name a domain row or
+    column (public-domain design)."""
+    if r.domain is None:
+        return "no public domain was given for this release"
+    rows = r.released
+    time = rows[TIME].to_numpy("int64") if r.marginal.by_time else None
+    loc = rows[LOC].astype(str).to_numpy() if r.marginal.by_loc else None
+    inside = np.zeros(len(rows), dtype=bool)
+    for block in r.domain.blocks:
+        in_time = np.isin(time, block.windows) if time is not None else None
+        in_loc = np.isin(loc, block.locations) if loc is not None else None
+        if time is None:
+            inside |= in_loc
+        elif loc is None:
+            inside |= in_time
+        else:
+            inside |= (in_time & (in_loc | (loc == OTHER))) | ((time == OTHER_WINDOW) & in_loc)
+    if inside.all():
+        return None
+    example = rows.loc[~inside, r.marginal.dimensions].iloc[0].to_dict()
+    return f"{int((~inside).sum())} released rows outside the public domain of {r.domain.mode} tap-{r.domain.tap}, " \
+           f"e.g. {example}"
+
+
+def listed_counts_reach_tau(r: ReleaseUnderCheck) -> str | None:
+    """Integer counts; every individually listed cell of the joint reaches the public threshold tau, anything
+    below it is in a remainder row (public-domain design)."""
+    counts = r.released[COUNT]
+    if not pd.api.types.is_integer_dtype(counts):
+        return f"counts have dtype {counts.dtype}, not integer"
+    if not r.remainders:
+        return None
+    tau = r.mechanism["tau"]
+    listed = (r.released[TIME] != OTHER_WINDOW) & (r.released[LOC].astype(str) != OTHER)
+    low = counts[listed & (counts < tau)]
+    return None if low.empty else f"{len(low)} listed cells below tau = {tau}, e.g. {int(low.iloc[0])}"
+
+
+def sums_exact(group: list[ReleaseUnderCheck]) -> str | None:
+    """The partition's published rows add up exactly with their remainder rows (``release-format.md``):
+    each one-way count equals its joint rows, ``other`` included, and both one-way totals agree."""
+    frames = {r.marginal.name: {r.partition: r.released} for r in group}
+    if sorted(frames) != sorted(m.name for m in MARGINALS):
+        return f"the partition has the marginals {sorted(frames)}, not all six"
+    problems = sum_problems(to_open_data(frames))
+    return None if not problems else f"{len(problems)} sums differ, e.g. {problems[0]}"
+
+
+CHECKS: dict[str, Callable[[ReleaseUnderCheck], str | None]] = {
     "no_new_points": no_new_points,
     "counts_above_threshold": counts_above_threshold,
+    "within_public_domain": within_public_domain,
+    "listed_counts_reach_tau": listed_counts_reach_tau,
     "canonical_order": canonical_order,
     "schema_valid": schema_valid,
     "budget_recorded": budget_recorded,
     "no_identifiers": no_identifiers,
 }
+PARTITION_CHECKS: dict[str, Callable[[list[ReleaseUnderCheck]], str | None]] = {"sums_exact": sums_exact}
+COMMON = ("canonical_order", "schema_valid", "budget_recorded", "no_identifiers")
+DESIGN_CHECKS: dict[str, tuple[str, ...]] = {
+    "sbh": ("no_new_points", "counts_above_threshold", *COMMON),
+    "public_domain": ("within_public_domain", "listed_counts_reach_tau", *COMMON, "sums_exact"),
+}
+BLOCKING_CHECKS: dict[str, Callable] = {**CHECKS, **PARTITION_CHECKS}
+"""Every blocking check of any design, by name (the Dagster check specs); ``DESIGN_CHECKS`` says which apply."""
 
 
 def blocking_problems(releases: Iterable[ReleaseUnderCheck]) -> dict[str, list[str]]:
-    """check name -> "partition marginal: problem" for every failing (partition, marginal).
+    """check name -> "partition marginal: problem" for every failing (partition, marginal), over the checks of
+    the releases' design (one design per call: a release is made under one). A partition check's problem is
+    reported on each marginal of the partition.
 
     The schema is validated once per marginal over all partitions (Pandera's per-call cost is
     high); only if that fails is each partition validated on its own to say which one failed.
     """
     releases = list(releases)
-    problems: dict[str, list[str]] = {name: [] for name in BLOCKING_CHECKS}
-    for name, check in BLOCKING_CHECKS.items():
+    designs = {r.design for r in releases}
+    if len(designs) > 1:
+        raise ValueError(f"the releases under check come from several designs {sorted(designs)}")
+    names = DESIGN_CHECKS[designs.pop() if designs else "sbh"]
+    problems: dict[str, list[str]] = {name: [] for name in names}
+    for name in names:
+        if name in PARTITION_CHECKS:
+            for group in _by(releases, lambda r: r.partition).values():
+                problem = PARTITION_CHECKS[name](group)
+                if problem:
+                    problems[name] += [f"{r.partition} {r.marginal.name}: {problem}" for r in group]
+            continue
         if name == "schema_valid":
-            candidates = [r for group in _by_marginal(releases).values() if not _schema_holds(group) for r in group]
+            candidates = [r for group in _by(releases, lambda r: r.marginal.name).values() if not _schema_holds(group)
+                          for r in group]
         else:
             candidates = releases
         for r in candidates:
-            problem = check(r)
+            problem = CHECKS[name](r)
             if problem:
                 problems[name].append(f"{r.partition} {r.marginal.name}: {problem}")
     return problems
 
 
-def _by_marginal(releases: list[ReleaseUnderCheck]) -> dict[str, list[ReleaseUnderCheck]]:
+def _by(releases: list[ReleaseUnderCheck], key: Callable[[ReleaseUnderCheck], str]) -> dict[str, list[ReleaseUnderCheck]]:
     groups: dict[str, list[ReleaseUnderCheck]] = {}
     for r in releases:
-        groups.setdefault(r.marginal.name, []).append(r)
+        groups.setdefault(key(r), []).append(r)
     return groups
 
 
@@ -168,7 +259,7 @@ def _schema_holds(group: list[ReleaseUnderCheck]) -> bool:
     frames = [r.released for r in group if len(r.released)] or [group[0].released]
     stacked = pd.concat(frames, ignore_index=True)
     try:
-        schema_for(group[0].marginal).validate(stacked)
+        schema_for(group[0].marginal, group[0].design).validate(stacked)
     except (pa.errors.SchemaError, pa.errors.SchemaErrors):
         return False
     return True

@@ -11,6 +11,16 @@ Order of operations, which is the privacy argument for the ledger:
    stands and ours is discarded unseen), and only then mark the draws complete.
 A run killed between 2 and 3 leaves charged draws; the rerun resumes them, loading any that were stored,
 so the ledger is never under-charged and a charge never holds two draws of one part.
+
+Public-domain design: the three tables of a tap (joint and both one-ways) are one measurement, made consistent
+together, but three ledger draws (each table has its own charge, as in SBH, so the statement and the publish gate
+read both designs alike). A tap is therefore served as a whole (``_serve_taps``): every table loaded from its
+stored draw (all from one run), or every table drawn anew; anything in between is refused (``PartialTap``).
+Why refuse rather than redraw the missing tables: the stored ones cannot be redrawn under their charge, and new
+one-way tables drawn against an old joint would be inconsistent with it, and measure the same counts twice
+for a single charge. Why not store the three as one file: the ledger gives each draw its own ``release_ref``,
+and the publish gate compares each released table with its own stored draw. A partial tap can only come from a
+crash between the three exclusive writes; the operator's way out is ``fresh_draw``, charged like any fresh draw.
 """
 
 from __future__ import annotations
@@ -25,10 +35,15 @@ from pathlib import Path
 import pandas as pd
 
 from opal_dp.core import HistogramMechanism, PrivacyLedger
-from opal_dp.core.ledger import Charge, Draw, Request
+from opal_dp.core.ledger import Charge, Decision, Draw, LedgerError, Request
+from opal_dp.release import public_domain as pd_design
 from opal_dp.release.marginals import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
 from opal_dp.release.plan import ReleasePlan
 from opal_dp.storage import read_parquet, remove_stale_temporaries, write_parquet_exclusive
+
+
+class PartialTap(LedgerError):
+    """Some tables of a public-domain tap are stored and others are not (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -89,14 +104,17 @@ def release_partitions(
                                     mech.cost(), mechanism_id(mech), bounds, prints))
     decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
     remove_stale_temporaries(root / "releases")
-    frames = {}
-    for request, decision in zip(requests, decisions):
-        path = root / decision.draw.release_ref
-        if decision.kind == "reuse" or (decision.kind == "resume" and path.exists()):
-            frames[request.part, request.marginal] = read_parquet(path)
-        else:
-            drawn = _draw(truths[request.part][request.marginal], plan.mechanisms[request.marginal])
-            frames[request.part, request.marginal] = write_parquet_exclusive(drawn, path)
+    if plan.design == "public_domain":
+        frames = _serve_taps(requests, decisions, partitions, plan, root)
+    else:
+        frames = {}
+        for request, decision in zip(requests, decisions):
+            path = root / decision.draw.release_ref
+            if _stored(decision, path):
+                frames[request.part, request.marginal] = read_parquet(path)
+            else:
+                drawn = _draw(truths[request.part][request.marginal], plan.mechanisms[request.marginal])
+                frames[request.part, request.marginal] = write_parquet_exclusive(drawn, path)
     ledger.complete_many([d.draw.id for d in decisions if d.kind != "reuse"], run_id=run_id)
     stored = {d.id: d for d in ledger.draws([d.draw.id for d in decisions])}
     out: dict[str, dict[str, ReleasedMarginal]] = {key: {} for key in truths}
@@ -106,6 +124,54 @@ def release_partitions(
             stored[decision.draw.id], decision.charge, decision.kind,
         )
     return out
+
+
+def _stored(decision: Decision, path: Path) -> bool:
+    return decision.kind == "reuse" or (decision.kind == "resume" and path.exists())
+
+
+def _serve_taps(
+    requests: list[Request], decisions: list[Decision], partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan,
+    root: Path,
+) -> dict[tuple[str, str], pd.DataFrame]:
+    """The public-domain design's draws, a whole tap at a time (module docstring)."""
+    taps: dict[tuple[str, str], list[tuple[Request, Decision]]] = {}
+    for request, decision in zip(requests, decisions):
+        taps.setdefault((request.part, BY_NAME[request.marginal].tap), []).append((request, decision))
+    stored = {}
+    for (part, tap), members in taps.items():  # refuse any partial tap before any noise is drawn
+        paths = [root / d.draw.release_ref for _, d in members]
+        stored[part, tap] = [_stored(d, path) for (_, d), path in zip(members, paths)]
+        runs = {d.draw.run_id for _, d in members}
+        whole = all(stored[part, tap]) and len(runs) == 1
+        if (any(stored[part, tap]) and not whole) or len(members) != len(pd_design.TABLES):
+            raise PartialTap(
+                f"{part} tap-{tap}: the public-domain tables {', '.join(r.marginal for r, _ in members)} are one "
+                f"measurement, but only some of them are stored draws of one run ({sum(stored[part, tap])} of "
+                f"{len(members)}, runs {sorted(runs)}); drawing the others again would break their consistency and "
+                "measure the same counts twice. Nothing was drawn. Release this partition with a fresh draw "
+                "(privacy_budget.fresh_draw), which is charged anew."
+            )
+    frames = {}
+    for (part, tap), members in taps.items():
+        paths = [root / d.draw.release_ref for _, d in members]
+        if all(stored[part, tap]):
+            frames.update({(r.part, r.marginal): read_parquet(path) for (r, _), path in zip(members, paths)})
+            continue
+        mode = part.split("|")[1]
+        partition = partitions[part]
+        labels = partition[f"tap_{tap}_loc"].cat.categories
+        drawn = pd_design.released_frames(
+            plan.domains[mode, tap], pd_design.release_tap(partition, plan.domains[mode, tap], plan.noise[tap], plan.tau),
+            labels,
+        )
+        ours = [drawn[BY_NAME[r.marginal].table] for r, _ in members]
+        stood = [write_parquet_exclusive(frame, path) for frame, path in zip(ours, paths)]
+        if any(a is not b for a, b in zip(ours, stood)) and any(a is b for a, b in zip(ours, stood)):
+            raise PartialTap(f"{part} tap-{tap}: another run stored some of its tables concurrently; the stored tap "
+                             "is not one measurement")
+        frames.update({(r.part, r.marginal): frame for (r, _), frame in zip(members, stood)})
+    return frames
 
 
 def _draw(truth: pd.DataFrame, mechanism: HistogramMechanism) -> pd.DataFrame:

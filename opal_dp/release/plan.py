@@ -12,15 +12,24 @@ costs the unit (sum epsilon_j, sum delta_j):
   within sum epsilon_j, split between the marginals in proportion to epsilon_j. Composed by the ledger's
   accountant the six charges give exactly (sum epsilon_j, sum delta_j) for the scope; composition over many
   partitions of a period is where zCDP is worth it (rho adds up, the conversion is paid once).
+
+Design. ``sbh`` (the 2016 design above) or ``public_domain`` (``release.public_domain``): noise on every cell of
+the public domain, the three tables of a tap measured together and made consistent. Its Laplace charges are pure
+epsilon_j-DP (delta 0); its Gaussian takes the largest total rho whose conversion at sum delta_j stays within
+sum epsilon_j (no threshold events to pay for), split in proportion to epsilon_j. Its publication threshold tau
+is the smallest with at most ``FALSE_CELLS_PER_DAY`` expected false cells per day over the public domains.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
+
+import pandas as pd
 
 from opal_dp.core import (
     ContributionBounds,
@@ -34,9 +43,13 @@ from opal_dp.core import (
 from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
-from opal_dp.release.marginals import MARGINALS
+from opal_dp.network import MODES, load_stops
+from opal_dp.release import public_domain as pd_design
+from opal_dp.release.marginals import MARGINALS, TAPS
 
 MECHANISMS = ("laplace", "gaussian")
+DESIGNS = ("sbh", "public_domain")
+FALSE_CELLS_PER_DAY = 5.0
 
 
 def default_mechanism(unit: PrivacyUnit) -> str:
@@ -51,7 +64,11 @@ class ReleasePlan:
     bounds: ContributionBounds
     period: tuple[str, ...]  # card_period: the period's dates (ISO), sorted; else empty
     mechanism: str
-    mechanisms: Mapping[str, HistogramMechanism]
+    mechanisms: Mapping[str, HistogramMechanism | pd_design.DomainMeasurement]
+    design: str = "sbh"
+    noise: Mapping[str, pd_design.DesignNoise] = field(default_factory=dict)  # public_domain: by tap
+    domains: Mapping[tuple[str, str], pd_design.Domain] = field(default_factory=dict)  # public_domain: (mode, tap)
+    tau: int | None = None  # public_domain: the publication threshold
 
     def scope(self, day: str, mode: str) -> str:
         """The ledger scope of the (date, mode) partition for this unit."""
@@ -104,8 +121,13 @@ def build_plan(
     period: tuple[str, ...] = (),
     laplace: DiscreteLaplace | None = None,
     gaussian: DiscreteGaussian | None = None,
+    design: str = "sbh",
+    stops: pd.DataFrame | None = None,
 ) -> ReleasePlan:
-    """The plan for ``unit`` at the nominal per-marginal budget (module docstring)."""
+    """The plan for ``unit`` at the nominal per-marginal budget (module docstring). ``stops``: the public stop
+    list the public-domain design takes its domains from (default: the shipped reference list)."""
+    if design not in DESIGNS:
+        raise ValueError(f"release design must be one of {DESIGNS}, got {design!r}")
     unit = PrivacyUnit(unit)
     relation = unit.default_relation if relation is None else Relation(relation)
     mechanism = default_mechanism(unit) if mechanism is None else mechanism
@@ -117,6 +139,10 @@ def build_plan(
     if sorted(epsilon) != sorted(names) or sorted(delta) != sorted(names):
         raise ValueError(f"epsilon and delta must give exactly the marginals {names}")
     sens = sensitivity(unit, relation, bounds, len(period) if unit is PrivacyUnit.CARD_PERIOD else None)
+    period = tuple(period) if unit is PrivacyUnit.CARD_PERIOD else ()
+    if design == "public_domain":
+        return _public_domain_plan(unit, relation, bounds, period, mechanism, sens, epsilon, delta,
+                                   load_stops() if stops is None else stops)
     if mechanism == "laplace":
         noise = laplace or DiscreteLaplace()
         mechanisms = {name: StabilityHistogram(epsilon[name], delta[name], sens, noise) for name in names}
@@ -128,5 +154,33 @@ def build_plan(
             name: GaussianThresholdHistogram(rho * epsilon[name] / total_epsilon, delta[name] / 2, sens, noise)
             for name in names
         }
-    return ReleasePlan(unit, relation, bounds, tuple(period) if unit is PrivacyUnit.CARD_PERIOD else (),
-                       mechanism, mechanisms)
+    return ReleasePlan(unit, relation, bounds, period, mechanism, mechanisms)
+
+
+def _public_domain_plan(
+    unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, period: tuple[str, ...], mechanism: str,
+    sens, epsilon: Mapping[str, float], delta: Mapping[str, float], stops: pd.DataFrame,
+) -> ReleasePlan:
+    """The public-domain design's plan (module docstring): one ``DesignNoise`` per tap, one tau for all."""
+    if mechanism == "laplace":
+        budget = dict(epsilon)
+    else:
+        total_epsilon = math.fsum(epsilon.values())
+        rho = zcdp_rho_for(total_epsilon, math.fsum(delta.values()))
+        budget = {name: rho * epsilon[name] / total_epsilon for name in epsilon}
+    by_tap = {m.tap: {} for m in MARGINALS}
+    for m in MARGINALS:
+        by_tap[m.tap][m.table] = m.name
+    noise = {tap: pd_design.calibrate(mechanism, sens, {table: budget[name] for table, name in tables.items()})
+             for tap, tables in by_tap.items()}
+    domains = {(mode, tap): pd_design.domain(stops, mode, tap) for mode in MODES for tap in TAPS
+               if (stops["mode"] == mode).any()}
+    pieces = [(noise[tap], dom.cells) for (_, tap), dom in domains.items()]
+    tau = pd_design.min_tau_over(pieces, FALSE_CELLS_PER_DAY)
+    false_cells = math.fsum(pd_design.expected_false_cells(n, cells, tau) for n, cells in pieces)
+    digest = hashlib.sha256(json.dumps({f"{m}|{t}": d.locations for (m, t), d in sorted(domains.items())},
+                                       sort_keys=True).encode()).hexdigest()
+    mechanisms = {name: pd_design.DomainMeasurement(table, noise[tap], tau, false_cells, digest)
+                  for tap, tables in by_tap.items() for table, name in tables.items()}
+    return ReleasePlan(unit, relation, bounds, period, mechanism, {m.name: mechanisms[m.name] for m in MARGINALS},
+                       "public_domain", noise, domains, tau)

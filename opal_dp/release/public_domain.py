@@ -47,6 +47,7 @@ from opal_dp.prep.binning import stop_labels, window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.consistency import Rounded, least_squares, round_with_remainders
 from opal_dp.release.marginals import TAPS
+from opal_dp.release.schemas import OTHER_WINDOW
 from opal_dp.release.statement import open_data_partition
 
 OTHER = "other"
@@ -220,6 +221,46 @@ def published_rows(key: str, dom: Domain, blocks: list[Rounded]) -> dict[str, pd
     return out
 
 
+def released_frames(dom: Domain, blocks: list[Rounded], labels: pd.Index) -> dict[str, pd.DataFrame]:
+    """The tap's three tables as released frames (the engine's form, as SBH's: ``time_window``, ``loc``,
+    ``count``), canonically ordered, zero counts left out. Remainder rows: ``time_window = OTHER_WINDOW`` or
+    ``loc = OTHER``. ``labels``: the public label universe the ``loc`` categories come from."""
+    if OTHER in labels:
+        raise ValueError(f"{OTHER!r} is a location label: it cannot also name the remainder rows")
+    categories = pd.Index(sorted([*map(str, labels), OTHER]))
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in TABLES}
+    for block, rounded in zip(dom.blocks, blocks, strict=True):
+        windows = np.asarray(block.windows, dtype=np.int64)
+        locs = np.asarray(block.locations, dtype=object)
+        i, j = np.nonzero(rounded.cells)
+        parts["time-loc"].append((windows[i], locs[j], rounded.cells[i, j]))
+        i = np.flatnonzero(rounded.row_other)
+        parts["time-loc"].append((windows[i], np.full(i.size, OTHER, dtype=object), rounded.row_other[i]))
+        j = np.flatnonzero(rounded.col_other)
+        parts["time-loc"].append((np.full(j.size, OTHER_WINDOW), locs[j], rounded.col_other[j]))
+        i = np.flatnonzero(rounded.rows)
+        parts["time"].append((windows[i], np.full(i.size, None, dtype=object), rounded.rows[i]))
+        j = np.flatnonzero(rounded.cols)
+        parts["loc"].append((np.zeros(j.size, dtype=np.int64), locs[j], rounded.cols[j]))
+    out = {}
+    for table, pieces in parts.items():
+        window, loc, count = (np.concatenate([p[k] for p in pieces]) for k in range(3))
+        columns: dict[str, object] = {}
+        if table != "loc":
+            columns["time_window"] = window.astype("int16")
+        if table != "time":
+            columns["loc"] = pd.Categorical(loc, categories=categories)
+        columns["count"] = count.astype(np.int64)
+        frame = pd.DataFrame(columns)
+        order = [c for c in ("time_window", "loc") if c in frame]
+        keys = [frame[c].cat.codes if c == "loc" else frame[c] for c in order]
+        frame = frame.iloc[np.lexsort(keys[::-1])].reset_index(drop=True)
+        if frame.duplicated(order).any():
+            raise ValueError(f"{dom.mode} tap-{dom.tap}: a {table} row appears twice")
+        out[table] = frame
+    return out
+
+
 def expected_false_cells(noise: DesignNoise, cells: int, tau: int) -> float:
     """Expected number of empty cells listed among ``cells`` empty cells at threshold ``tau`` (module
     docstring: exact for the noisy measurement, up to the small least-squares correction)."""
@@ -228,12 +269,54 @@ def expected_false_cells(noise: DesignNoise, cells: int, tau: int) -> float:
 
 def min_tau(noise: DesignNoise, cells: int, target: float) -> int:
     """The smallest threshold whose ``expected_false_cells`` over ``cells`` empty cells is at most ``target``."""
+    return min_tau_over([(noise, cells)], target)
+
+
+def min_tau_over(pieces: list[tuple[DesignNoise, int]], target: float) -> int:
+    """The smallest threshold whose expected false cells, summed over (noise, empty cells) pieces, is at most
+    ``target`` (one threshold for several taps whose noise may differ)."""
     if not target > 0:
         raise ValueError(f"target must be > 0, got {target!r}")
     tau = 1
-    while expected_false_cells(noise, cells, tau) > target:
+    while sum(expected_false_cells(noise, cells, tau) for noise, cells in pieces) > target:
         tau += 1
     return tau
+
+
+@dataclass(frozen=True)
+class DomainMeasurement:
+    """One published table of a tap under the public-domain design, as the ledger charges and records it.
+
+    It is not a ``HistogramMechanism`` that draws on its own: the three tables of a tap are measured and made
+    consistent together (``release_tap``). ``tau`` (the publication threshold) and the domain are public;
+    ``min_released_count`` and ``threshold`` repeat ``tau`` so that statements read both designs alike.
+    """
+
+    name = "public_domain_histogram"
+    table: str
+    noise: DesignNoise
+    tau: int
+    false_cells_per_day: float  # expected, over every (mode, tap) domain of a day at this tau
+    domain_digest: str  # SHA-256 of the public domains: a changed stop list is another mechanism
+
+    @property
+    def sensitivity(self) -> Sensitivity:
+        return self.noise.sensitivity
+
+    def cost(self) -> PrivacyCost:
+        return self.noise.cost(self.table)
+
+    def describe(self) -> dict:
+        value, parameter = self.noise.budget[self.table], self.noise.parameters[self.table]
+        pure = self.noise.mechanism == "laplace"
+        return {
+            "mechanism": self.name, "design": "public_domain", "table": self.table,
+            "noise": f"discrete_{self.noise.mechanism}", **({"epsilon": value} if pure else {"rho": value}),
+            "delta": 0.0, "scale": parameter, "threshold": float(self.tau), "min_released_count": self.tau,
+            "tau": self.tau, "expected_false_cells_per_day": self.false_cells_per_day,
+            "domain_digest": self.domain_digest, "sensitivity": self.sensitivity.describe(),
+            "cost": self.cost().describe(), "seeded": bool(self.noise.laws[self.table].bits.seeded),
+        }
 
 
 def sum_problems(tables: Mapping[str, pd.DataFrame]) -> list[str]:
@@ -244,14 +327,14 @@ def sum_problems(tables: Mapping[str, pd.DataFrame]) -> list[str]:
     key = ["mode", "date", "tap"]
     problems = []
     for table, one_way, dim, remainder in (("time", time, "time", "loc"), ("loc", loc, "loc", "time")):
-        listed = joint[joint[dim] != OTHER].groupby([*key, dim])["count"].sum()
-        published = one_way.groupby([*key, dim])["count"].sum()
+        listed = joint[joint[dim] != OTHER].groupby([*key, dim], observed=True)["count"].sum()
+        published = one_way.groupby([*key, dim], observed=True)["count"].sum()
         both = pd.concat([listed.rename("time-loc"), published.rename(table)], axis=1).fillna(0)
         for index, row in both[both["time-loc"] != both[table]].iterrows():
             problems.append(f"{table}.csv {index}: {int(row[table])}, but its time-loc rows ({remainder} = other "
                             f"included) sum to {int(row['time-loc'])}")
-    totals = pd.concat([time.groupby(key)["count"].sum().rename("time"),
-                        loc.groupby(key)["count"].sum().rename("loc")], axis=1).fillna(0)
+    totals = pd.concat([time.groupby(key, observed=True)["count"].sum().rename("time"),
+                        loc.groupby(key, observed=True)["count"].sum().rename("loc")], axis=1).fillna(0)
     for index, row in totals[totals["time"] != totals["loc"]].iterrows():
         problems.append(f"{index}: time.csv totals {int(row['time'])}, loc.csv {int(row['loc'])}")
     return problems

@@ -8,7 +8,9 @@ Published layout; nothing else is written under the published folder, apart from
 
 Rows are ``mode,date,tap,time,loc,count`` as in the 2016 open data (``bus,20160730,on,2:30,2000,415``),
 ordered by date, mode, tap (on before off), time window and location label: a function of the
-released bins only, never of the order the data came in.
+released bins only, never of the order the data came in. A public-domain release (the statement names its
+design) also has the remainder rows ``time = T, loc = other`` and ``time = other, loc = L`` in ``time-loc.csv``,
+and its files must add up exactly (``public_domain.sum_problems``); an SBH release may have neither.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from opal_dp.network import MODES
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
+from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, sum_problems
 from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
 from opal_dp.release.statement import STATEMENT_JSON, STATEMENT_MD, open_data_partition, render_markdown
 
@@ -43,7 +46,7 @@ LATEST = "latest"
 STAGING_PREFIX, LINK_PREFIX = ".staging-", ".latest-"
 
 WINDOW_LABELS = [window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DAY)]
-TIME_ORDER = [AGGREGATED, *WINDOW_LABELS]  # categories of the time column, in sort order
+TIME_ORDER = [AGGREGATED, *WINDOW_LABELS, OTHER]  # categories of the time column, in sort order
 RELEASE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
 DATE = re.compile(r"\d{8}")
 COUNT_TEXT = re.compile(r"[1-9]\d*")
@@ -79,9 +82,11 @@ def _rows(marginal: Marginal, key: str, frame: pd.DataFrame, dates: list[str]) -
 
     if marginal.by_time:
         window = frame[TIME].to_numpy("int64")
-        if n and (window.min() < UNKNOWN or window.max() >= WINDOWS_PER_DAY):
+        other = window == OTHER_WINDOW  # a remainder row (public-domain design; validated on publishing)
+        if n and ((window[~other] < UNKNOWN).any() or window.max() >= WINDOWS_PER_DAY):
             raise ValueError(f"{marginal.name} {key}: time_window outside [{UNKNOWN}, {WINDOWS_PER_DAY})")
-        time = pd.Categorical.from_codes(window - UNKNOWN + 1, categories=TIME_ORDER)
+        time = pd.Categorical.from_codes(np.where(other, len(TIME_ORDER) - 1, window - UNKNOWN + 1),
+                                         categories=TIME_ORDER)
     else:
         time = constant(AGGREGATED, TIME_ORDER)
     return pd.DataFrame(
@@ -214,8 +219,15 @@ def validate_published(folder: Path) -> None:
     if (folder / STATEMENT_MD).read_text(encoding="utf-8") != render_markdown(statement):
         raise PublishedFormatError(f"{folder / STATEMENT_MD} does not render {STATEMENT_JSON}")
     partitions = {(k["date"], k["mode"]) for k in statement["partitions"]["keys"]}
+    remainders = statement.get("design", {}).get("name", "sbh") == "public_domain"
     for table in TABLES:
-        _validate_table(folder / f"{table}.csv", table, partitions)
+        _validate_table(folder / f"{table}.csv", table, partitions, remainders)
+    if remainders:
+        tables = {t: pd.read_csv(folder / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
+                  for t in TABLES}
+        problems = sum_problems(tables)
+        if problems:
+            raise PublishedFormatError(f"{folder}: the files do not add up: " + "; ".join(problems[:5]))
     _validate_page(folder / PAGE, statement)
 
 
@@ -235,7 +247,8 @@ def _validate_page(path: Path, statement: dict) -> None:
                                    f"links to {sorted(linked)}")
 
 
-def _validate_table(path: Path, table: str, partitions: set[tuple[str, str]]) -> None:
+def _validate_table(path: Path, table: str, partitions: set[tuple[str, str]], remainders: bool = False) -> None:
+    """``remainders``: the release's design has remainder rows (``other``), in ``time-loc.csv`` only."""
     def fail(what: str, bad: pd.Series | np.ndarray) -> None:
         if bad.any():
             raise PublishedFormatError(f"{path}: {what}, e.g. row {int(np.flatnonzero(bad)[0]) + 2}")
@@ -246,19 +259,25 @@ def _validate_table(path: Path, table: str, partitions: set[tuple[str, str]]) ->
         raise PublishedFormatError(f"{path}: header must be {','.join(COLUMNS)!r}, got {header!r}")
     rows = pd.read_csv(path, dtype="category", keep_default_na=False, na_filter=False)
     by_time, by_loc = table != "loc", table != "time"
+    remainders = remainders and by_time and by_loc
+    other_time = (rows["time"] == OTHER) if remainders else np.zeros(len(rows), dtype=bool)
+    other_loc = (rows["loc"] == OTHER) if remainders else np.zeros(len(rows), dtype=bool)
     fail("mode not one of " + "/".join(MODES), ~rows["mode"].isin(MODES))
     fail("date is not a valid YYYYMMDD", ~_each_distinct(rows["date"], _is_date))
     fail("(date, mode) is not a partition listed in privacy.json",
          ~pd.MultiIndex.from_arrays([rows["date"], rows["mode"]]).isin(list(partitions)))
     fail("tap not on/off", ~rows["tap"].isin(TAPS))
     fail("time must be H:MM at a 15-minute start or -1" if by_time else "time must be '-' (aggregated)",
-         ~rows["time"].isin(WINDOW_LABELS) if by_time else rows["time"] != AGGREGATED)
+         ~(rows["time"].isin(WINDOW_LABELS) | other_time) if by_time else rows["time"] != AGGREGATED)
     fail("loc must be a label or -1" if by_loc else "loc must be '-' (aggregated)",
          rows["loc"].isin([AGGREGATED, ""]) if by_loc else rows["loc"] != AGGREGATED)
+    fail("a remainder row has time = other and loc = other", other_time & other_loc)
+    fail(f"loc = {OTHER} is a remainder row, which only a public-domain release's time-loc.csv has",
+         (rows["loc"] == OTHER) & ~other_loc)
     unknown_time, unknown_loc = rows["time"] == UNKNOWN_LABEL, rows["loc"] == UNKNOWN_LABEL
     fail("unknown (-1) appears on a tap-on row", (unknown_time | unknown_loc) & (rows["tap"] == "on"))
-    if by_time and by_loc:
-        fail("time and loc must be unknown (-1) together", unknown_time != unknown_loc)
+    if by_time and by_loc:  # a remainder row of the unknown cell pairs -1 with other
+        fail("time and loc must be unknown (-1) together", (unknown_time != unknown_loc) & ~other_time & ~other_loc)
     fail("count is not a positive integer", ~_each_distinct(rows["count"], COUNT_TEXT.fullmatch))
     order, repeated = _order(rows)
     if repeated:

@@ -9,6 +9,8 @@ from pandera.typing import Series
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals import Marginal
 
+OTHER_WINDOW = -2  # a public-domain remainder row's time window in a released frame (published: "other")
+
 
 class TimeRelease(pa.DataFrameModel):
     time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
@@ -30,6 +32,18 @@ class LocRelease(pa.DataFrameModel):
 
 class TimeLocRelease(pa.DataFrameModel):
     time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
+    loc: Series[pd.CategoricalDtype]
+    count: Series["int64"] = pa.Field(ge=1)
+
+    class Config:
+        strict = True
+        ordered = True
+
+
+class TimeLocRemainderRelease(pa.DataFrameModel):
+    """A public-domain joint: listed cells and remainder rows (``time_window = -2``: time = other)."""
+
+    time_window: Series["int16"] = pa.Field(ge=OTHER_WINDOW, lt=WINDOWS_PER_DAY)
     loc: Series[pd.CategoricalDtype]
     count: Series["int64"] = pa.Field(ge=1)
 
@@ -97,7 +111,9 @@ class UtilitySummary(pa.DataFrameModel):
         strict = True
 
 
-def schema_for(marginal: Marginal) -> type[pa.DataFrameModel]:
+def schema_for(marginal: Marginal, design: str = "sbh") -> type[pa.DataFrameModel]:
+    if design == "public_domain" and marginal.by_time and marginal.by_loc:
+        return TimeLocRemainderRelease
     return {(True, False): TimeRelease, (False, True): LocRelease, (True, True): TimeLocRelease}[
         (marginal.by_time, marginal.by_loc)
     ]

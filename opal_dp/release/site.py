@@ -142,11 +142,25 @@ def _about(published: Mapping[str, pd.DataFrame], days: Mapping[str, list[str]],
         "day and location. The location is the postcode for bus and the stop name for train, ferry and light rail; "
         f"<code>-1</code> means unknown (a trip without a tap-off). This release covers {len(dates)} "
         f"date{'s' * (len(dates) > 1)}, {span}: {covered}.</p>\n"
-        "<p>Every count carries random noise, and a count is published only if its noisy value reaches a "
-        f"threshold (the smallest published count is {' or '.join(map(str, floors))}, by table): a combination "
-        "missing from a file had no trips or too few. Each file gets its own noise, so the files do not add up "
-        "exactly to one another.</p>\n"
-        "</section>\n"
+        + (_remainders(statement["design"]) if statement.get("design", {}).get("name") == "public_domain" else
+           "<p>Every count carries random noise, and a count is published only if its noisy value reaches a "
+           f"threshold (the smallest published count is {' or '.join(map(str, floors))}, by table): a combination "
+           "missing from a file had no trips or too few. Each file gets its own noise, so the files do not add up "
+           "exactly to one another.</p>\n")
+        + "</section>\n"
+    )
+
+
+def _remainders(design: Mapping) -> str:
+    """The public-domain design's convention: remainder rows, exact sums, and where the totals are."""
+    return (
+        "<p>Every count carries random noise, including those of combinations nobody travelled: about "
+        f"{design['expected_false_cells_per_day']:.3g} listed cells per day had no trips at all. In time-loc.csv a "
+        f"combination is listed on its own if its count is at least {design['tau']}; the others are summed into "
+        "remainder rows (<code>loc = other</code> per window, <code>time = other</code> per location), so the "
+        "files add up exactly: a count in time.csv or loc.csv equals the sum of its time-loc.csv rows, remainder "
+        "included. An unlisted combination is in two remainders, so do not add up all of time-loc.csv: the "
+        "trips per day are the totals of time.csv (listed in PRIVACY.md).</p>\n"
     )
 
 

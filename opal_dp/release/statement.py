@@ -1,10 +1,11 @@
 """The published privacy statement (privacy.json and PRIVACY.md) of a release, built from the ledger.
 
 Every claim is what the ledger recorded for the draws that produced the published numbers: the privacy
-unit, the neighbouring relation, the contribution bounds, each marginal's mechanism and parameters,
-what each ledger scope (a partition, a date or the period) costs one person in total, the cap in force
-and its history. Nothing comes from the publishing run's configuration, and no figure is computed
-from the data. A release whose draws disagree (two units, two relations, two parameter sets for one
+unit, the neighbouring relation, the contribution bounds, the release design, each marginal's mechanism and
+parameters, what each ledger scope (a partition, a date or the period) costs one person in total, the cap in
+force and its history. Nothing comes from the publishing run's configuration, and no figure is computed
+from the data, except the public-domain design's totals per (date, mode, tap), read from the published
+``time.csv`` (DP output). A release whose draws disagree (two units, two relations, two parameter sets for one
 marginal) gets no statement: ``StatementError``, and the publish gate refuses it.
 """
 
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from datetime import date
 from importlib.metadata import version
 
+import pandas as pd
+
 from opal_dp.core import PrivacyUnit, Relation
 from opal_dp.core import discrete_gaussian as gaussian_tail
 from opal_dp.core import sbh as laplace_tail
@@ -25,7 +28,7 @@ from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
 from opal_dp.network import MODES
 from opal_dp.release.marginals import MARGINALS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the release design ("design"); a statement without it is an SBH release
 STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
 TRUE_COUNTS = (1, 2, 5, 10, 18, 20, 30, 40, 50, 100, 200)
 CONFIDENCE = 0.95
@@ -67,6 +70,61 @@ MECHANISMS = {
         "noise": (
             "Discrete Gaussian, P(Z = z) proportional to exp(-z²/(2 sigma²)), sampled exactly (rejection from "
             "an exact discrete Laplace with exact acceptance decisions, no floating point)."
+        ),
+    },
+    "public_domain_histogram": {
+        "reference": (
+            "Public-domain histogram with consistent marginals (the 2017 assessment's recommendations): noise on "
+            "every cell of a public domain (Montreal prefix tree, Theorem 4.1; Cormode et al. 2012), marginals made "
+            "consistent by weighted least squares (Hay et al. 2010)."
+        ),
+        "algorithm": (
+            "For each (date, mode, tap), the domain is every (15-minute window, location of the mode in the public "
+            "stop list) cell, plus the unknown cell (-1, -1) for tap-off: it comes from public data only. The joint "
+            "time x location table and both one-way tables get independent noise on every cell, zeros included "
+            "(discrete Laplace of scale L1/epsilon: pure epsilon-DP, delta = 0; or discrete Gaussian of "
+            "sigma = sqrt(L2²/(2 rho)): rho-zCDP). Weighted least squares makes each one-way count the sum of its "
+            "joint cells; rounding keeps every sum exact. A cell is listed if its estimate rounds to at least tau "
+            "(min_released_count); the others are summed into remainder rows. The least squares, the rounding and "
+            "the threshold are post-processing: they cost no privacy."
+        ),
+        "noise": (
+            "Discrete Laplace or discrete Gaussian, sampled exactly from the operating system's random words, on "
+            "every cell of the domain."
+        ),
+    },
+}
+DESIGNS = {
+    "sbh": {
+        "description": (
+            "Stability-based histograms (the 2016 design): only bins present in the data are considered, each "
+            "table is drawn on its own and thresholded, so the files do not add up exactly."
+        ),
+    },
+    "public_domain": {
+        "description": (
+            "Public domain with zeros perturbed: every cell of the public domain gets noise, the one-way tables are "
+            "derived consistently from the same measurements, and cells below tau are published as remainder rows, "
+            "so every file adds up exactly."
+        ),
+        "post_processing": (
+            "The least-squares consistency step, the rounding to non-negative integers with exact sums and the "
+            "publication threshold tau are post-processing of the noisy measurements: they cost no privacy."
+        ),
+        "remainder_rows": (
+            "time-loc.csv lists the cells with at least tau trips one by one; the others are summed into remainder "
+            "rows: 'time = T, loc = other' (the unlisted cells of window T) and 'time = other, loc = L' (the "
+            "unlisted cells of location L). For each (date, mode, tap), a count in time.csv equals the sum of the "
+            "time-loc.csv rows of its window, its 'loc = other' row included, and a count in loc.csv the sum of "
+            "the rows of its location, its 'time = other' row included. An unlisted cell is counted once in its "
+            "window's remainder and once in its location's: summing all of time-loc.csv double-counts the unlisted "
+            "mass. Use the totals below (from time.csv, equal to those of loc.csv) instead."
+        ),
+        "false_cells": (
+            "An empty cell is listed when its noisy estimate reaches tau; expected_false_cells_per_day is the "
+            "expected number of such cells over every (mode, tap) domain of one day, from the noise and the domain "
+            "size alone (up to the small least-squares correction). A listed cell therefore does not prove that "
+            "anyone travelled there. The release probabilities below are those of the noisy measurement at tau."
         ),
     },
 }
@@ -171,8 +229,12 @@ def open_data_partition(key: str) -> tuple[str, str]:
     return date.fromisoformat(day).strftime("%Y%m%d"), mode
 
 
-def privacy_statement(evidence: LedgerEvidence, partitions: list[str], release_id: str, created_at: str) -> dict:
-    """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone."""
+def privacy_statement(
+    evidence: LedgerEvidence, partitions: list[str], release_id: str, created_at: str,
+    tables: Mapping[str, pd.DataFrame] | None = None,
+) -> dict:
+    """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone; ``tables``: the
+    published tables (the public-domain design states its totals from ``time``)."""
     names = [m.name for m in MARGINALS]
     wanted = {(p, n) for p in partitions for n in names}
     if set(evidence.draws) != wanted:
@@ -187,6 +249,7 @@ def privacy_statement(evidence: LedgerEvidence, partitions: list[str], release_i
         for name in names
     }
     seeded = any(p["seeded"] for p in params.values())
+    design = _design(params, tables)
     scopes = sorted(evidence.scopes, key=lambda s: s.scope)
     worst = max(scopes, key=lambda s: (s.guarantee.epsilon, s.guarantee.delta))
     cap = evidence.cap_history[-1]
@@ -194,6 +257,7 @@ def privacy_statement(evidence: LedgerEvidence, partitions: list[str], release_i
         "schema_version": SCHEMA_VERSION,
         "release": {"id": release_id, "created_at": created_at},
         "noise_seeded": seeded,
+        "design": design,
         "privacy_unit": {
             "unit": unit.value,
             "protects": unit.protects,
@@ -227,9 +291,28 @@ def privacy_statement(evidence: LedgerEvidence, partitions: list[str], release_i
         },
         "also_released_under_other_units": {u: sorted(d) for u, d in sorted(evidence.other_units.items())},
         "accuracy_note": ACCURACY,
-        "not_protected": _not_protected(unit, evidence.other_units),
+        "not_protected": _not_protected(unit, evidence.other_units, design["name"]),
         "software": {package: version(package) for package in PACKAGES},
     }
+
+
+def _design(params: Mapping[str, dict], tables: Mapping[str, pd.DataFrame] | None) -> dict:
+    """The release design, from the charged mechanisms; the public-domain design's tau, false cells and totals."""
+    name = _one({p.get("design", "sbh") for p in params.values()}, "release designs")
+    out = {"name": name, **DESIGNS[name]}
+    if name == "public_domain":
+        if tables is None:
+            raise StatementError("a public-domain statement states its totals from time.csv: give the tables")
+        time = tables["time"].astype({c: str for c in ("mode", "date", "tap")})
+        totals = time.groupby(["date", "mode", "tap"], sort=True)["count"].sum()
+        out |= {
+            "tau": int(_one({str(p["tau"]) for p in params.values()}, "thresholds tau")),
+            "expected_false_cells_per_day": float(
+                _one({repr(p["expected_false_cells_per_day"]) for p in params.values()}, "false-cell figures")),
+            "pure_dp": all(p["noise"] == "discrete_laplace" for p in params.values()),
+            "totals": [{"date": d, "mode": m, "tap": t, "trips": int(n)} for (d, m, t), n in totals.items()],
+        }
+    return out
 
 
 def _one(values: set[str], what: str) -> str:
@@ -298,7 +381,7 @@ def _marginal(name: str, table: str, tap: str, p: dict) -> dict:
     }
 
 
-def _not_protected(unit: PrivacyUnit, other_units: Mapping[str, Sequence[str]]) -> list[str]:
+def _not_protected(unit: PrivacyUnit, other_units: Mapping[str, Sequence[str]], design: str) -> list[str]:
     items = []
     if unit is PrivacyUnit.TRIP:
         items += [
@@ -318,9 +401,14 @@ def _not_protected(unit: PrivacyUnit, other_units: Mapping[str, Sequence[str]]) 
         items.append("The same dates were also released under other privacy units (listed above). Their losses add "
                      "up for the people in them, and a trip-unit release bounds nothing per card: for those dates "
                      "this statement's per-card figures hold only if the other releases are disregarded.")
-    items += [
+    items.append(
         "Presence: a published bin proves its count after bounding was > 0. A unit alone in an otherwise empty "
-        "bin is published with the presence probability given per marginal (at most delta/L0).",
+        "bin is published with the presence probability given per marginal (at most delta/L0)." if design == "sbh"
+        else "Presence: a listed cell does not prove its count was > 0 (empty cells are listed too, see the expected "
+        "false cells per day); a unit alone in an otherwise empty cell gets it listed with the presence probability "
+        "given per marginal, and that event is covered by the guarantee above."
+    )
+    items += [
         "Public by design: the (date, mode) partition keys and the location labels (from the public stop list).",
         "Timing and other side channels (run time, resource use) are out of scope.",
         "Internal figures the data team sees in the Dagster UI and event log (true counts, suppressed mass, the "
@@ -341,9 +429,35 @@ def render_markdown(statement: Mapping) -> str:
             "> ANYONE WHO KNOWS THE SEED CAN REMOVE THE NOISE. FOR TESTS ONLY - NEVER PUBLISH IT.**",
             "",
         ]
+    design = s["design"]
     lines += [
         f"Created {s['release']['created_at']}.",
         "",
+        f"## Release design: {design['name']}",
+        "",
+        design["description"],
+        "",
+    ]
+    if design["name"] == "public_domain":
+        lines += [
+            f"Pure differential privacy (delta = 0): **{'yes' if design['pure_dp'] else 'no (zCDP, converted)'}**. "
+            f"Publication threshold tau = **{design['tau']}**; expected cells listed although their true count is "
+            f"0: **{design['expected_false_cells_per_day']:.3g} per day**.",
+            "",
+            design["post_processing"],
+            "",
+            design["false_cells"],
+            "",
+            "### Remainder rows",
+            "",
+            design["remainder_rows"],
+            "",
+            "| date | mode | tap | trips (from time.csv) |",
+            "|---|---|---|---|",
+            *(f"| {t['date']} | {t['mode']} | {t['tap']} | {t['trips']} |" for t in design["totals"]),
+            "",
+        ]
+    lines += [
         "## Who is protected, and how much",
         "",
         f"Protected: **{unit['protects']}**, at **(epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g})** per "

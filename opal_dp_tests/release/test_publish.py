@@ -154,6 +154,9 @@ def _replace(old: str, new: str, count: int = 1):
         ("time.csv", _replace(",18\n", ",18.0\n"), "positive integer"),
         ("time.csv", _replace("off,-1,-,68", "on,-1,-,68"), "tap-on"),
         ("time-loc.csv", _replace("off,-1,-1,", "off,-1,2000,"), "together"),
+        ("time-loc.csv", _replace(",2000,", ",other,"), "remainder"),  # an SBH release has no remainder rows
+        ("time-loc.csv", _replace(",13:30,", ",other,"), "H:MM"),
+        ("loc.csv", _replace(",2000,", ",other,"), "remainder"),
         ("time.csv", _replace(",2:30,-,18\n", ",23:45,-,18\n"), "duplicate"),
         ("time.csv", _replace(",2:30,-,18\n", ",14:00,-,18\n"), "order"),
         ("privacy.json", lambda t: t[:-3], "JSON"),
