@@ -3,19 +3,29 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Exact versions with hashes (README: "Reproducible install"); pyproject.toml keeps ranges for library users.
+LOCK := requirements/lock.txt
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: release test ui bench clean
+.PHONY: release test ui bench clean lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
+
+# Re-resolve the lock after a dependency change in pyproject.toml (LOCK_ARGS=--upgrade: newest allowed versions).
+lock:
+	$(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/pip install --quiet pip-tools==7.6.2
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --all-build-deps \
+	  --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+	  $(LOCK_ARGS) -o $(LOCK) pyproject.toml
 
 $(DAGSTER_HOME): | $(STAMP)
 	@$(PY) -m opal_dp.cli dagster-home $@ >/dev/null
@@ -34,11 +44,12 @@ test: $(STAMP) $(CHROMIUM)
 
 # The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it).
 UI_HOST ?= 127.0.0.1
+# umask 077: what Dagster writes into its home (event log, compute logs) stays private.
 ui: $(STAMP) | $(DAGSTER_HOME)
-	$(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
+	umask 077 && $(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DAGSTER_HOME) test-artifacts
+	rm -rf $(VENV) $(VENV)-lock $(DAGSTER_HOME) test-artifacts
