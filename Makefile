@@ -20,11 +20,12 @@ $(STAMP): pyproject.toml $(LOCK)
 	@touch $@
 
 # Re-resolve the lock after a dependency change in pyproject.toml (LOCK_ARGS=--upgrade: newest allowed versions).
+# Extras stay on their lines (gql[requests]==...): pip 23 refuses an unpinned extra in --require-hashes mode.
 lock:
 	$(PYTHON) -m venv $(VENV)-lock
 	$(VENV)-lock/bin/pip install --quiet pip-tools==7.6.2
 	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --all-build-deps \
-	  --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+	  --generate-hashes --allow-unsafe --no-strip-extras --no-emit-index-url --no-emit-find-links \
 	  $(LOCK_ARGS) -o $(LOCK) pyproject.toml
 
 $(DAGSTER_HOME): | $(STAMP)
