@@ -3,19 +3,30 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Exact versions with hashes (README: "Reproducible install"); pyproject.toml keeps ranges for library users.
+LOCK := requirements/lock.txt
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: release test ui ui-readonly bench clean
+.PHONY: release test ui ui-readonly bench clean lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
+
+# Re-resolve the lock after a dependency change in pyproject.toml (LOCK_ARGS=--upgrade: newest allowed versions).
+# Extras stay on their lines (gql[requests]==...): pip 23 refuses an unpinned extra in --require-hashes mode.
+lock:
+	$(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/pip install --quiet pip-tools==7.6.2
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --all-build-deps \
+	  --generate-hashes --allow-unsafe --no-strip-extras --no-emit-index-url --no-emit-find-links \
+	  $(LOCK_ARGS) -o $(LOCK) pyproject.toml
 
 $(DAGSTER_HOME): | $(STAMP)
 	@$(PY) -m opal_dp.cli dagster-home $@ >/dev/null
@@ -34,21 +45,22 @@ test: $(STAMP) $(CHROMIUM)
 
 # The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it).
 UI_HOST ?= 127.0.0.1
+# umask 077: what Dagster writes into its home (event log, compute logs) stays private.
 ui: $(STAMP) | $(DAGSTER_HOME)
-	$(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
+	umask 077 && $(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
 
 # For people who look but must not launch or wipe anything (it still shows the internal figures: see README).
 ui-readonly: $(STAMP) | $(DAGSTER_HOME)
-	$(VENV)/bin/dagster-webserver -w workspace.yaml -h $(UI_HOST) --read-only
+	umask 077 && $(VENV)/bin/dagster-webserver -w workspace.yaml -h $(UI_HOST) --read-only
 
 # The peer libraries the benchmark runs are the `bench` extra.
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[bench]"
 	@touch $@
 
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DAGSTER_HOME) test-artifacts
+	rm -rf $(VENV) $(VENV)-lock $(DAGSTER_HOME) test-artifacts

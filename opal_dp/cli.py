@@ -26,6 +26,7 @@ from opal_dp.defs.jobs import run_plan
 from opal_dp.defs.logs import STEP_LISTENERS
 from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
 from opal_dp.defs.storage import OpalStorage
+from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.ingest import raw_files
 from opal_dp.release.plan import DESIGNS, MECHANISMS
 
@@ -125,10 +126,10 @@ def budget_config(args: argparse.Namespace, days: list[str]) -> dict[str, object
 
 
 def ensure_dagster_home(path: Path) -> Path:
-    """A Dagster home at ``path`` with opal_dp's ``dagster.yaml`` (telemetry off), created if missing; private."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    yaml = path / "dagster.yaml"
-    if not yaml.exists() or not yaml.read_text().strip():
+    """A Dagster home at ``path`` with opal_dp's ``dagster.yaml`` (telemetry off), created if missing; private
+    (0700: its event log holds non-DP figures)."""
+    yaml = make_dirs(path) / "dagster.yaml"
+    if not reserve_private(yaml).read_text().strip():
         yaml.write_text(DAGSTER_YAML)
     return path
 
@@ -159,6 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--no-sample", action="store_true", help="do not generate the bundled sample")
     release.add_argument("--data-dir", type=Path, help="data directory (default: $OPAL_DP_DATA_DIR or ./data)")
     release.add_argument("--verbose", action="store_true", help="print Dagster's event log too")
+    release.add_argument("--strict", action="store_true",
+                         help="refuse to run if group or others can read the raw or private folder or the Dagster "
+                              "home (default: warn; also $OPAL_DP_STRICT_PERMISSIONS=1)")
     release.add_argument("--privacy-unit", choices=[u.value for u in PrivacyUnit], default=PrivacyUnit.TRIP.value,
                          help="whom the release protects (default: trip, the 2016 release)")
     release.add_argument("--mechanism", choices=MECHANISMS, help="default: laplace; gaussian for card_period")
@@ -186,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     home.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     if args.command == "release":
-        _release(args)
+        with private_umask():  # what Dagster writes (its home, event log) is private too
+            _release(args)
     elif args.command == "ledger":
         _ledger(args)
     else:
@@ -201,6 +206,11 @@ def _release(args: argparse.Namespace) -> None:
     for category in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=category)
     storage = _storage(args)
+    try:
+        check_folders([storage.raw_dir, storage.private_dir, *filter(None, [os.environ.get("DAGSTER_HOME")])],
+                      strict=args.strict or settings.strict_permissions_from_env())
+    except (ExposedDataError, ValueError) as err:  # ValueError: a bad $OPAL_DP_STRICT_PERMISSIONS
+        raise SystemExit(str(err)) from None
     if not args.no_sample:
         from opal_dp.synth.sample import ensure_sample
 
@@ -208,7 +218,7 @@ def _release(args: argparse.Namespace) -> None:
     days = sorted(raw_files(storage.raw_dir))
     os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.private_dir / "dagster_home")))
     log_file = storage.private_dir / "logs" / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
-    log_file.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(log_file.parent)
     print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or 'sbh'} from {storage.raw_dir}; full log: {log_file}")
     with dg.DagsterInstance.get() as instance:
         results = run_release(instance, budget=budget_config(args, days), data_dir=storage.root,

@@ -8,6 +8,9 @@ publisher takes its paths from the ``storage`` resource (``opal_dp.defs.storage`
 - ``private/``   intermediates, rejected rows, the privacy ledger and its secret, stored draws (never published)
 - ``published/`` differentially private outputs only
 
+``raw/`` and ``private/`` are their owner's only (``opal_dp.permissions``); ``OPAL_DP_STRICT_PERMISSIONS=1``
+makes the command line refuse to run when group or others can read them, instead of warning.
+
 Reference data (the public stop list) ships inside the package (``opal_dp/reference/``; ``data/reference`` in
 the repository points there), so an installed opal_dp finds it without a checkout.
 """
@@ -19,11 +22,21 @@ from importlib.resources import files
 from pathlib import Path
 
 DATA_DIR_ENV = "OPAL_DP_DATA_DIR"
+STRICT_PERMISSIONS_ENV = "OPAL_DP_STRICT_PERMISSIONS"
+_FLAGS = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": False, "no": False}
 
 
 def data_dir_from_env() -> Path:
     """``$OPAL_DP_DATA_DIR``, else ``./data``, as an absolute path."""
     return Path(os.environ.get(DATA_DIR_ENV) or Path.cwd() / "data").absolute()
+
+
+def strict_permissions_from_env() -> bool:
+    """``$OPAL_DP_STRICT_PERMISSIONS``: refuse to run when a private folder is readable by others (default: warn)."""
+    value = os.environ.get(STRICT_PERMISSIONS_ENV, "").strip().lower()
+    if value not in _FLAGS:
+        raise ValueError(f"{STRICT_PERMISSIONS_ENV} must be 1/true/yes or 0/false/no, got {value!r}")
+    return _FLAGS[value]
 
 
 def reference_dir() -> Path:

@@ -1,4 +1,4 @@
-"""Parquet files written atomically: a reader (or a crash) never sees half a file."""
+"""Private Parquet files written atomically: a reader (or a crash) never sees half a file; folders 0700, files 0600."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from opal_dp.permissions import make_dirs, reserve_private
 
 _TEMPORARY = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
 
@@ -66,8 +68,8 @@ def _alive(pid: int) -> bool:
 
 
 def _write_temporary(frame: pd.DataFrame, path: Path, durable: bool) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    make_dirs(path.parent)
+    tmp = reserve_private(path.with_name(f".{path.name}.{os.getpid()}.tmp"))
     table = _table(frame)
     # Private intermediates favour speed over size: no compression, dictionaries only for categoricals.
     categorical = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,14 @@ TINY_STOPS = [
     (30, "light_rail", "Central Chalmers Street", 2000),
     (31, "light_rail", "Dulwich Hill", 2203),
 ]
+
+
+@pytest.fixture
+def umask_022():
+    """The usual umask of a shared host, under which opal_dp must still write private data privately."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
 
 
 @pytest.fixture

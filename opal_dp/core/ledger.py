@@ -49,6 +49,7 @@ from typing import Literal
 
 from opal_dp.core.accounting import Guarantee, PrivacyCost, compose
 from opal_dp.core.units import PrivacyUnit
+from opal_dp.permissions import make_dirs, reserve_private
 
 SCHEMA_VERSION = 2
 REL_TOL = 1e-9
@@ -280,7 +281,8 @@ class PrivacyLedger:
                 "ledger would reset their budget. Restore the ledger, or acknowledge the reset explicitly "
                 "(privacy_budget.acknowledge_ledger_reset / --acknowledge-ledger-reset) with a reason."
             )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
+        reserve_private(self.path)  # 0600 before SQLite opens it; its -wal and -shm files take that mode
         with self._connect() as conn:
             if conn.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
                 raise LedgerError(f"cannot put the ledger {self.path} in WAL mode")

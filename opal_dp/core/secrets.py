@@ -18,6 +18,8 @@ import hmac
 import os
 from pathlib import Path
 
+from opal_dp.permissions import create_file, make_dirs
+
 SECRET_BYTES = 32
 PURPOSES = ("fingerprint", "bounding")
 
@@ -29,10 +31,10 @@ def load_or_create_secret(path: Path) -> bytes:
         return _read(path)
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(path.parent)
     secret = os.urandom(SECRET_BYTES)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = create_file(tmp)
     try:
         os.write(fd, secret)
         os.fsync(fd)

@@ -6,8 +6,11 @@ the console back), so a release prints progress bars and a summary, not hundreds
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import dagster as dg
+
+from opal_dp.permissions import reserve_private
 
 STEP_LISTENERS: list[Callable[[str, str | None], None]] = []
 """Called with (event type, step key) for every Dagster event of an in-process run (set by the CLI)."""
@@ -32,7 +35,7 @@ def _logger(name: str, handler: logging.Handler) -> logging.Logger:
 
 @dg.logger(config_schema={"path": str}, description="Every event of the run, appended to a file (private).")
 def event_log_file(init_context: dg.InitLoggerContext) -> logging.Logger:
-    handler = logging.FileHandler(init_context.logger_config["path"], encoding="utf-8")
+    handler = logging.FileHandler(reserve_private(Path(init_context.logger_config["path"])), encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     return _logger("event_log_file", handler)
 

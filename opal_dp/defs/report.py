@@ -15,6 +15,7 @@ from opal_dp.release.marginals import MARGINALS, histograms_from_cells
 from opal_dp.release.schemas import UnitComparison, UtilitySummary
 from opal_dp.release.unit_comparison import comparison_plot, compare_units
 from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
@@ -49,8 +50,8 @@ def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released
     metadata = {"summary": dg.MetadataValue.md(summary.to_markdown(index=False, floatfmt=".4f"))}
     if plot is not None:
         path = storage.private_dir / "reports" / "busiest_location.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(plot)
+        make_dirs(path.parent)
+        reserve_private(path).write_bytes(plot)
         metadata["plot"] = dg.MetadataValue.md(f"![true vs released](data:image/png;base64,{base64.b64encode(plot).decode()})")
         metadata["plot_path"] = dg.MetadataValue.path(str(path))
     return dg.Output(summary, metadata=metadata)

@@ -6,6 +6,8 @@ Published layout; nothing else is written under the published folder, apart from
     <published>/<release id>/{time-loc,time,loc}.csv, privacy.json, PRIVACY.md, index.html
     <published>/latest -> <release id>          (relative symlink, repointed atomically)
 
+The files are public: folders 0755, files 0644, whatever the umask (the command line runs under 077).
+
 Rows are ``mode,date,tap,time,loc,count`` as in the 2016 open data (``bus,20160730,on,2:30,2000,415``),
 ordered by date, mode, tap (on before off), time window and location label: a function of the
 released bins only, never of the order the data came in. A public-domain release (the statement names its
@@ -30,6 +32,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from opal_dp.network import MODES
+from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
@@ -146,15 +149,14 @@ def publish(
         raise ValueError(f"statement is for release {statement['release']['id']!r}, not {release_id!r}")
     if sorted(tables) != sorted(TABLES):
         raise ValueError(f"tables must be exactly {TABLES}, got {sorted(tables)}")
-    published_dir = Path(published_dir)
-    published_dir.mkdir(parents=True, exist_ok=True)
+    published_dir = make_dirs(published_dir, PUBLIC_DIR)
     with _exclusive(published_dir):
         target = published_dir / release_id
         if target.exists() or target.is_symlink():
             raise FileExistsError(f"release {release_id} already exists at {target}")
         _remove_stale(published_dir)
         staging = published_dir / f"{STAGING_PREFIX}{release_id}"
-        staging.mkdir()
+        make_dirs(staging, PUBLIC_DIR)
         for table in TABLES:
             _write(staging / f"{table}.csv", tables[table].to_csv(index=False, lineterminator="\n"))
         _write(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
@@ -192,7 +194,7 @@ def _remove_stale(published_dir: Path) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as handle:
+    with open(create_file(path, PUBLIC_FILE), "w", encoding="utf-8", newline="") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())

@@ -412,7 +412,9 @@ def _not_protected(unit: PrivacyUnit, other_units: Mapping[str, Sequence[str]], 
         "Public by design: the (date, mode) partition keys and the location labels (from the public stop list).",
         "Timing and other side channels (run time, resource use) are out of scope.",
         "Internal figures the data team sees in the Dagster UI and event log (true counts, suppressed mass, the "
-        "share of trips removed by bounding) are not differentially private and are not part of this release.",
+        "share of trips removed by bounding) are not differentially private and are not part of this release. "
+        "The Dagster home that holds that event log is protected like the private data folder: readable by its "
+        "owner only.",
     ]
     return items
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from opal_dp.network import MODES, load_stops
+from opal_dp.permissions import make_dirs, reserve_private
 
 FORMATS = ("parquet", "csv", "csv.gz")
 COLUMNS = ("card_id", "mode", "tap_on_time", "tap_on_stop", "tap_off_time", "tap_off_stop")
@@ -278,8 +279,8 @@ def day_path(out_dir: Path, day: date, fmt: str = "parquet") -> Path:
 
 def write_day(trips: pd.DataFrame, path: Path) -> Path:
     """Write one day's trips atomically; the format follows the suffix (parquet, csv, csv.gz)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    make_dirs(path.parent)
+    tmp = reserve_private(path.with_name(f".{path.name}.tmp"))
     if path.name.endswith(".parquet"):
         trips.to_parquet(tmp, index=False, compression="zstd")
     else:

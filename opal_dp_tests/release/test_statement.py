@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,7 @@ from opal_dp.release.statement import (
 )
 from opal_dp_tests.release.test_engine import partition
 
+REPO = Path(__file__).resolve().parents[2]
 DELTA = 1 / 8_000_000
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
 DELTAS = {m.name: DELTA for m in MARGINALS}
@@ -61,6 +65,22 @@ def test_parameters_are_the_charges(tmp_path):
     assert s["ledger"]["id"] == ledger.ledger_id and s["ledger"]["draws"] == sorted(draws.values())
     assert s["partitions"]["keys"] == [{"date": "20160725", "mode": "bus"}, {"date": "20160725", "mode": "train"},
                                        {"date": "20160726", "mode": "train"}]
+
+
+def test_the_software_listed_is_the_lock_files(tmp_path):
+    """privacy.json names the exact library versions of requirements/lock.txt, which `make` installs (an
+    environment not installed from the lock fails here: its releases could not be reproduced)."""
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)(?:\[.*\])?==(\S+)", (REPO / "requirements" / "lock.txt").read_text(), re.M)
+    locked = {re.sub(r"[-_.]+", "-", name).lower(): v for name, v in pins}
+    software = dict(statement(*released(tmp_path))["software"])
+    assert software.pop("opal_dp") == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert software == {package: locked[package] for package in software}
+
+
+def test_privacy_md_says_the_dagster_home_is_protected_like_private_data(tmp_path):
+    markdown = render_markdown(statement(*released(tmp_path)))
+    not_protected = markdown.split("## What is not protected")[1].split("## Accuracy")[0]
+    assert "Dagster home" in not_protected and "readable by its owner only" in not_protected
 
 
 def test_the_relation_stated_is_the_one_drawn(tmp_path):
