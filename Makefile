@@ -40,8 +40,9 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq chromium
 
+# One worker per core; a test file's tests share a worker (module fixtures run once).
 test: $(STAMP) $(CHROMIUM)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 # The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it).
 UI_HOST ?= 127.0.0.1
