@@ -11,14 +11,15 @@ from opal_dp.defs.io import PartitionFrames, materialised
 from opal_dp.defs.metadata import column_schema, labels
 from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.release import RELEASE_KEYS, TRUE_CELLS
-from opal_dp.release.marginals import MARGINALS, histograms_from_cells
+from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.release.design_comparison import compare_designs
 from opal_dp.release.design_comparison import comparison_plot as design_plot
 from opal_dp.release.plan import DESIGNS
-from opal_dp.release.schemas import DesignComparison, UnitComparison, UtilitySummary
+from opal_dp.release.schemas import DesignComparison
+from opal_dp.release.marginals import MARGINALS, histograms_from_cells
+from opal_dp.release.schemas import UnitComparison, UtilitySummary
 from opal_dp.release.unit_comparison import comparison_plot, compare_units
 from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.resources import ReferenceNetwork
 from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
