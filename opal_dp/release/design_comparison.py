@@ -38,7 +38,7 @@ import pandas as pd
 
 from opal_dp.core.sparse_noise import tail_probability
 from opal_dp.release.engine import draw, draw_tap
-from opal_dp.release.marginals import BY_NAME, COUNT, LOC, MARGINALS, TAPS, TIME, histograms
+from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TAPS, TIME, histograms
 from opal_dp.release.plan import DESIGNS, ReleasePlan
 from opal_dp.release.public_domain import OTHER, DomainMeasurement
 from opal_dp.release.schemas import OTHER_WINDOW
