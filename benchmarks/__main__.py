@@ -11,7 +11,7 @@ from benchmarks import peers, report
 from benchmarks.dataset import ensure_fortnight
 from benchmarks.floor import run_floor
 from benchmarks.pipeline import run_pipeline
-from benchmarks.units import run_comparison
+from benchmarks.units import run_comparison, run_design_comparison
 from opal_dp.core import PrivacyUnit
 from opal_dp.synth.trips import DEFAULT_SEED
 
@@ -33,6 +33,10 @@ NOTES = [
     "`LAPLACE_THRESHOLDING` with `post_aggregation_thresholding` (add/remove neighbours only; float output).",
     "Each pipeline subprocess runs under an address-space cap (`--memory-limit-gb`): a step that needs more "
     "fails that scale's pipeline row instead of invoking the OOM killer.",
+    "`--compare-designs`: the trip-unit pipeline once more under `release_design=public_domain` (its own fresh "
+    "data directory and ledger), and the internal design comparison (`benchmarks.units.run_design_comparison`): "
+    "each day ingested, binned and bounded once, then released in memory under both designs (nothing charged) "
+    "and compared with the true cells.",
     "Row-level peers run on the leading `--peer-days` day(s) and are extrapolated: PipelineDP by rows, "
     "OpenDP Polars by partitions (its per-query threshold search dominates, not the rows).",
 ]
@@ -69,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="privacy units to run the pipeline under, e.g. trip,card_day,card_period (default trip)")
     parser.add_argument("--compare-units", action="store_true",
                         help="also run the internal unit comparison (utility of the three units on the same data)")
+    parser.add_argument("--compare-designs", action="store_true",
+                        help="also run the pipeline under the public_domain release design (trip unit) and the internal "
+                             "design comparison (sbh vs public_domain on the same data)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.peer_days < 1:
         parser.error("--repeat and --peer-days must be at least 1")
@@ -109,6 +116,8 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
                 entry["ratios"][f"{unit}_over_trip"] = result["wall_s"] / entry["pipeline"]["wall_s"]
     if args.compare_units:
         entry["unit_comparison"] = run_comparison(fortnight.raw_dir)
+    if args.compare_designs:
+        _compare_designs(args, fortnight, scale, millions, floor, entry)
     if not args.no_peers:
         for name, peer in peers.PEERS.items():
             subset = files[: args.peer_days] if name in peers.EXTRAPOLATE_BY else files
@@ -130,20 +139,39 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
     return entry
 
 
-def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, millions: float, floor: dict) -> dict:
-    """``--repeat`` runs of the pipeline under ``unit``: medians, or the error of the first failed repeat."""
+def _compare_designs(args: argparse.Namespace, fortnight, scale: float, millions: float, floor: dict,
+                     entry: dict) -> None:
+    """The trip-unit pipeline under both release designs (sbh reused from ``--units`` when it ran there), the
+    ratio of their ``release_marginals`` steps, and the internal design comparison on the same data."""
+    sbh = entry["units"].get("trip") or _pipeline(args, fortnight, scale, "trip", millions, floor)
+    public = _pipeline(args, fortnight, scale, "trip", millions, floor, design="public_domain")
+    for design, result in (("sbh", sbh), ("public_domain", public)):
+        if result.get("error") and not entry["pipeline_error"]:
+            entry["pipeline_error"] = f"trip/{design}: {result['error']}"
+    if not (sbh.get("error") or public.get("error")):
+        entry["ratios"]["public_domain_release_over_sbh"] = (public["steps"]["release_marginals"]
+                                                             / sbh["steps"]["release_marginals"])
+    entry["designs"] = {"pipelines": {"sbh": sbh, "public_domain": public},
+                        "comparison": run_design_comparison(fortnight.raw_dir)}
+
+
+def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, millions: float, floor: dict,
+              design: str = "sbh") -> dict:
+    """``--repeat`` runs of the pipeline under ``unit`` and ``design``: medians, or the error of the first failed
+    repeat."""
     repeats = []
+    name = unit if design == "sbh" else f"{unit}-{design}"
     for i in range(args.repeat):
-        run_dir = args.out / "runs" / f"scale-{scale:g}" / unit / f"repeat-{i}"
+        run_dir = args.out / "runs" / f"scale-{scale:g}" / name / f"repeat-{i}"
         try:
-            repeats.append(run_pipeline(fortnight.raw_dir, run_dir, int(args.memory_limit_gb * 2**30), unit))
+            repeats.append(run_pipeline(fortnight.raw_dir, run_dir, int(args.memory_limit_gb * 2**30), unit, design))
         except RuntimeError as err:
             return {"error": str(err)}
         if repeats[-1]["error"]:
-            print(f"  {unit} pipeline FAILED: {repeats[-1]['error']}", file=sys.stderr)
+            print(f"  {name} pipeline FAILED: {repeats[-1]['error']}", file=sys.stderr)
             return {"error": repeats[-1]["error"],
                     "partial": {job: run["wall_s"] for job, run in repeats[-1]["runs"].items()}}
-        print(f"  {unit} pipeline repeat {i}: {repeats[-1]['wall_s']:.1f} s, "
+        print(f"  {name} pipeline repeat {i}: {repeats[-1]['wall_s']:.1f} s, "
               f"peak RSS {repeats[-1]['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr)
     wall = report.median([r["wall_s"] for r in repeats])
     steps = {k for r in repeats for run in r["runs"].values() for k in run["steps"]}

@@ -26,8 +26,10 @@ REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pi
 STORAGE = OpalStorage(data_dir=str(settings.data_dir_from_env()))  # the child's data directory (set by the parent)
 
 
-def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: str = "trip") -> dict:
-    """Run the pipeline once over ``raw_dir`` under privacy ``unit``; private intermediates are removed afterwards, the
+def run_pipeline(
+    raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: str = "trip", design: str = "sbh"
+) -> dict:
+    """Run the pipeline once over ``raw_dir`` under privacy ``unit`` and release ``design``; private intermediates are removed afterwards, the
     published release is kept under ``run_dir/data/published``. The child's address space is capped
     at ``memory_limit_bytes`` so that a runaway step fails the repeat (MemoryError) instead of
     calling the kernel's OOM killer onto a shared machine."""
@@ -40,7 +42,8 @@ def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: st
     env = {**os.environ, settings.DATA_DIR_ENV: str(data)}
     started = time.perf_counter()
     with open(log, "wb") as out:  # Dagster's event log: kept beside the result, not printed
-        child = subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", str(data), str(result_file), unit],
+        child = subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", str(data), str(result_file), unit,
+                                  design],
                                  stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
                                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes,) * 2))
         _, status, usage = os.wait4(child.pid, 0)
@@ -64,15 +67,15 @@ def run_pipeline(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: st
     }
 
 
-def _measure_release(unit: str) -> dict:
-    """In the child: run the release under ``unit`` and collect run/step durations from the instance, also
+def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
+    """In the child: run the release under ``unit`` and ``design`` and collect run/step durations from the instance, also
     those of the runs that completed before a failed one (``error`` then says which)."""
     import dagster as dg
 
     from opal_dp.cli import run_release
     from opal_dp.prep.ingest import raw_files
 
-    budget = {"privacy_unit": unit}
+    budget = {"privacy_unit": unit} | ({"release_design": design} if design != "sbh" else {})
     if unit == "card_period":
         budget["period"] = ",".join(sorted(raw_files(STORAGE.raw_dir)))
     with dg.DagsterInstance.ephemeral() as instance:
@@ -142,6 +145,6 @@ if __name__ == "__main__":
     data_dir, result_path = map(Path, sys.argv[1:3])
     if settings.data_dir_from_env() != data_dir.absolute():
         raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {settings.data_dir_from_env()}")
-    measured = _measure_release(sys.argv[3] if len(sys.argv) > 3 else "trip")
+    measured = _measure_release(*sys.argv[3:5])
     result_path.write_text(json.dumps(measured, indent=2) + "\n")
     sys.exit(1 if measured["error"] else 0)

@@ -157,6 +157,42 @@ def markdown(results: dict) -> str:
                     f"{row['mean_relative_error']:.4f} | {row['median_relative_error']:.4f} | "
                     f"{row['suppressed_trips']:,} | {row['share_dropped_by_bounding']:.4%} |"
                 )
+    designs = [(s, s["designs"]) for s in results["scales"] if s.get("designs")]
+    if designs:
+        lines += [
+            "",
+            "## Release designs (trip unit, same fortnight, same epsilon per partition)",
+            "",
+            "Release step: `release_marginals` seconds summed over the release runs (target: public_domain <= 1.5× "
+            "sbh). Utility and risk are internal, not DP: both designs drawn in memory on the same trips and compared "
+            "with the true cells (`opal_dp.release.design_comparison`; a suppressed bin counts as 0, relative error "
+            "over every true cell >= 100). Targets for public_domain: trips in listed cells >= sbh, lower one-way "
+            "RMSE, differencing residual 0, <= 20 false cells per day.",
+            "",
+            "| scale | design | release step s | vs sbh | end to end s | trips in listed cells | listed cells | "
+            "mean rel. error (≥100) | median rel. error (≥100) | RMSE time | RMSE loc | false cells / day | "
+            "expected false cells / day | differencing residual | listed cells with true 0 | P(lone trip listed) | "
+            "P(empty cell listed) |",
+            "|---" * 17 + "|",
+        ]
+        for s, found in designs:
+            rows = {row["design"]: row for row in found["comparison"]["rows"]}
+            for design, row in rows.items():
+                run = found["pipelines"][design]
+                step = None if run.get("error") else run["steps"].get("release_marginals")
+                ratio = s["ratios"].get("public_domain_release_over_sbh") if design == "public_domain" else 1.0
+                lines.append(
+                    f"| {s['scale']:g} | {design} | {_fmt(step, 2)} | {_fmt(ratio, 2, '×')} | "
+                    f"{'FAILED' if run.get('error') else _fmt(run['wall_s'])} | "
+                    f"{row['share_of_trips_in_listed_cells']:.3f} | {row['listed_cells']:,} | "
+                    f"{row['mean_relative_error']:.4f} | {row['median_relative_error']:.4f} | {row['rmse_time']:.2f} | "
+                    f"{row['rmse_loc']:.2f} | {row['false_cells_per_day']:.2f} | "
+                    f"{row['expected_false_cells_per_day']:.2f} | {row['differencing_residual']:,} | "
+                    f"{row['listed_true_zero_share']:.4f} | {row['lone_trip_listed_probability']:.3g} | "
+                    f"{row['empty_cell_listed_probability']:.3g} |"
+                )
+            lines.append(f"\nscale {s['scale']:g}: public-domain threshold tau = {found['comparison']['tau']}; "
+                         f"comparison took {found['comparison']['seconds']:.1f} s.")
     peer_rows = [(s, name, peer) for s in results["scales"] for name, peer in s["peers"].items()]
     if peer_rows:
         lines += [

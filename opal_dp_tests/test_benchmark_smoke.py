@@ -15,7 +15,7 @@ PIPELINE_RUNS = {"private_stages", "release", "rollup"}
 @pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
     assert main(["--scale", "0.005", "--no-peers", "--repeat", "1", "--out", str(tmp_path),
-                 "--units", "trip,card_day", "--compare-units"]) == 0
+                 "--units", "trip,card_day", "--compare-units", "--compare-designs"]) == 0
 
     results = json.loads((tmp_path / "results.json").read_text())
     assert {"command", "repeat", "machine", "scales", "notes"} <= results.keys()
@@ -37,6 +37,21 @@ def test_benchmark_smoke(tmp_path):
     assert set(comparison) == {"trip", "card_day", "card_period"}
     assert comparison["trip"]["share_dropped_by_bounding"] == 0 < comparison["card_day"]["share_dropped_by_bounding"]
 
+    designs = scale["designs"]
+    assert designs["pipelines"]["sbh"] == pipeline  # the trip run of --units, not run twice
+    public = designs["pipelines"]["public_domain"]
+    assert not public.get("error") and public["blocking_checks_passed"]
+    assert public["repeats"][0]["rows_accepted"] == scale["trips"]
+    assert scale["ratios"]["public_domain_release_over_sbh"] == pytest.approx(
+        public["steps"]["release_marginals"] / pipeline["steps"]["release_marginals"])
+    figures = {row["design"]: row for row in designs["comparison"]["rows"]}
+    assert set(figures) == {"sbh", "public_domain"}
+    assert figures["public_domain"]["differencing_residual"] == 0 < figures["sbh"]["differencing_residual"]
+    assert figures["sbh"]["trips"] == figures["public_domain"]["trips"] == scale["trips"]
+    assert figures["sbh"]["false_cells_per_day"] == 0
+    public_latest = tmp_path / "runs" / "scale-0.005" / "trip-public_domain" / "repeat-0" / "data" / "published"
+    assert "other" in (public_latest / "latest" / "time-loc.csv").read_text()  # remainder rows
+
     latest = tmp_path / "runs" / "scale-0.005" / "trip" / "repeat-0" / "data" / "published" / "latest"
     assert latest.is_symlink() and sorted(p.name for p in latest.iterdir()) == sorted(FILES)
     assert set(repeat["published_files"]) == {f"{t}.csv" for t in TABLES}
@@ -48,3 +63,5 @@ def test_benchmark_smoke(tmp_path):
     assert f"| 0.005 | {scale['trips']:,} |" in markdown
     assert "Machine: " in markdown
     assert "## Privacy units" in markdown and "## Utility of the units on the same data" in markdown
+    assert "## Release designs" in markdown
+    assert "| 0.005 | public_domain |" in markdown and "| 0.005 | sbh |" in markdown

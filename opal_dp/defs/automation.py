@@ -63,7 +63,7 @@ def raw_file_sensor(context: dg.SensorEvaluationContext, storage: OpalStorage) -
 
 opal_dp_automation = dg.AutomationConditionSensorDefinition(
     "opal_dp_automation",
-    target=dg.AssetSelection.all() - dg.AssetSelection.assets("unit_comparison"),
+    target=dg.AssetSelection.all() - dg.AssetSelection.assets("unit_comparison", "design_comparison"),
     minimum_interval_seconds=60,
     description="Evaluates the assets' automation conditions; emits backfills, as a launch from the UI does.",
 )

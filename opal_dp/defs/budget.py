@@ -91,13 +91,14 @@ class PrivacyBudget(dg.ConfigurableResource):
         """What one full release costs a scope: (sum epsilon_j, sum delta_j)."""
         return math.fsum(self.epsilon.values()), math.fsum(self.delta.values())
 
-    def plan(self, stops: pd.DataFrame | None = None) -> ReleasePlan:
+    def plan(self, stops: pd.DataFrame | None = None, design: str | None = None) -> ReleasePlan:
         """The release plan; production noise from the OS CSPRNG (there is no seed to set). ``stops``: the
-        public stop list of the reference resource (the public-domain design's domains)."""
+        public stop list of the reference resource (the public-domain design's domains); ``design``: another
+        release design than the configured one (the internal design comparison)."""
         return build_plan(
             self.unit, self.epsilon, self.delta, relation=self.relation, mechanism=self.mechanism,
             bounds=self.bounds, period=parse_period(self.period) if self.period else (),
-            design=self.release_design, stops=stops,
+            design=self.release_design if design is None else design, stops=stops,
         )
 
     def ledger(self, storage: OpalStorage) -> PrivacyLedger:

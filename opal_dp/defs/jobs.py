@@ -26,7 +26,7 @@ release_job = dg.define_asset_job(
 rollup_job = dg.define_asset_job(
     "rollup",
     selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
-    - dg.AssetSelection.assets("unit_comparison"),
+    - dg.AssetSelection.assets("unit_comparison", "design_comparison"),
     description="Summarise the privacy ledger, audit, report internally and publish the complete partitions.",
 )
 
@@ -34,6 +34,13 @@ compare_units_job = dg.define_asset_job(
     "compare_units",
     selection=dg.AssetSelection.assets("unit_comparison"),
     description="Internal report: trip, card_day and card_period on the same data (not DP, never published).",
+)
+
+compare_designs_job = dg.define_asset_job(
+    "compare_designs",
+    selection=dg.AssetSelection.assets("design_comparison"),
+    description="Internal report: the sbh and public_domain release designs on the same data, unit and budget, "
+                "drawn in memory (not DP, never published, nothing charged to the ledger).",
 )
 
 

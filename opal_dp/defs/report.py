@@ -11,6 +11,11 @@ from opal_dp.defs.io import PartitionFrames, materialised
 from opal_dp.defs.metadata import column_schema, labels
 from opal_dp.defs.partitions import date_and_mode
 from opal_dp.defs.release import RELEASE_KEYS, TRUE_CELLS
+from opal_dp.defs.resources import ReferenceNetwork
+from opal_dp.release.design_comparison import compare_designs
+from opal_dp.release.design_comparison import comparison_plot as design_plot
+from opal_dp.release.plan import DESIGNS
+from opal_dp.release.schemas import DesignComparison
 from opal_dp.release.marginals import MARGINALS, histograms_from_cells
 from opal_dp.release.schemas import UnitComparison, UtilitySummary
 from opal_dp.release.unit_comparison import comparison_plot, compare_units
@@ -79,4 +84,36 @@ def unit_comparison(
         "comparison (internal, not DP)": dg.MetadataValue.md(table.to_markdown(index=False, floatfmt=".4f")),
         "plot": dg.MetadataValue.md(f"![units](data:image/png;base64,{base64.b64encode(plot).decode()})"),
         "days": len(days),
+    })
+
+
+@dg.asset(
+    group_name="report",
+    io_manager_key="private_parquet",
+    ins={"trip_partitions": dg.AssetIn(), TRUE_CELLS: dg.AssetIn()},
+    metadata=column_schema(DesignComparison),
+    description="Internal, NOT differentially private: the sbh and public_domain release designs on the same "
+                "bounded trips, unit and budget (trips in listed cells, relative error of cells >= 100, one-way "
+                "RMSE, false cells per day, differencing residual, presence risk). Both designs are drawn in "
+                "memory: nothing is stored, published or charged to the privacy ledger. Never published.",
+    **labels("internal", "parquet"),
+)
+def design_comparison(
+    trip_partitions: PartitionFrames, true_cells: PartitionFrames, privacy_budget: PrivacyBudget,
+    reference: ReferenceNetwork,
+) -> dg.Output[pd.DataFrame]:
+    """Release every materialised partition under both designs in memory and compare with its true cells (not
+    charged: nothing here is released)."""
+    stops = reference.stops()
+    plans = {design: privacy_budget.plan(stops, design) for design in DESIGNS}
+    keys = materialised(trip_partitions, true_cells)
+    parts = ((key, trip_partitions[key], true_cells[key]) for key in keys)
+    table = DesignComparison.validate(compare_designs(parts, plans))
+    plot = design_plot(table)
+    return dg.Output(table, metadata={
+        "comparison (internal, not DP)": dg.MetadataValue.md(table.to_markdown(index=False, floatfmt=".4g")),
+        "plot": dg.MetadataValue.md(f"![designs](data:image/png;base64,{base64.b64encode(plot).decode()})"),
+        "partitions": len(keys),
+        "privacy_unit": privacy_budget.unit.value,
+        "tau": plans["public_domain"].tau,
     })

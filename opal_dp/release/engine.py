@@ -113,7 +113,7 @@ def release_partitions(
             if _stored(decision, path):
                 frames[request.part, request.marginal] = read_parquet(path)
             else:
-                drawn = _draw(truths[request.part][request.marginal], plan.mechanisms[request.marginal])
+                drawn = draw(truths[request.part][request.marginal], plan.mechanisms[request.marginal])
                 frames[request.part, request.marginal] = write_parquet_exclusive(drawn, path)
     ledger.complete_many([d.draw.id for d in decisions if d.kind != "reuse"], run_id=run_id)
     stored = {d.id: d for d in ledger.draws([d.draw.id for d in decisions])}
@@ -158,13 +158,7 @@ def _serve_taps(
         if all(stored[part, tap]):
             frames.update({(r.part, r.marginal): read_parquet(path) for (r, _), path in zip(members, paths)})
             continue
-        mode = part.split("|")[1]
-        partition = partitions[part]
-        labels = partition[f"tap_{tap}_loc"].cat.categories
-        drawn = pd_design.released_frames(
-            plan.domains[mode, tap], pd_design.release_tap(partition, plan.domains[mode, tap], plan.noise[tap], plan.tau),
-            labels,
-        )
+        drawn = draw_tap(partitions[part], plan, part.split("|")[1], tap)
         ours = [drawn[BY_NAME[r.marginal].table] for r, _ in members]
         stood = [write_parquet_exclusive(frame, path) for frame, path in zip(ours, paths)]
         if any(a is not b for a, b in zip(ours, stood)) and any(a is b for a, b in zip(ours, stood)):
@@ -174,7 +168,16 @@ def _serve_taps(
     return frames
 
 
-def _draw(truth: pd.DataFrame, mechanism: HistogramMechanism) -> pd.DataFrame:
+def draw_tap(partition: pd.DataFrame, plan: ReleasePlan, mode: str, tap: str) -> dict[str, pd.DataFrame]:
+    """The public-domain design's three tables of one tap (``time-loc``, ``time``, ``loc``), drawn from the
+    partition's bounded trips; nothing stored, nothing charged (the caller is)."""
+    dom = plan.domains[mode, tap]
+    labels = partition[f"tap_{tap}_loc"].cat.categories
+    return pd_design.released_frames(dom, pd_design.release_tap(partition, dom, plan.noise[tap], plan.tau), labels)
+
+
+def draw(truth: pd.DataFrame, mechanism: HistogramMechanism) -> pd.DataFrame:
+    """An SBH draw of one marginal: the noisy bins that stay positive; nothing stored, nothing charged."""
     noisy = mechanism.release(truth[COUNT].to_numpy("int64"))
     kept = noisy > 0
     return truth.loc[kept].assign(**{COUNT: noisy[kept]}).reset_index(drop=True)

@@ -134,3 +134,26 @@ class UnitComparison(pa.DataFrameModel):
 
     class Config:
         strict = True
+
+
+class DesignComparison(pa.DataFrameModel):
+    """The two release designs on the same data, unit and budget (internal report, not DP)."""
+
+    design: Series[str] = pa.Field(isin=["sbh", "public_domain"], unique=True)
+    share_of_trips_in_listed_cells: Series[float] = pa.Field(ge=0, le=1, nullable=True)
+    listed_cells: Series[int] = pa.Field(ge=0)
+    mean_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
+    median_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
+    rmse_time: Series[float] = pa.Field(ge=0, nullable=True)
+    rmse_loc: Series[float] = pa.Field(ge=0, nullable=True)
+    false_cells_per_day: Series[float] = pa.Field(ge=0)
+    differencing_residual: Series[int] = pa.Field(ge=0)
+    listed_true_zero_share: Series[float] = pa.Field(ge=0, le=1)
+    lone_trip_listed_probability: Series[float] = pa.Field(ge=0, le=1)
+    empty_cell_listed_probability: Series[float] = pa.Field(ge=0, le=1)
+    expected_false_cells_per_day: Series[float] = pa.Field(ge=0)
+    trips: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        ordered = True

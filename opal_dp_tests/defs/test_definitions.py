@@ -59,7 +59,7 @@ def test_release_assets_have_blocking_checks():
 
 def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "rollup", "compare_units"):
+    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs"):
         assert d.resolve_job_def(job)
     for sensor in ("raw_file_sensor", "opal_dp_automation"):
         assert d.resolve_sensor_def(sensor)
@@ -73,9 +73,10 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
             continue
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
-        assert spec.automation_condition is not None or key == "unit_comparison", key
+        assert spec.automation_condition is not None or key in {"unit_comparison", "design_comparison"}, key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
-    assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "privacy_ledger"} <= internal
+    assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "design_comparison",
+            "privacy_ledger"} <= internal
     for key in internal - {"privacy_audit", "privacy_ledger"}:
         assert "not differentially private" in (specs()[key].description or "").lower() or "internal" in (
             specs()[key].description or "").lower(), key
