@@ -22,16 +22,24 @@ linear model, it is unbiased.
 ``round_with_remainders``: non-negative integers that keep every sum exact, with the cells below the
 publication threshold ``tau`` gathered in remainders (``release-format.md``):
 
-1. a cell is listed if its estimate rounds (half up) to at least ``tau``; it is published as that integer;
-2. the unlisted estimate of row ``i`` is ``rho_i = r_i - sum of its listed estimates`` (likewise ``gamma_j``);
-   both sum to the unlisted total ``U``. ``N = max(0, round(U))`` is split over the rows in proportion to
-   ``max(rho_i, 0)`` and over the columns in proportion to ``max(gamma_j, 0)``, by largest remainder, so that
-   the two remainder vectors are non-negative integers that both sum to ``N``;
-3. each published one-way count is its listed cells plus its remainder. Then, exactly: row ``i`` = its listed
-   cells + its row remainder, column ``j`` likewise, and sum of rows = sum of columns = listed + ``N``.
+1. the one-way counts are the least-squares one-way estimates, rounded: ``N = max(0, round(total))`` is split
+   over the rows in proportion to ``max(r_i, 0)`` and over the columns in proportion to ``max(c_j, 0)`` by
+   largest remainder, so both are non-negative integers summing to ``N``;
+2. a cell is listed if its estimate rounds (half up) to at least ``tau``; it is published as that integer
+   (step 3 may lower it, never below ``tau``);
+3. where a row's listed cells sum to more than its one-way count, its smallest listed cells are de-listed while
+   each is at most the excess; what excess is left (less than any listed cell) is taken off its largest listed
+   cell if that stays >= ``tau``, else its smallest is de-listed too. Then likewise for the columns. Both moves
+   only lower listed cells, so the rows stay within their counts and one pass each suffices;
+4. each remainder is its one-way count minus its listed cells (>= 0). Then, exactly: row ``i`` = its listed
+   cells + its row remainder, column ``j`` likewise, and sum of rows = sum of columns = listed + remainders = ``N``.
 
-Clipping negative remainders to 0 (step 2) biases small counts upward slightly; that is the price of
-non-negative published counts, and is post-processing.
+Why step 3 rather than clipping negative remainders: a small cell is listed when its noise pushed it past
+``tau``, so listed cells are biased upward (winner's curse) and can exceed their line's estimate; raising the
+one-way count to cover them would bias every one-way count upward. The smallest listed cells are the likeliest
+winners; a large cell only absorbs a leftover smaller than any listed cell, so its line's noise does not
+de-list it. The published one-way counts stay the rounded least-squares estimates, biased only by the clipping
+of negative one-way estimates. All of it is post-processing of the noisy measurements: no privacy cost.
 """
 
 from __future__ import annotations
@@ -119,17 +127,29 @@ def round_with_remainders(estimate: Estimate, tau: int) -> Rounded:
     """Integer counts with listed cells ``>= tau`` and remainders, every sum exact (module docstring)."""
     if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 1:
         raise ValueError(f"tau must be an integer >= 1, got {tau!r}")
-    x = estimate.joint
-    rounded = np.floor(x + 0.5)
+    total = max(0, int(np.floor(float(np.sum(estimate.rows)) + 0.5)))
+    rows = largest_remainder(np.maximum(estimate.rows, 0), total)
+    cols = largest_remainder(np.maximum(estimate.cols, 0), total)
+    rounded = np.floor(estimate.joint + 0.5)
     listed = rounded >= tau
     cells = np.where(listed, rounded, 0).astype(np.int64)
-    listed_x = np.where(listed, x, 0.0)
-    rho = estimate.rows - listed_x.sum(axis=1)
-    gamma = estimate.cols - listed_x.sum(axis=0)
-    unlisted = max(0, int(np.floor(rho.sum() + 0.5)))
-    row_other = largest_remainder(np.maximum(rho, 0), unlisted)
-    col_other = largest_remainder(np.maximum(gamma, 0), unlisted)
+    _fit(listed, cells, rows, tau)
+    _fit(listed.T, cells.T, cols, tau)
     return Rounded(
-        listed=listed, cells=cells, row_other=row_other, col_other=col_other,
-        rows=cells.sum(axis=1) + row_other, cols=cells.sum(axis=0) + col_other,
+        listed=listed, cells=cells, row_other=rows - cells.sum(axis=1), col_other=cols - cells.sum(axis=0),
+        rows=rows, cols=cols,
     )
+
+
+def _fit(listed: np.ndarray, cells: np.ndarray, counts: np.ndarray, tau: int) -> None:
+    """In place: bring each row's listed cells within its count (module docstring, step 3)."""
+    for i in np.flatnonzero(cells.sum(axis=1) > counts):
+        excess = int(cells[i].sum() - counts[i])
+        while excess > 0:
+            idx = np.flatnonzero(listed[i])
+            small, large = idx[np.argmin(cells[i, idx])], idx[np.argmax(cells[i, idx])]
+            if cells[i, small] > excess and cells[i, large] - excess >= tau:
+                cells[i, large] -= excess
+                break
+            excess -= int(cells[i, small])
+            listed[i, small], cells[i, small] = False, 0

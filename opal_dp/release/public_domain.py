@@ -22,11 +22,12 @@ Per (date, mode) partition and tap:
 4. **Published rows.** ``time-loc``: listed cells, ``(T, other)`` and ``(other, L)`` remainders; ``time`` and
    ``loc``: the one-way counts. Zero counts are not written. Every file adds up (``release-format.md``).
 
-False cells: an empty cell is listed when its estimate rounds to ``tau`` or more. Its estimate is its noisy
+False cells: an empty cell is listed only if its estimate rounds to ``tau`` or more. Its estimate is its noisy
 measurement moved by the least-squares correction, a share of one row's and one column's residual (of order
-``1/J`` and ``1/I`` of them), so the expected number of listed empty cells is ``n_empty * P(Z >= tau)``, ``Z``
-the joint's noise, up to that correction. ``n_empty`` is at most the domain size, a public figure, so
-``expected_false_cells(noise, domain cells, tau)`` is a data-independent estimate.
+``1/J`` and ``1/I`` of them), so the expected number of empty cells passing ``tau`` is ``n_empty * P(Z >= tau)``, ``Z`` the joint's
+noise, up to that correction; the rounding then de-lists those that their row or column estimate cannot hold,
+so fewer are published. ``n_empty`` is at most the domain size, a public figure, so
+``expected_false_cells(noise, domain cells, tau)`` is a data-independent upper estimate.
 """
 
 from __future__ import annotations
@@ -262,8 +263,8 @@ def released_frames(dom: Domain, blocks: list[Rounded], labels: pd.Index) -> dic
 
 
 def expected_false_cells(noise: DesignNoise, cells: int, tau: int) -> float:
-    """Expected number of empty cells listed among ``cells`` empty cells at threshold ``tau`` (module
-    docstring: exact for the noisy measurement, up to the small least-squares correction)."""
+    """Expected number of empty cells passing threshold ``tau`` among ``cells`` empty cells, an upper estimate
+    of those listed (module docstring: exact for the noisy measurement, up to the least-squares correction)."""
     return cells * tail_probability(noise.laws["time-loc"], tau)
 
 

@@ -137,12 +137,44 @@ def test_rounding_keeps_every_sum_exact(data, tau):
 
 
 def test_rounding_lists_large_cells_and_gathers_the_rest():
-    est = Estimate(joint=np.array([[50.4, 2.6], [-1.0, 3.2]]), rows=np.array([53.0, 2.2]), cols=np.array([49.4, 5.8]))
+    est = Estimate(joint=np.array([[50.4, 2.6], [1.0, 3.2]]), rows=np.array([53.0, 4.2]), cols=np.array([51.4, 5.8]))
     out = round_with_remainders(est, 10)
     assert out.listed.tolist() == [[True, False], [False, False]] and out.cells[0, 0] == 50
-    # unlisted: rows 2.6 and 2.2, cols -1.0 (clipped to 0) and 5.8: N = round(4.8) = 5
-    assert out.row_other.tolist() == [3, 2] and out.col_other.tolist() == [0, 5]
-    assert out.rows.tolist() == [53, 2] and out.cols.tolist() == [50, 5]
+    # one-way counts: N = round(57.2) = 57 split by largest remainder over rows and over columns
+    assert out.rows.tolist() == [53, 4] and out.cols.tolist() == [51, 6]
+    assert out.row_other.tolist() == [3, 4] and out.col_other.tolist() == [1, 6]
+
+
+def test_rounding_fits_the_listed_cells_of_a_line_within_its_estimate():
+    est = Estimate(joint=np.array([[30.0, 12.0], [0.0, -5.0]]), rows=np.array([42.0, -5.0]),
+                   cols=np.array([30.0, 7.0]))
+    out = round_with_remainders(est, 10)
+    # N = 37; rows: max(r, 0) = (42, 0) -> (37, 0). Row 0's excess 5 is below every listed cell: taken off the
+    # largest (30 -> 25). Column 1's excess 12 - 7 = 5 would leave 7 < tau: its cell is de-listed.
+    assert out.rows.tolist() == [37, 0] and out.cols.tolist() == [30, 7]
+    assert out.listed.tolist() == [[True, False], [False, False]] and out.cells[0, 0] == 25
+    assert out.row_other.tolist() == [12, 0] and out.col_other.tolist() == [5, 7]
+
+
+def test_winners_curse_does_not_bias_the_one_way_counts():
+    """A diagonal of large cells among empty ones: empty cells listed by their noise (winner's curse) sum to
+    more than their line's unlisted estimate. The published one-way counts still sum to the rounded total, so
+    their mean error is that of the total (Gaussian, sd ``sigma n``) over ``n``, plus rounding: a random draw
+    fails the bound with probability ALPHA. The old rule (publish at least the listed cells, clipping negative
+    remainders) gives at least the listed cells, whose mean error on this seeded draw is far past the bound.
+    The large cells stay listed, off by at most their line's noise."""
+    n, sigma, tau = 50, 4.0, 5
+    truth = np.diag(np.full(n, 1000.0))
+    joint = truth + np.random.default_rng(7).normal(0, sigma, truth.shape)
+    out = round_with_remainders(Estimate(joint, joint.sum(axis=1), joint.sum(axis=0)), tau)
+    assert out.listed.diagonal().all() and (np.abs(out.cells.diagonal() - 1000) < 6 * sigma * math.sqrt(n)).all()
+    bound = (0.5 + stats.norm.isf(ALPHA / 2) * sigma * n) / n
+    assert abs((out.rows - truth.sum(axis=1)).mean()) <= bound
+    assert abs((out.cols - truth.sum(axis=0)).mean()) <= bound
+    rounded = np.floor(joint + 0.5)
+    old_floor = np.where(rounded >= tau, rounded, 0)
+    assert (old_floor.sum(axis=1) - truth.sum(axis=1)).mean() > 1.5 * bound
+    assert (old_floor.sum(axis=0) - truth.sum(axis=0)).mean() > 1.5 * bound
 
 
 @settings(max_examples=200, deadline=None)
