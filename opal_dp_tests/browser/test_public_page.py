@@ -6,7 +6,6 @@ resolve to the release's files, and it requests nothing but itself. Screenshot: 
 from __future__ import annotations
 
 import json
-import os
 from datetime import date
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -40,15 +39,9 @@ def release(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("public-page")
     list(generate_days([date(2016, 7, 25)], root / "raw", seed=11, scale=SCALE))
-    previous = os.environ.get(DATA_DIR_ENV)
-    os.environ[DATA_DIR_ENV] = str(root)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(DATA_DIR_ENV, str(root))
         run_release(dg.DagsterInstance.ephemeral(), data_dir=root, log_file=root / "runs.log")
-    finally:
-        if previous is None:
-            os.environ.pop(DATA_DIR_ENV)
-        else:
-            os.environ[DATA_DIR_ENV] = previous
     return (root / "published" / LATEST).resolve()
 
 

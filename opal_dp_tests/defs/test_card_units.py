@@ -5,7 +5,6 @@ unit on the same input."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import dagster as dg
@@ -65,20 +64,14 @@ def true_heavy_bin(raw) -> int:
 def release(raw, root, unit: str):
     root.mkdir(parents=True)
     shutil.copytree(raw, root / "raw")
-    previous = os.environ.get(settings.DATA_DIR_ENV)
-    os.environ[settings.DATA_DIR_ENV] = str(root)
-    budget = {"privacy_unit": unit} | ({"period": ",".join(DAYS)} if unit == "card_period" else {})
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(settings.DATA_DIR_ENV, str(root))
+        budget = {"privacy_unit": unit} | ({"period": ",".join(DAYS)} if unit == "card_period" else {})
         results = run_release(dg.DagsterInstance.ephemeral(), budget=budget)
         statement = json.loads((default_storage().published_dir / "latest" / "privacy.json").read_text())
         time_loc = pd.read_csv(default_storage().published_dir / "latest" / "time-loc.csv", dtype=str)
         ledger = PrivacyBudget(**budget).ledger(default_storage())
         return results, statement, time_loc, ledger
-    finally:
-        if previous is None:
-            os.environ.pop(settings.DATA_DIR_ENV)
-        else:
-            os.environ[settings.DATA_DIR_ENV] = previous
 
 
 @pytest.fixture(scope="module")

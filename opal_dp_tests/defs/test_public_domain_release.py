@@ -5,7 +5,6 @@ command line."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import dagster as dg
@@ -36,11 +35,10 @@ def raw_days(tmp_path_factory):
 def release(raw, root, unit: str):
     root.mkdir(parents=True)
     shutil.copytree(raw, root / "raw")
-    previous = os.environ.get(settings.DATA_DIR_ENV)
-    os.environ[settings.DATA_DIR_ENV] = str(root)
-    budget = {"privacy_unit": unit, "release_design": "public_domain"} | (
-        {"period": ",".join(DAYS)} if unit == "card_period" else {})
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(settings.DATA_DIR_ENV, str(root))
+        budget = {"privacy_unit": unit, "release_design": "public_domain"} | (
+            {"period": ",".join(DAYS)} if unit == "card_period" else {})
         results = run_release(dg.DagsterInstance.ephemeral(), budget=budget)
         latest = default_storage().published_dir / "latest"
         validate_published(latest)
@@ -48,11 +46,6 @@ def release(raw, root, unit: str):
                   for t in ("time-loc", "time", "loc")}
         pages = (latest / "PRIVACY.md").read_text() + (latest / "index.html").read_text()
         return results, json.loads((latest / "privacy.json").read_text()), tables, pages, latest.resolve()
-    finally:
-        if previous is None:
-            os.environ.pop(settings.DATA_DIR_ENV)
-        else:
-            os.environ[settings.DATA_DIR_ENV] = previous
 
 
 @pytest.fixture(scope="module")
