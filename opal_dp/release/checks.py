@@ -153,17 +153,20 @@ def within_public_domain(r: ReleaseUnderCheck) -> str | None:
         return "no public domain was given for this release"
     rows = r.released
     time = rows[TIME].to_numpy("int64") if r.marginal.by_time else None
-    loc = rows[LOC].astype(str).to_numpy() if r.marginal.by_loc else None
+    if r.marginal.by_loc:  # compare integer codes: the labels are compared once per category, not per row
+        column = rows[LOC] if isinstance(rows[LOC].dtype, pd.CategoricalDtype) else rows[LOC].astype("category")
+        codes, names = column.cat.codes.to_numpy(), pd.Index(column.cat.categories.astype(str))
+        other = codes == (names.get_loc(OTHER) if OTHER in names else -2)
     inside = np.zeros(len(rows), dtype=bool)
     for block in r.domain.blocks:
         in_time = np.isin(time, block.windows) if time is not None else None
-        in_loc = np.isin(loc, block.locations) if loc is not None else None
+        in_loc = np.isin(codes, np.flatnonzero(names.isin(block.locations))) if r.marginal.by_loc else None
         if time is None:
             inside |= in_loc
-        elif loc is None:
+        elif in_loc is None:
             inside |= in_time
         else:
-            inside |= (in_time & (in_loc | (loc == OTHER))) | ((time == OTHER_WINDOW) & in_loc)
+            inside |= (in_time & (in_loc | other)) | ((time == OTHER_WINDOW) & in_loc)
     if inside.all():
         return None
     example = rows.loc[~inside, r.marginal.dimensions].iloc[0].to_dict()
