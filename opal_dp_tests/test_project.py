@@ -32,7 +32,8 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     venv = Path(sys.prefix)
     (clone / ".venv").symlink_to(venv, target_is_directory=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPAL_DP_", "DAGSTER_"))}
+    # A newcomer's shell: no settings of ours, and not inside `make test` (a sub-make would print directories).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPAL_DP_", "DAGSTER_", "MAKE", "MFLAGS"))}
     done = subprocess.run(["make", "-o", ".venv/.installed-stamp", "release"], cwd=clone, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
     output = done.stdout.decode()  # bytes: text mode would turn the progress bars' \r into new lines
