@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import location_labels, stop_labels
 from opal_dp.prep.schemas import WINDOW_MINUTES, WINDOWS_PER_DAY

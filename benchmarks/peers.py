@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.floor import N_MODES, TAPS, Labels, bin_day, day_histograms
-from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.release.marginals import MARGINALS
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from opal_dp import settings
-from opal_dp.defs.storage import OpalStorage
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.publish import LATEST
 
 REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pipeline`` resolves
@@ -122,7 +122,7 @@ def _rows_accepted(instance) -> int | None:
 def _ledger_summary(budget: dict) -> dict:
     """Draws and charges in the ledger: one draw per (partition, marginal) and one charge per (scope,
     marginal) is what a clean release leaves; and what one unit pays per scope at most."""
-    from opal_dp.defs.budget import PrivacyBudget
+    from opal_dp.defs.shared.budget import PrivacyBudget
 
     if not (STORAGE.private_dir / "ledger.sqlite").exists():
         return {}

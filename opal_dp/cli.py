@@ -1,7 +1,7 @@
 """``python -m opal_dp.cli``: release the raw days end to end (``release``), administer the privacy ledger
 (``ledger show``, ``ledger raise-cap``), or prepare a Dagster home (``dagster-home``).
 
-``release`` makes the runs of ``opal_dp.defs.jobs.run_plan``, the same runs a UI backfill of every asset makes:
+``release`` makes the runs of ``opal_dp.defs.shared.jobs.run_plan``, the same runs a UI backfill of every asset makes:
 one for the daily private stages, one per mode for the (date, mode) release, one for the roll-up. It prints a
 progress bar per run and a short summary; the full event log goes to ``private/logs/`` (``--verbose`` shows it).
 """
@@ -22,10 +22,10 @@ import dagster as dg
 
 from opal_dp import settings
 from opal_dp.core import PrivacyUnit
-from opal_dp.defs.jobs import run_plan
-from opal_dp.defs.logs import STEP_LISTENERS
-from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
-from opal_dp.defs.storage import OpalStorage
+from opal_dp.defs.shared.jobs import run_plan
+from opal_dp.defs.shared.logs import STEP_LISTENERS
+from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.ingest import raw_files
 from opal_dp.release.plan import DESIGNS, MECHANISMS
@@ -227,7 +227,7 @@ def _release(args: argparse.Namespace) -> None:
 
 
 def _ledger(args: argparse.Namespace) -> None:
-    from opal_dp.defs.budget import PrivacyBudget
+    from opal_dp.defs.shared.budget import PrivacyBudget
 
     ledger = PrivacyBudget().ledger(_storage(args))
     if args.ledger_command == "raise-cap":

@@ -12,11 +12,11 @@ import pytest
 
 from opal_dp.cli import run_release
 from opal_dp.definitions import defs
-from opal_dp.defs.automation import RAW_FILES, raw_file_sensor
-from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.jobs import run_plan
-from opal_dp.defs.partitions import RANGE_END, RANGE_START, contiguous_ranges, date_mode, service_dates
-from opal_dp.defs.storage import OpalStorage
+from opal_dp.defs.shared.automation import RAW_FILES, raw_file_sensor
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.jobs import run_plan
+from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ranges, date_mode, service_dates
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES
 from opal_dp_tests.conftest import write_csv
 from opal_dp_tests.defs.conftest import DAYS

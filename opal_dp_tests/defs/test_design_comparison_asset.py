@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.storage import default_storage
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import default_storage
 from opal_dp.definitions import defs
 
 

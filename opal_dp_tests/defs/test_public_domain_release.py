@@ -14,8 +14,8 @@ import pytest
 from opal_dp import settings
 from opal_dp import cli
 from opal_dp.cli import budget_config, main, run_release
-from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.storage import default_storage
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.public_domain import OTHER
 from opal_dp.release.publish import PublishedFormatError, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day

@@ -9,7 +9,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from opal_dp.defs.storage import default_storage
+from opal_dp.defs.shared.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.release.publish import LATEST, validate_published

@@ -12,7 +12,7 @@ from pydantic import model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relation
 from opal_dp.core.secrets import derive_key, load_or_create_secret
-from opal_dp.defs.storage import OpalStorage
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.plan import DESIGNS, MECHANISMS, ReleasePlan, build_plan, parse_period
 

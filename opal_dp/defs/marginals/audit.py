@@ -6,9 +6,9 @@ from opal_dp.audit import audit_mechanism, membership_game
 from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
-from opal_dp.defs.automation import ROLLUP
-from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.metadata import labels
+from opal_dp.defs.shared.automation import ROLLUP
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.metadata import labels
 
 AUDIT_RUNS = 10**6
 PUBLIC_DOMAIN_AUDIT = (

@@ -3,10 +3,10 @@
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.automation import ROLLUP
-from opal_dp.defs.io import PartitionFrames, materialised
-from opal_dp.defs.metadata import labels
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.automation import ROLLUP
+from opal_dp.defs.shared.io import PartitionFrames, materialised
+from opal_dp.defs.shared.metadata import labels
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.risk.attacks import (
     AUTO_TAP_OFF_MODES,

@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.storage import OpalStorage
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.storage import write_parquet_atomic
 
 

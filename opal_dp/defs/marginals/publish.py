@@ -7,15 +7,15 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.storage import OpalStorage
-from opal_dp.defs.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.core import PrivacyLedger
-from opal_dp.defs.automation import ROLLUP
-from opal_dp.defs.io import PartitionFrames, materialised
-from opal_dp.defs.metadata import LEDGER_POOL, labels
-from opal_dp.defs.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
-from opal_dp.defs.partitions import date_and_mode
-from opal_dp.defs.resources import ReferenceNetwork
+from opal_dp.defs.shared.automation import ROLLUP
+from opal_dp.defs.shared.io import PartitionFrames, materialised
+from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
+from opal_dp.defs.marginals.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
+from opal_dp.defs.shared.partitions import date_and_mode
+from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.public_domain import Domain, domain
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems

@@ -7,9 +7,9 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.budget import PrivacyBudget
-from opal_dp.defs.io import private_parquet
-from opal_dp.defs.storage import default_storage
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.io import private_parquet
+from opal_dp.defs.shared.storage import default_storage
 from opal_dp.network import load_stops
 
 

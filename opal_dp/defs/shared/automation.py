@@ -21,8 +21,8 @@ import json
 
 import dagster as dg
 
-from opal_dp.defs.partitions import service_dates
-from opal_dp.defs.storage import OpalStorage
+from opal_dp.defs.shared.partitions import service_dates
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.ingest import raw_files
 
 RAW_FILES = dg.AssetKey("raw_trip_files")
