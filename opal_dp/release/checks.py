@@ -23,8 +23,7 @@ from opal_dp.core.accounting import Guarantee
 from opal_dp.core.ledger import Charge, Draw
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
-from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, Domain, sum_problems
-from opal_dp.release.publish import to_open_data
+from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, Domain
 from opal_dp.release.schemas import schema_for
 
 # Values of P(|sum of noise| > bound) we tolerate before the plausibility warning fires.
@@ -183,18 +182,37 @@ def listed_counts_reach_tau(r: ReleaseUnderCheck) -> str | None:
     if not r.remainders:
         return None
     tau = r.mechanism["tau"]
-    listed = (r.released[TIME] != OTHER_WINDOW) & (r.released[LOC].astype(str) != OTHER)
+    listed = (r.released[TIME] != OTHER_WINDOW) & (r.released[LOC] != OTHER)
     low = counts[listed & (counts < tau)]
     return None if low.empty else f"{len(low)} listed cells below tau = {tau}, e.g. {int(low.iloc[0])}"
 
 
 def sums_exact(group: list[ReleaseUnderCheck]) -> str | None:
     """The partition's published rows add up exactly with their remainder rows (``release-format.md``):
-    each one-way count equals its joint rows, ``other`` included, and both one-way totals agree."""
-    frames = {r.marginal.name: {r.partition: r.released} for r in group}
-    if sorted(frames) != sorted(m.name for m in MARGINALS):
-        return f"the partition has the marginals {sorted(frames)}, not all six"
-    problems = sum_problems(to_open_data(frames))
+    each one-way count equals its joint rows, ``other`` included, and both one-way totals agree.
+
+    Summed on the released frames (window indices and location categories), not on the formatted files:
+    the check runs in the release step and again at the publish gate, on every partition."""
+    by_name = {r.marginal.name: r.released for r in group}
+    if sorted(by_name) != sorted(m.name for m in MARGINALS):
+        return f"the partition has the marginals {sorted(by_name)}, not all six"
+    problems = []
+    for tap in ("on", "off"):
+        joint, time, loc = (by_name[f"tap_{tap}_{table}"] for table in ("time_loc", "time", "loc"))
+        listed_time = joint.loc[joint[TIME] != OTHER_WINDOW].groupby(TIME)[COUNT].sum()
+        listed_loc = joint.loc[joint[LOC] != OTHER].groupby(LOC, observed=True)[COUNT].sum()
+        listed_loc.index = listed_loc.index.astype(str)
+        one_way_loc = loc.groupby(LOC, observed=True)[COUNT].sum()
+        one_way_loc.index = one_way_loc.index.astype(str)
+        for table, listed, one_way in (("time", listed_time, time.groupby(TIME)[COUNT].sum()),
+                                       ("loc", listed_loc, one_way_loc)):
+            both = pd.concat([listed.rename("joint"), one_way.rename("one_way")], axis=1).fillna(0)
+            for key, row in both[both["joint"] != both["one_way"]].iterrows():
+                problems.append(f"tap-{tap} {table} {key}: {int(row['one_way'])}, but its time-loc rows "
+                                f"(remainders included) sum to {int(row['joint'])}")
+        if int(time[COUNT].sum()) != int(loc[COUNT].sum()):
+            problems.append(f"tap-{tap}: the time table totals {int(time[COUNT].sum())}, the loc table "
+                            f"{int(loc[COUNT].sum())}")
     return None if not problems else f"{len(problems)} sums differ, e.g. {problems[0]}"
 
 
