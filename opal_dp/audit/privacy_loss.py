@@ -312,6 +312,29 @@ def audit_pairs(
     ``runs`` fresh releases per input for the bounds (default 10^6), after ``selection_runs`` (default
     ``runs // 10``) to choose the events.
     """
+    return audit_samples(lambda counts, n: _sample(mech, counts, order, n), pairs, mech.describe(),
+                         epsilon=epsilon, delta=delta, runs=runs, selection_runs=selection_runs, alpha=alpha,
+                         relation=relation)
+
+
+Sampler = Callable[[tuple[int, ...], int], Sample]
+"""(true counts of a neighbouring input, n) -> the empirical distribution of n independent encoded outputs."""
+
+
+def audit_samples(
+    sample: Sampler,
+    pairs: Sequence[NeighbouringPair],
+    mechanism: dict,
+    *,
+    epsilon: float,
+    delta: float,
+    runs: int = 10**6,
+    selection_runs: int | None = None,
+    alpha: float = 1e-6,
+    relation: Relation = Relation.ADD_REMOVE,
+) -> AuditReport:
+    """``audit_pairs`` for any mechanism whose outputs ``sample`` draws and encodes (steps 1-3 of the module
+    docstring); ``mechanism`` describes it in the report."""
     started = time.perf_counter()
     selection_runs = runs // 10 if selection_runs is None else selection_runs
     if runs < 1 or selection_runs < 1:
@@ -320,8 +343,8 @@ def audit_pairs(
     level = alpha / (4 * candidates)
     events, epsilon_lower = [], 0.0
     for pair in pairs:
-        d_sel, d_prime_sel = (_sample(mech, c, order, selection_runs) for c in (pair.d, pair.d_prime))
-        d_run, d_prime_run = (_sample(mech, c, order, runs) for c in (pair.d, pair.d_prime))
+        d_sel, d_prime_sel = (sample(c, selection_runs) for c in (pair.d, pair.d_prime))
+        d_run, d_prime_run = (sample(c, runs) for c in (pair.d, pair.d_prime))
         for reverse, samples in ((False, (d_sel, d_prime_sel, d_run, d_prime_run)),
                                  (True, (d_prime_sel, d_sel, d_prime_run, d_run))):
             bounds = _direction(pair, reverse, *samples, runs, epsilon, delta, level)
@@ -329,7 +352,7 @@ def audit_pairs(
             epsilon_lower = max(epsilon_lower, *(b.epsilon_lower for b in bounds))
     worst = max(events, key=lambda b: b.violation_lower)
     return AuditReport(
-        mechanism=mech.describe(),
+        mechanism=mechanism,
         relation=Relation(relation),
         epsilon=float(epsilon),
         delta=float(delta),

@@ -174,14 +174,22 @@ def calibrate(
     return DesignNoise(mechanism, sens, dict(budget), laws, parameters, variances)
 
 
+def noisy(counts: np.ndarray, law: ThresholdNoise) -> np.ndarray:
+    """One measurement: every cell of ``counts`` plus independent noise from ``law``, zeros included (the
+    privacy argument: each table is a histogram of L1 sensitivity ``noise.sensitivity.l1``, and ``law`` is
+    calibrated to it, so the measurement is epsilon-DP (or rho-zCDP) whatever the counts; a zero left
+    unnoised would reveal that no unit was there)."""
+    return counts + law.draw(counts.size).reshape(counts.shape)
+
+
 def release_tap(partition: pd.DataFrame, dom: Domain, noise: DesignNoise, tau: int) -> list[Rounded]:
-    """Measure, combine and round every block of ``dom`` (module docstring, steps 2-3)."""
+    """Measure, combine and round every block of ``dom`` (module docstring, steps 2-3): what follows the
+    three ``noisy`` measurements reads nothing but them and public parameters (post-processing)."""
     out = []
     for truth in true_blocks(partition, dom):
-        n_rows, n_cols = truth.shape
-        joint = truth + noise.laws["time-loc"].draw(truth.size).reshape(truth.shape)
-        rows = truth.sum(axis=1) + noise.laws["time"].draw(n_rows)
-        cols = truth.sum(axis=0) + noise.laws["loc"].draw(n_cols)
+        joint = noisy(truth, noise.laws["time-loc"])
+        rows = noisy(truth.sum(axis=1), noise.laws["time"])
+        cols = noisy(truth.sum(axis=0), noise.laws["loc"])
         v = noise.variances
         estimate = least_squares(joint, rows, cols, v["time-loc"], v["time"], v["loc"])
         out.append(round_with_remainders(estimate, tau))

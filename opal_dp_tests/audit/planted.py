@@ -78,3 +78,32 @@ class GaussianThresholdIgnoresL0(GaussianThresholdHistogram):
     def __init__(self, rho, delta, sensitivity, noise=None):
         super().__init__(rho, delta, sensitivity, noise)
         self.min_released_count = min_released_count(self.sigma, 1, sensitivity.linf, self.delta)
+
+
+def zeros_not_noised(counts, law):
+    """Public-domain design: noise only on cells with a true count, as SBH's habit would have it; an empty cell
+    is then published as exactly 0, which proves that no unit was there."""
+    return np.where(counts > 0, counts + law.draw(counts.size).reshape(counts.shape), counts)
+
+
+def noise_ignoring_sensitivity(noise):
+    """Public-domain design: every table's noise calibrated as if a unit changed one cell by one (scale
+    1/epsilon), while the ledger still charges the stated budget for the real sensitivity."""
+    from dataclasses import replace
+
+    from opal_dp.core.sensitivity import Sensitivity
+    from opal_dp.release.public_domain import calibrate
+
+    one = calibrate(noise.mechanism, Sensitivity(1, 1, 1, 1), noise.budget, noise.laws["time"].bits)
+    return replace(noise, laws=one.laws)
+
+
+def joint_at_whole_budget(noise):
+    """Public-domain design: the joint measured at the whole tap budget instead of its share of it."""
+    from dataclasses import replace
+
+    from opal_dp.release.public_domain import calibrate
+
+    whole = sum(noise.budget.values())
+    spent = calibrate(noise.mechanism, noise.sensitivity, {t: whole for t in noise.budget}, noise.laws["time"].bits)
+    return replace(noise, laws={**noise.laws, "time-loc": spent.laws["time-loc"]})
