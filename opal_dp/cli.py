@@ -9,10 +9,12 @@ progress bar per run and a short summary; the full event log goes to ``private/l
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -29,6 +31,7 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.ingest import raw_files
 from opal_dp.release.plan import DESIGNS, MECHANISMS
+from opal_dp.release.public_domain import OTHER
 
 BUDGET = "privacy_budget"
 DAGSTER_YAML = """\
@@ -141,13 +144,15 @@ def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: OpalSt
     trips = sum(int(e.materialization.metadata["rows_accepted"].value)
                 for r in results["private_stages"] for e in r.get_asset_materialization_events()
                 if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata)
-    cells = sum(1 for _ in open(latest / "time-loc.csv", encoding="utf-8")) - 1
+    with open(latest / "time-loc.csv", encoding="utf-8", newline="") as rows:
+        kinds = Counter(OTHER in (row["time"], row["loc"]) for row in csv.DictReader(rows))
+    remainders = f" and {kinds[True]:,} remainder rows" if kinds[True] else ""
     g, unit = statement["guarantee"], statement["privacy_unit"]
     partitions = statement["partitions"]["keys"]
     days = len({k["date"] for k in partitions})
     return [
         f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
-        f"{cells:,} cells in time-loc.csv",
+        f"{kinds[False]:,} cells listed in time-loc.csv{remainders}",
         f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}",
         f"release: {latest} -> {latest.resolve().name} (index.html for the public; PRIVACY.md explains the guarantee)",
     ]

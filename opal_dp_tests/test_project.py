@@ -42,7 +42,7 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     assert len(lines) <= MAX_LINES, output
     assert not re.search(r"DEBUG|telemetry", output, re.IGNORECASE), output
     summary = lines[-3:]
-    assert re.fullmatch(r"released 56 partitions \(14 days x modes\), [\d,]+ trips read, [\d,]+ cells in time-loc.csv",
+    assert re.fullmatch(r"released 56 partitions \(14 days x modes\), [\d,]+ trips read, [\d,]+ cells listed in time-loc.csv",
                         summary[0]), summary
     assert summary[1].startswith("protected: one trip at (epsilon = ") and "per (date, mode) partition" in summary[1]
     assert summary[2].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")

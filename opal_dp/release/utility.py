@@ -1,7 +1,9 @@
 """Internal utility report: how much the privacy protection costs, measured against the truth.
 
 Never published: it compares released counts with true ones. Per marginal and mode: share of bins and
-of trips suppressed, and the mean relative error of released counts with a sanity bound,
+of trips suppressed, i.e. not listed individually (SBH: below the threshold; public-domain design: folded
+into a remainder row, where their trips are still counted), and the mean relative error of the individually
+listed counts with a sanity bound,
 |released - true| / max(true, s), s = 0.1% of the partition's trips (as in the Montreal transit study).
 """
 
