@@ -36,14 +36,12 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from opal_dp.core.sparse_noise import tail_probability
 from opal_dp.release.engine import draw, draw_tap
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TAPS, TIME, histograms
 from opal_dp.release.plan import DESIGNS, ReleasePlan
-from opal_dp.release.public_domain import OTHER, DomainMeasurement
+from opal_dp.release.public_domain import OTHER
 from opal_dp.release.schemas import OTHER_WINDOW
 from opal_dp.release.unit_comparison import LARGE
-from opal_dp.risk.attacks import presence_probability
 
 Released = Mapping[str, pd.DataFrame]  # marginal name -> released frame of one partition
 COLUMNS = ["design", "share_of_trips_in_listed_cells", "listed_cells", "mean_relative_error", "median_relative_error",
@@ -62,14 +60,6 @@ def release_in_memory(partition: pd.DataFrame, plan: ReleasePlan, mode: str) -> 
         return out
     truths = histograms(partition)
     return {name: draw(truths[name], mechanism) for name, mechanism in plan.mechanisms.items()}
-
-
-def listed_probability(mechanism, n: int) -> float:
-    """P(a time x location cell of true count ``n`` is listed) under ``mechanism`` (module docstring)."""
-    if not isinstance(mechanism, DomainMeasurement):
-        return mechanism.release_probability(n)
-    law, t = mechanism.noise.laws[mechanism.table], mechanism.tau - n
-    return tail_probability(law, t) if t >= 1 else 1 - tail_probability(law, 1 - t)  # Z is symmetric
 
 
 class DesignTally:
@@ -115,10 +105,7 @@ class DesignTally:
         names = [m.name for m in MARGINALS if m.by_time and m.by_loc]
         joints = [self.mechanisms[name] for name in names]
         public = self.design == "public_domain"
-        if public:
-            lone = max(listed_probability(m, 1) for m in joints)
-        else:  # the §3 presence attack's figure
-            lone = max(p for name, p in presence_probability(self.mechanisms).items() if name in names)
+        lone = max(m.release_probability(1) for m in joints)  # the §3 presence attack's figure
         return {
             "design": self.design,
             "share_of_trips_in_listed_cells": self.in_listed / self.trips if self.trips else float("nan"),
@@ -130,7 +117,7 @@ class DesignTally:
             "differencing_residual": self.residual,
             "listed_true_zero_share": self.false / self.listed if self.listed else 0.0,
             "lone_trip_listed_probability": lone,
-            "empty_cell_listed_probability": max(listed_probability(m, 0) for m in joints) if public else 0.0,
+            "empty_cell_listed_probability": max(m.release_probability(0) for m in joints) if public else 0.0,
             "expected_false_cells_per_day": joints[0].false_cells_per_day if public else 0.0,
             "trips": self.trips // len(TAPS),  # each trip is in one cell of each tap
         }

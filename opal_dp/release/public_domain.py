@@ -315,6 +315,14 @@ class DomainMeasurement:
     def cost(self) -> PrivacyCost:
         return self.noise.cost(self.table)
 
+    def release_probability(self, n: int) -> float:
+        """P(a cell of true count ``n`` is published): ``P(n + Z >= tau)`` for a joint cell (listed), ``P(n + Z
+        >= 1)`` for a one-way cell (any count that rounds to 1 or more), ``Z`` this table's noise, before the
+        least-squares correction (approximate, as ``expected_false_cells``). The ratio between ``n`` and
+        ``n + 1`` is at most ``exp(epsilon)`` of the table under pure DP: a published cell is no proof."""
+        law, t = self.noise.laws[self.table], (self.tau if self.table == "time-loc" else 1) - n
+        return tail_probability(law, t) if t >= 1 else 1 - tail_probability(law, 1 - t)  # Z is symmetric
+
     def describe(self) -> dict:
         value, parameter = self.noise.budget[self.table], self.noise.parameters[self.table]
         pure = self.noise.mechanism == "laplace"

@@ -65,6 +65,14 @@ def test_each_unit_publishes_files_that_add_up(releases, unit):
     evaluations = results["release"][0].get_asset_check_evaluations()
     assert evaluations and all(e.passed for e in evaluations)
     assert {e.check_name for e in evaluations} >= {"within_public_domain", "listed_counts_reach_tau", "sums_exact"}
+    audit = next(e.materialization.metadata for r in results["rollup"] for e in r.get_asset_materialization_events()
+                 if e.asset_key == dg.AssetKey("privacy_audit"))
+    assert audit["tables_audited"].value == 3 and audit["release_design"].value == "public_domain"
+    risk = next(e.materialization.metadata for r in results["rollup"] for e in r.get_asset_materialization_events()
+                if e.asset_key == dg.AssetKey("disclosure_risk"))
+    assert risk["differencing_bins_checked"].value > 100
+    assert risk["differencing_max_residual"].value == 0 and risk["differencing_exposed_bins"].value == 0
+    assert 0 < risk["presence_probability_tap_on_time_loc"].value < 1
     joint, time, loc = tables["time-loc"], tables["time"], tables["loc"]
     assert list(joint.columns) == list(time.columns) == list(loc.columns) == [*KEY, "time", "loc", "count"]
     assert (joint["time"] == OTHER).any() and (joint["loc"] == OTHER).any(), "remainder rows are published"

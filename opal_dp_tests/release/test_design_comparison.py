@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.core.sparse_noise import tail_probability
-from opal_dp.release.design_comparison import COLUMNS, compare_released, listed_probability
+from opal_dp.release.design_comparison import COLUMNS, compare_released
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.plan import build_plan
 from opal_dp.release.public_domain import OTHER
@@ -120,10 +120,10 @@ def test_presence_figures(table, plans):
     assert table.loc["public_domain", "expected_false_cells_per_day"] == joint.false_cells_per_day
 
 
-def test_listed_probability_of_a_large_count_is_near_one(plans):
+def test_the_listing_probability_of_a_large_count_is_near_one(plans):
     joint = plans["public_domain"].mechanisms["tap_on_time_loc"]
-    assert listed_probability(joint, joint.tau) == pytest.approx(1 - tail_probability(joint.noise.laws["time-loc"], 1))
-    assert listed_probability(joint, joint.tau + 50) > 1 - 1e-9
+    assert joint.release_probability(joint.tau) == pytest.approx(1 - tail_probability(joint.noise.laws["time-loc"], 1))
+    assert joint.release_probability(joint.tau + 50) > 1 - 1e-9
 
 
 def test_every_design_must_cover_every_partition(plans):

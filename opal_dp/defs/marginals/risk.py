@@ -23,15 +23,6 @@ WORST = 20  # rows shown in the metadata tables
 PAIR_FALSE_ALARM = 1e-3
 
 
-PUBLIC_DOMAIN_RISK = (
-    "not run: these attacks read SBH releases (independently drawn, thresholded tables). Under the public-domain "
-    "design the one-way tables are sums of the joint by construction, so the differencing residual is 0 and no "
-    "count is measured twice (the sums_exact blocking check verifies it on every partition). The side-by-side "
-    "comparison of the two designs, presence risk and differencing residual included, is the internal "
-    "design_comparison asset (job compare_designs)."
-)
-
-
 def _table(frame: pd.DataFrame) -> dg.MetadataValue:
     return dg.MetadataValue.md(frame.head(WORST).to_markdown(index=False) if len(frame) else "none")
 
@@ -47,10 +38,10 @@ def _table(frame: pd.DataFrame) -> dg.MetadataValue:
 def disclosure_risk(
     context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, **released: PartitionFrames
 ) -> dg.MaterializeResult:
-    """What an outsider can compute from our released counts and public parameters."""
-    if privacy_budget.release_design != "sbh":
-        return dg.MaterializeResult(metadata={"skipped": PUBLIC_DOMAIN_RISK,
-                                              "release_design": privacy_budget.release_design})
+    """What an outsider can compute from our released counts and public parameters, under either design: the
+    public-domain design's one-way tables are sums of its joint with the remainder rows, so its differencing
+    residual is 0 by construction (measured here), and its presence figure is the chance that a cell is listed
+    at all, zeros included (``DomainMeasurement.release_probability``)."""
     mechanisms = privacy_budget.plan().mechanisms
     keys = materialised(*released.values())
     releases = {name: {key: frames[key] for key in keys} for name, frames in released.items()}
@@ -67,6 +58,7 @@ def disclosure_risk(
 
     return dg.MaterializeResult(
         metadata={
+            "release_design": privacy_budget.release_design,
             "partitions": len(releases[MARGINALS[0].name]),
             "differencing_bins_checked": len(residuals),
             "differencing_exposed_bins": len(flagged),
