@@ -17,11 +17,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from opal_dp.defs.shared.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.core import PrivacyLedger
 from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import default_storage
 from opal_dp.network import MODES
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.publish import LATEST, validate_published

@@ -8,11 +8,11 @@ import json
 import dagster as dg
 import pytest
 
-from opal_dp.defs.shared.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import main
 from opal_dp.core.ledger import LedgerResetRefused
 from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import default_storage
 
 
 @pytest.fixture

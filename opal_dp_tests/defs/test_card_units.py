@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opal_dp.defs.shared.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.core import error_bound
 from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import default_storage
 from opal_dp.prep.ingest import RAW_COLUMNS
 from opal_dp_tests.core.helpers import ALPHA
 from opal_dp_tests.fuzz.raw import tiny_day, write_day

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from opal_dp.definitions import defs
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.definitions import defs
 
 
 def _snapshot(root):

@@ -9,12 +9,12 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.shared.storage import default_storage
 from opal_dp import settings
 from opal_dp.cli import run_release
+from opal_dp.defs.marginals.release import CHECK_SPECS
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.partitions import date_mode
-from opal_dp.defs.marginals.release import CHECK_SPECS
+from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.release.publish import FILES, RELEASE_ID, to_open_data
 from opal_dp_tests.defs.conftest import DAYS

@@ -17,12 +17,12 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from opal_dp.defs.marginals.publish import published_release
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import private_parquet
-from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.partitions import date_mode
-from opal_dp.defs.marginals.publish import published_release
 from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES, load_stops
 from opal_dp.release import publish as publish_module
 from opal_dp.release.marginals import MARGINALS

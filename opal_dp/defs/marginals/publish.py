@@ -7,19 +7,19 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.core import PrivacyLedger
+from opal_dp.defs.marginals.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.shared.automation import ROLLUP
+from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
-from opal_dp.defs.marginals.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.binning import location_labels
-from opal_dp.release.public_domain import Domain, domain
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
+from opal_dp.release.public_domain import Domain, domain
 from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
 from opal_dp.release.statement import (
     LedgerEvidence,

@@ -7,15 +7,15 @@ import math
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.core import LedgerError
+from opal_dp.defs.shared.automation import ROLLUP, STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.automation import ROLLUP, STAGE
 from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, column_schema, labels, partition_table
 from opal_dp.defs.shared.partitions import date_and_mode, date_mode
-from opal_dp.defs.trips.private_stages import OVER_BOUND
 from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.defs.trips.private_stages import OVER_BOUND
 from opal_dp.prep.binning import location_labels
 from opal_dp.prep.binning import split_by_mode
 from opal_dp.release.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility

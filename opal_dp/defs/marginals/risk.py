@@ -3,8 +3,8 @@
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.automation import ROLLUP
+from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.release.marginals import MARGINALS

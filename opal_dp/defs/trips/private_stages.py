@@ -11,14 +11,14 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.defs.shared.io import PartitionFrames
+from opal_dp.core import PrivacyUnit
 from opal_dp.defs.shared.automation import BOUNDING, RAW_FILES, STAGE
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import SINGLE_RUN, column_schema, labels
 from opal_dp.defs.shared.partitions import date_and_mode, date_mode, service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
-from opal_dp.core import PrivacyUnit
-from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
 from opal_dp.prep.bounding import bound_day, select_card_days
 from opal_dp.prep.ingest import RawInputError, ingest_file, raw_file_for
