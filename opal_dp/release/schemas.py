@@ -6,6 +6,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals import Marginal
 
@@ -153,6 +154,22 @@ class DesignComparison(pa.DataFrameModel):
     empty_cell_listed_probability: Series[float] = pa.Field(ge=0, le=1)
     expected_false_cells_per_day: Series[float] = pa.Field(ge=0)
     trips: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        ordered = True
+
+
+class SyntheticTrips(pa.DataFrameModel):
+    """Synthetic card-day trips (``release.synthetic_generator``): the raw input contract's columns, every
+    card id a fresh synthetic one."""
+
+    card_id: Series[int] = pa.Field(gt=0)
+    mode: Series[str] = pa.Field(isin=list(MODES))
+    tap_on_time: Series[pd.Timestamp]
+    tap_on_stop: Series["int32"]
+    tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
+    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
 
     class Config:
         strict = True
