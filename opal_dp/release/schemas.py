@@ -174,3 +174,16 @@ class SyntheticTrips(pa.DataFrameModel):
     class Config:
         strict = True
         ordered = True
+
+
+class SyntheticScores(pa.DataFrameModel):
+    """Internal, not DP: the synthetic trips and two baselines scored against the true trips."""
+
+    method: Series[str]
+    k_marginal: Series[float] = pa.Field(ge=0, le=1000)
+    od_top100_l1: Series[float] = pa.Field(ge=0, le=2)
+    trips_per_card_day_l1: Series[float] = pa.Field(ge=0, le=2)
+    rows: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True

@@ -24,9 +24,11 @@ published):
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date
 
 import numpy as np
 import pandas as pd
@@ -36,7 +38,8 @@ from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.gaussian_threshold import sigma_for
 from opal_dp.network import MODES
-from opal_dp.prep.binning import location_labels, stop_labels
+from opal_dp.prep.binning import bin_trips, location_labels, stop_labels
+from opal_dp.prep.bounding import CARD, keep_mask
 from opal_dp.release.archetypes import HOURS, Districts, districts
 from opal_dp.release.marginals import BY_NAME, COUNT, histograms
 from opal_dp.release.plan import build_plan
@@ -45,8 +48,10 @@ COLUMNS = ("date", "mode", "hour", "on_district", "off_district", "card_day_trip
 SBH_TRIPS_PRIOR = {1: 0.25, 2: 0.55, 3: 0.1, 4: 0.1}
 
 
-def features(trips: pd.DataFrame, stops: pd.DataFrame, max_trips: int, dist: Districts | None = None) -> pd.DataFrame:
-    """Raw-contract trips (ingested or synthetic) -> the scored columns, small integer codes."""
+def features(trips: pd.DataFrame, stops: pd.DataFrame, max_trips: int, dates: Sequence[str],
+             dist: Districts | None = None) -> pd.DataFrame:
+    """Raw-contract trips (ingested or synthetic) -> the scored columns, small integer codes; ``date`` is the
+    index of the tap-on date in ``dates`` (ISO, sorted)."""
     dist = dist or districts(stops, location_labels(stops))
     code = {label: i for i, label in enumerate(dist.labels)}
     stop_ids = stops["stop_id"].to_numpy(np.int64)
@@ -60,13 +65,13 @@ def features(trips: pd.DataFrame, stops: pd.DataFrame, max_trips: int, dist: Dis
     day = on_time.dt.normalize()
     per_card_day = trips.groupby([trips["card_id"].to_numpy(), day.to_numpy()])["card_id"].transform("size")
     return pd.DataFrame({
-        "date": (day - day.min()).dt.days.to_numpy(np.int64) if len(day) else np.zeros(0, np.int64),
+        "date": np.searchsorted(np.array(dates, dtype="datetime64[D]"), day.to_numpy().astype("datetime64[D]")),
         "mode": pd.Categorical(trips["mode"].astype(str), categories=list(MODES)).codes.astype(np.int64),
         "hour": on_time.dt.hour.to_numpy(np.int64),
         "on_district": lookup[trips["tap_on_stop"].to_numpy(np.int64)],
         "off_district": off,
         "card_day_trips": np.minimum(per_card_day.to_numpy(np.int64), max_trips),
-    })
+    }).astype(np.int16)
 
 
 def k_marginal(true: pd.DataFrame, synthetic: pd.DataFrame, k: int = 3) -> float:
@@ -80,7 +85,7 @@ def marginal_l1(true: pd.DataFrame, synthetic: pd.DataFrame, columns: Sequence[s
     if not len(true) or not len(synthetic):
         return 2.0
     size = [int(max(true[c].max(), synthetic[c].max())) + 1 for c in columns]
-    p, q = (np.bincount(np.ravel_multi_index([f[c].to_numpy() for c in columns], size),
+    p, q = (np.bincount(np.ravel_multi_index([f[c].to_numpy(np.int64) for c in columns], size),
                         minlength=math.prod(size)) / len(f) for f in (true, synthetic))
     return float(np.abs(p - q).sum())
 
@@ -116,8 +121,9 @@ def one_way_baseline(true_bounded: Mapping[str, pd.DataFrame], epsilon: float, d
         for c in columns:
             size = {"hour": HOURS, "card_day_trips": m + 1}.get(c, int(frame[c].max()) + 1 if len(frame) else 1)
             size = max(size, int(frame[c].max()) + 1 if len(frame) else 1)
-            noisy = np.bincount(frame[c].to_numpy(), minlength=size) + noise.sample(sigma, size)
+            noisy = np.bincount(frame[c].to_numpy(np.int64), minlength=size) + noise.sample(sigma, size)
             day[c] = np.clip(noisy, 0, None).astype(float)
+        day["card_day_trips"][0] = 0.0  # a card-day has at least one trip (public)
         n = int(max(np.mean([v.sum() for v in day.values()]), 0))
         sampled = {c: rng.choice(len(w), size=n, p=w / w.sum()) if w.sum() > 0 else np.zeros(n, np.int64)
                    for c, w in day.items()}
@@ -127,7 +133,7 @@ def one_way_baseline(true_bounded: Mapping[str, pd.DataFrame], epsilon: float, d
 
 
 def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: float, bounds: ContributionBounds,
-                 stops: pd.DataFrame, first_date: str, rng: np.random.Generator,
+                 stops: pd.DataFrame, dates: Sequence[str], rng: np.random.Generator,
                  noise: DiscreteGaussian | None = None) -> pd.DataFrame:
     """Trips drawn from our card_period marginal release at the same budget (module docstring).
     ``bounded``: per date, the bounded trips (``BinnedTrips``, as ``prep.bounding.bound_day`` keeps them)."""
@@ -141,7 +147,7 @@ def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: flo
     dist = districts(stops, location_labels(stops))
     out = []
     for day, trips in bounded.items():
-        date_code = (pd.Timestamp(day) - pd.Timestamp(first_date)).days
+        date_code = list(dates).index(day)
         for code, mode in enumerate(MODES):
             part = trips[trips["mode"] == mode]
             if part.empty:
@@ -174,3 +180,69 @@ def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: flo
             out.append(pd.DataFrame({"date": date_code, "mode": code, "hour": hour, "on_district": on_d,
                                      "off_district": off_d, "card_day_trips": np.minimum(trips_k, bounds.max_trips_per_card_day)}))
     return pd.concat(out, ignore_index=True)[list(COLUMNS)]
+
+
+METHODS = ("archetype_synthesizer", "one_way", "sbh")
+
+
+def evaluate(
+    days: Iterable[tuple[str, pd.DataFrame]], synthetic: pd.DataFrame, epsilon: float, delta: float,
+    bounds: ContributionBounds, key: bytes, stops: pd.DataFrame, rng: np.random.Generator,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Internal, NOT DP: the synthetic trips and both baselines scored against the true trips.
+
+    ``days``: (date, ingested trips) in date order (private); ``synthetic``: the synthetic rows of the same
+    dates. Returns (scores: one row per method with ``k_marginal``, ``od_top100_l1`` and
+    ``trips_per_card_day_l1``; the trips-per-card-day distribution by method, true included).
+    """
+    m = bounds.max_trips_per_card_day
+    dist = districts(stops, location_labels(stops))
+    days = list(days)
+    dates = [day for day, _ in days]
+    true, kept_features, kept_binned = [], {}, {}
+    for day, ingested in days:
+        true.append(features(ingested, stops, m, dates, dist))
+        binned = bin_trips(ingested, stops)
+        keep = keep_mask(binned, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key)
+        kept_features[day] = features(ingested.loc[keep], stops, m, dates, dist)
+        kept_binned[day] = binned.loc[keep].drop(columns=CARD)
+    truth = pd.concat(true, ignore_index=True)
+    frames = {
+        "archetype_synthesizer": features(synthetic, stops, m, dates, dist),
+        "one_way": one_way_baseline(kept_features, epsilon, delta, bounds, DiscreteGaussian(), rng),
+        "sbh": sbh_baseline(kept_binned, epsilon, delta, bounds, stops, dates, rng),
+    }
+    shares = {"true": trips_per_card_day(truth), **{k: trips_per_card_day(v) for k, v in frames.items()}}
+    distribution = pd.DataFrame(shares).fillna(0.0).rename_axis("card_day_trips").reset_index()
+    rows = [{"method": name, "k_marginal": k_marginal(truth, frame),
+             "od_top100_l1": od_top100(truth, frame)["l1_on_top100"],
+             "trips_per_card_day_l1": float((distribution[name] - distribution["true"]).abs().sum()),
+             "rows": len(frame)} for name, frame in frames.items()]
+    return pd.DataFrame(rows), distribution
+
+
+def score_plot(scores: pd.DataFrame, distribution: pd.DataFrame) -> bytes:
+    """PNG: k-marginal score per method; trips per card-day, true and by method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), dpi=90)
+    axes[0].bar(scores["method"], scores["k_marginal"], color="#1c7ed6")
+    axes[0].axhline(800, color="#868e96", linestyle="--", linewidth=1)
+    axes[0].set_ylim(0, 1000)
+    axes[0].set_title("k-marginal score (3-way)")
+    columns = [c for c in distribution.columns if c != "card_day_trips"]
+    width = 0.8 / len(columns)
+    for i, column in enumerate(columns):
+        axes[1].bar(distribution["card_day_trips"] + (i - len(columns) / 2) * width, distribution[column],
+                    width=width, label=column)
+    axes[1].set_title("share of card-days by trips (m = m or more)")
+    axes[1].legend(fontsize=7)
+    fig.suptitle("Internal, not DP: synthetic card-day trips vs the true trips")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

@@ -2,7 +2,9 @@
 reads private trips), ``release.synthetic_generator`` (post-processing of the stored DP draws) and
 ``release.synthetic_publish``. Opt-in: the ``synthetic`` job, or ``python -m opal_dp.cli release --synthetic``."""
 
+import base64
 import json
+import os
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -20,7 +22,8 @@ from opal_dp.defs.trips.private_stages import CARD_DAYS
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.bounding import keep_mask, select_card_days
 from opal_dp.release import synthetic_queries as sq
-from opal_dp.release.schemas import SyntheticTrips
+from opal_dp.release.schemas import SyntheticScores, SyntheticTrips
+from opal_dp.release.synthetic_score import evaluate, score_plot
 from opal_dp.release.synthetic_generator import PARQUET, generate, write_synthetic
 from opal_dp.release.synthetic_publish import publish_synthetic, synthetic_statement
 
@@ -129,3 +132,37 @@ def synthetic_published(privacy_budget: PrivacyBudget, storage: OpalStorage) -> 
     g = statement["guarantee"]
     return dg.MaterializeResult(metadata={"folder": str(folder), "epsilon": g["epsilon"], "delta": g["delta"],
                                           "per": g["per"]})
+
+
+@dg.asset(
+    group_name=GROUP,
+    io_manager_key="private_parquet",
+    ins={"ingested_trips": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
+    deps=[synthetic_trips],
+    metadata=column_schema(SyntheticScores),
+    description="Internal, NOT differentially private: the staged synthetic trips scored against the true trips "
+                "(SDNist 3-way k-marginal, OD agreement on the top 100 pairs, trips per card-day), with two "
+                "baselines on the same budget drawn in memory (nothing charged). Never published.",
+    **labels("internal", "parquet"),
+)
+def synthetic_report(
+    ingested_trips: PartitionFrames, privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
+) -> dg.Output[pd.DataFrame]:
+    """Score the synthetic trips of the dates they cover (``release.synthetic_score.evaluate``)."""
+    synthetic = pd.read_parquet(synthetic_dir(storage) / "staged" / PARQUET)
+    dates = sorted(set(synthetic["tap_on_time"].dt.date.astype(str)) & set(ingested_trips))
+    rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+    scores, distribution = evaluate(((d, ingested_trips[d]) for d in dates), synthetic,
+                                    privacy_budget.synthetic_epsilon, privacy_budget.synthetic_delta,
+                                    privacy_budget.bounds, privacy_budget.key(storage, "bounding"), reference.stops(), rng)
+    scores = SyntheticScores.validate(scores)
+    plot = score_plot(scores, distribution)
+    path = make_dirs(storage.private_dir / "reports") / "synthetic_score.png"
+    reserve_private(path).write_bytes(plot)
+    return dg.Output(scores, metadata={
+        "scores (internal, not DP)": dg.MetadataValue.md(scores.to_markdown(index=False, floatfmt=".4g")),
+        "trips per card-day": dg.MetadataValue.md(distribution.to_markdown(index=False, floatfmt=".4f")),
+        "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(plot).decode()})"),
+        "plot_path": dg.MetadataValue.path(str(path)),
+        "dates": len(dates),
+    })
