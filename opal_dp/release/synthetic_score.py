@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 
 import numpy as np
@@ -66,7 +66,7 @@ def features(trips: pd.DataFrame, stops: pd.DataFrame, max_trips: int, dates: Se
     per_card_day = trips.groupby([trips["card_id"].to_numpy(), day.to_numpy()])["card_id"].transform("size")
     return pd.DataFrame({
         "date": np.searchsorted(np.array(dates, dtype="datetime64[D]"), day.to_numpy().astype("datetime64[D]")),
-        "mode": pd.Categorical(trips["mode"].astype(str), categories=list(MODES)).codes.astype(np.int64),
+        "mode": pd.Categorical(trips["mode"], categories=list(MODES)).codes.astype(np.int64),
         "hour": on_time.dt.hour.to_numpy(np.int64),
         "on_district": lookup[trips["tap_on_stop"].to_numpy(np.int64)],
         "off_district": off,
@@ -186,21 +186,20 @@ METHODS = ("archetype_synthesizer", "one_way", "sbh")
 
 
 def evaluate(
-    days: Iterable[tuple[str, pd.DataFrame]], synthetic: pd.DataFrame, epsilon: float, delta: float,
-    bounds: ContributionBounds, key: bytes, stops: pd.DataFrame, rng: np.random.Generator,
+    dates: Sequence[str], load: Callable[[str], pd.DataFrame], synthetic: pd.DataFrame, epsilon: float,
+    delta: float, bounds: ContributionBounds, key: bytes, stops: pd.DataFrame, rng: np.random.Generator,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Internal, NOT DP: the synthetic trips and both baselines scored against the true trips.
 
-    ``days``: (date, ingested trips) in date order (private); ``synthetic``: the synthetic rows of the same
-    dates. Returns (scores: one row per method with ``k_marginal``, ``od_top100_l1`` and
+    ``dates``: ISO, sorted; ``load(date)``: that date's ingested trips (private, one day in memory at a time);
+    ``synthetic``: the synthetic rows of the same dates. Returns (scores: one row per method with ``k_marginal``, ``od_top100_l1`` and
     ``trips_per_card_day_l1``; the trips-per-card-day distribution by method, true included).
     """
     m = bounds.max_trips_per_card_day
     dist = districts(stops, location_labels(stops))
-    days = list(days)
-    dates = [day for day, _ in days]
     true, kept_features, kept_binned = [], {}, {}
-    for day, ingested in days:
+    for day in dates:
+        ingested = load(day)
         true.append(features(ingested, stops, m, dates, dist))
         binned = bin_trips(ingested, stops)
         keep = keep_mask(binned, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key)

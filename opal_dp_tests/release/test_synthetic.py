@@ -162,7 +162,7 @@ def test_k_marginal_score_and_baselines(tmp_path, network, truths, private):
     assert score.k_marginal(true, true) == 1000.0
     assert score.k_marginal(true, true.assign(hour=(true["hour"] + 12) % 24)) < 800
     synthetic = pd.concat([f for _, f in gen.generate(release, network, np.random.default_rng(0))])
-    scores, distribution = score.evaluate(sorted(private.items()), synthetic, 8.0, 1e-6, ContributionBounds(), KEY,
+    scores, distribution = score.evaluate(dates, private.__getitem__, synthetic, 8.0, 1e-6, ContributionBounds(), KEY,
                                           network, np.random.default_rng(1))
     assert list(scores["method"]) == list(score.METHODS)
     assert scores["k_marginal"].between(0, 1000).all()
@@ -172,3 +172,27 @@ def test_k_marginal_score_and_baselines(tmp_path, network, truths, private):
     assert ours["k_marginal"] > 700 and ours["rows"] == len(synthetic)
     assert distribution[["true", *score.METHODS]].sum().round(9).eq(1).all()
     assert score.score_plot(scores, distribution).startswith(b"\x89PNG")
+
+
+def test_statement_comes_from_the_ledger_and_publication_is_atomic(tmp_path, network, truths):
+    from opal_dp.release.statement import StatementError
+    from opal_dp.release.synthetic_publish import publish_synthetic, render_markdown, synthetic_statement
+
+    plan = _plan(network, list(truths), epsilon=4.0)
+    ledger = _ledger(tmp_path)
+    released = sq.release_queries(truths, plan, ledger, tmp_path, "run-1", KEY)
+    ids = [d.id for d in released.draws]
+    statement = synthetic_statement(ledger, ids, "r1")
+    assert statement["ledger"]["draws"] == sorted(ids)
+    assert statement["guarantee"]["epsilon"] == pytest.approx(4.0, rel=1e-6)
+    assert set(statement["queries"]) == set(sq.QUERIES) and statement["privacy_unit"]["unit"] == "card_period"
+    assert "card over" in render_markdown(statement)
+    with pytest.raises(StatementError):
+        synthetic_statement(ledger, ids + [10**6], "r1")
+    staged = tmp_path / "staged"
+    gen.write_synthetic(gen.generate(released, network, np.random.default_rng(0)), staged)
+    folder = publish_synthetic(tmp_path / "published", staged, statement)
+    assert (tmp_path / "published" / "synthetic" / "latest").resolve() == folder.resolve()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([gen.PARQUET, gen.CSV, "privacy.json", "PRIVACY.md"])
+    with pytest.raises(FileExistsError):
+        publish_synthetic(tmp_path / "published", staged, statement)

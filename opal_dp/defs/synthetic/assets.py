@@ -152,7 +152,7 @@ def synthetic_report(
     synthetic = pd.read_parquet(synthetic_dir(storage) / "staged" / PARQUET)
     dates = sorted(set(synthetic["tap_on_time"].dt.date.astype(str)) & set(ingested_trips))
     rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
-    scores, distribution = evaluate(((d, ingested_trips[d]) for d in dates), synthetic,
+    scores, distribution = evaluate(dates, ingested_trips.__getitem__, synthetic,
                                     privacy_budget.synthetic_epsilon, privacy_budget.synthetic_delta,
                                     privacy_budget.bounds, privacy_budget.key(storage, "bounding"), reference.stops(), rng)
     scores = SyntheticScores.validate(scores)
