@@ -41,7 +41,7 @@ from opal_dp.network import MODES
 from opal_dp.prep.binning import bin_trips, location_labels, stop_labels
 from opal_dp.prep.bounding import CARD, keep_mask
 from opal_dp.release.archetypes import HOURS, Districts, districts
-from opal_dp.release.marginals import BY_NAME, COUNT, histograms
+from opal_dp.release.marginals import BY_NAME, COUNT, MARGINALS, histograms
 from opal_dp.release.plan import build_plan
 
 COLUMNS = ("date", "mode", "hour", "on_district", "off_district", "card_day_trips")
@@ -137,8 +137,6 @@ def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: flo
                  noise: DiscreteGaussian | None = None) -> pd.DataFrame:
     """Trips drawn from our card_period marginal release at the same budget (module docstring).
     ``bounded``: per date, the bounded trips (``BinnedTrips``, as ``prep.bounding.bound_day`` keeps them)."""
-    from opal_dp.release.marginals import MARGINALS
-
     period = tuple(sorted(bounded))
     weights = {m.name: m.default_epsilon for m in MARGINALS}
     total = math.fsum(weights.values())
