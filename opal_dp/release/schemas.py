@@ -165,7 +165,7 @@ class SyntheticTrips(pa.DataFrameModel):
     card id a fresh synthetic one."""
 
     card_id: Series[int] = pa.Field(gt=0)
-    mode: Series[str] = pa.Field(isin=list(MODES))
+    mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
     tap_on_time: Series[pd.Timestamp]
     tap_on_stop: Series["int32"]
     tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)

@@ -196,3 +196,15 @@ def test_statement_comes_from_the_ledger_and_publication_is_atomic(tmp_path, net
     assert sorted(p.name for p in folder.iterdir()) == sorted([gen.PARQUET, gen.CSV, "privacy.json", "PRIVACY.md"])
     with pytest.raises(FileExistsError):
         publish_synthetic(tmp_path / "published", staged, statement)
+
+
+def test_tap_on_seconds_become_strictly_increasing_within_the_day():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        card = np.sort(rng.integers(0, 6, rng.integers(1, 25)))
+        seconds = rng.choice([0, 1, 5000, 5000, gen.DAY_S - 2, gen.DAY_S - 1], len(card))
+        order = np.lexsort((seconds, card))
+        card, seconds = card[order], seconds[order]
+        out = gen._strictly_increasing(seconds, card)
+        assert out.min() >= 0 and out.max() < gen.DAY_S
+        assert all((np.diff(out[card == c]) > 0).all() for c in np.unique(card))
