@@ -98,26 +98,25 @@ def trip_features(trips: pd.DataFrame, dist: Districts) -> pd.DataFrame:
 
 
 def card_days(features: pd.DataFrame, day: date, max_trips: int) -> pd.DataFrame:
-    """One row per card-day of one date: ``card_id``, ``archetype`` (index into ``ARCHETYPES``) and ``trips``
+    """One row per card-day of one date, sorted by ``card_id``: ``archetype`` (index into ``ARCHETYPES``) and ``trips``
     (its number of trips, capped at ``max_trips``: the card-day's trips beyond the bound are not counted)."""
-    if features.empty:
-        return pd.DataFrame({CARD: np.zeros(0, np.int64), "archetype": np.zeros(0, np.int64),
-                             "trips": np.zeros(0, np.int64)})
-    grouped = features.groupby(CARD, sort=True)
-    per = pd.DataFrame({
-        "trips": grouped.size(),
-        "modes": grouped["mode"].nunique(),
-        "first": grouped["window"].min(),
-    })
-    trips = per["trips"].to_numpy(np.int64)
-    if day.weekday() >= 5:
-        archetype = np.zeros(len(per), dtype=np.int64)
+    order = np.argsort(features[CARD].to_numpy(np.int64), kind="stable")
+    card = features[CARD].to_numpy(np.int64)[order]
+    starts = np.flatnonzero(np.r_[True, card[1:] != card[:-1]]) if len(card) else np.zeros(0, np.int64)
+    trips = np.diff(np.r_[starts, len(card)])
+    if not len(card):
+        modes = first = trips
     else:
-        peak = (per["first"].to_numpy() >= PEAK_WINDOWS[0]) & (per["first"].to_numpy() < PEAK_WINDOWS[1])
+        modes = np.bitwise_or.reduceat(1 << features["mode"].to_numpy(np.int64)[order], starts)
+        first = np.minimum.reduceat(features["window"].to_numpy(np.int64)[order], starts)
+    multi_modal = (modes & (modes - 1)) != 0  # two or more mode bits set
+    if day.weekday() >= 5:
+        archetype = np.zeros(len(starts), dtype=np.int64)
+    else:
+        peak = (first >= PEAK_WINDOWS[0]) & (first < PEAK_WINDOWS[1])
         archetype = np.select(
-            [per["modes"].to_numpy() >= 2, (trips >= 2) & peak, trips == 1],
+            [multi_modal, (trips >= 2) & peak, trips == 1],
             [ARCHETYPES.index("multi_modal"), ARCHETYPES.index("peak_commuter"), ARCHETYPES.index("single_trip")],
             default=ARCHETYPES.index("off_peak"),
-        )
-    return pd.DataFrame({CARD: per.index.to_numpy(np.int64), "archetype": archetype,
-                         "trips": np.minimum(trips, max_trips)})
+        ).astype(np.int64)
+    return pd.DataFrame({CARD: card[starts], "archetype": archetype, "trips": np.minimum(trips, max_trips)})

@@ -67,8 +67,13 @@ class SyntheticDomain:
     def index(self, query: str, rows: pd.DataFrame) -> np.ndarray:
         """Cell index of every row (``rows`` has the query's columns); raises if a row lies outside."""
         cells = self.cells[query]
-        keys = pd.MultiIndex.from_frame(cells)
-        at = keys.get_indexer(pd.MultiIndex.from_frame(rows[list(cells.columns)]))
+        shape = tuple(int(cells[c].max()) + 1 for c in cells.columns)
+        dense = np.full(shape, -1, dtype=np.int64)
+        dense[tuple(cells[c].to_numpy() for c in cells.columns)] = np.arange(len(cells))
+        codes = [rows[c].to_numpy(np.int64) for c in cells.columns]
+        inside = np.logical_and.reduce([(v >= 0) & (v < n) for v, n in zip(codes, shape)])
+        at = np.full(len(rows), -1, dtype=np.int64)
+        at[inside] = dense[tuple(v[inside] for v in codes)]
         if (at < 0).any():
             raise ValueError(f"{int((at < 0).sum())} rows lie outside the public domain of {query}")
         return at
@@ -100,7 +105,8 @@ def true_histograms(kept: pd.DataFrame, day: date, domain: SyntheticDomain) -> d
     bounded by ``prep.bounding.keep_mask``). Private: the mechanism's input only."""
     features = trip_features(kept, domain.districts)
     per_day = card_days(features, day, domain.max_trips)
-    features = features.merge(per_day[["card_id", "archetype"]], on="card_id", how="left")
+    at = np.searchsorted(per_day["card_id"].to_numpy(), features["card_id"].to_numpy())  # card_days is sorted
+    features = features.assign(archetype=per_day["archetype"].to_numpy()[at])
     out = {}
     for query, rows in (("counts", per_day), ("time_origin", features), ("od", features)):
         out[query] = np.bincount(domain.index(query, rows), minlength=len(domain.cells[query])).astype(np.int64)
