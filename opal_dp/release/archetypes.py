@@ -98,8 +98,8 @@ def trip_features(trips: pd.DataFrame, dist: Districts) -> pd.DataFrame:
 
 
 def card_days(features: pd.DataFrame, day: date, max_trips: int) -> pd.DataFrame:
-    """One row per card-day of one date, sorted by ``card_id``: ``archetype`` (index into ``ARCHETYPES``) and ``trips``
-    (its number of trips, capped at ``max_trips``: the card-day's trips beyond the bound are not counted)."""
+    """One row per card-day of one date, sorted by ``card_id``: ``archetype`` (index into ``ARCHETYPES``) and
+    ``trips`` (its number of trips, capped at ``max_trips``: trips beyond the bound are not counted)."""
     order = np.argsort(features[CARD].to_numpy(np.int64), kind="stable")
     card = features[CARD].to_numpy(np.int64)[order]
     starts = np.flatnonzero(np.r_[True, card[1:] != card[:-1]]) if len(card) else np.zeros(0, np.int64)

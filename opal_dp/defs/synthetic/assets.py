@@ -154,7 +154,8 @@ def synthetic_report(
     rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
     scores, distribution = evaluate(dates, ingested_trips.__getitem__, synthetic,
                                     privacy_budget.synthetic_epsilon, privacy_budget.synthetic_delta,
-                                    privacy_budget.bounds, privacy_budget.key(storage, "bounding"), reference.stops(), rng)
+                                    privacy_budget.bounds, privacy_budget.key(storage, "bounding"),
+                                    reference.stops(), rng)
     scores = SyntheticScores.validate(scores)
     plot = score_plot(scores, distribution)
     path = make_dirs(storage.private_dir / "reports") / "synthetic_score.png"
