@@ -56,6 +56,8 @@ def test_release_synthetic_publishes_rows_our_ingest_accepts_with_a_ledger_state
     (report,) = [e for e in run.get_asset_materialization_events()
                  if e.asset_key == dg.AssetKey("synthetic_report")]
     assert "scores (internal, not DP)" in report.materialization.metadata
+    (trips,) = [e for e in run.get_asset_materialization_events() if e.asset_key == dg.AssetKey("synthetic_trips")]
+    assert trips.materialization.metadata["epsilon"].value == pytest.approx(statement["guarantee"]["epsilon"])
     checks = run.get_asset_check_evaluations()
     assert [c.check_name for c in checks] == ["synthetic_card_ids_are_fresh"] and checks[0].passed
 

@@ -69,11 +69,12 @@ def synthetic_release(
     ledger = privacy_budget.ledger(storage)
     released = sq.release_queries(truths, plan, ledger, storage.private_dir, context.run.run_id,
                                   privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw)
+    spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
     manifest = {"draws": [d.id for d in released.draws], "sigma": dict(released.sigma),
-                "district_names": list(released.district_names), "max_trips": released.max_trips}
+                "district_names": list(released.district_names), "max_trips": released.max_trips,
+                "epsilon": spent.epsilon, "delta": spent.delta, "per": f"card over {plan.scope}"}
     path = reserve_private(synthetic_dir(storage) / MANIFEST)
     path.write_text(json.dumps(manifest, indent=2))
-    spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
     return dg.MaterializeResult(metadata={
         "privacy_unit": PrivacyUnit.CARD_PERIOD.value,
         "epsilon": spent.epsilon, "delta": spent.delta, "rho": spent.rho or 0.0,
@@ -107,8 +108,10 @@ def synthetic_trips(privacy_budget: PrivacyBudget, storage: OpalStorage, referen
     stops = reference.stops()
     days = ((day, SyntheticTrips.validate(frame)) for day, frame in generate(release, stops))
     rows = write_synthetic(days, synthetic_dir(storage) / "staged")
+    manifest = json.loads((synthetic_dir(storage) / MANIFEST).read_text())
     return dg.MaterializeResult(metadata={"dagster/row_count": sum(rows.values()),
-                                          "rows_per_date": dg.MetadataValue.json(rows)})
+                                          "rows_per_date": dg.MetadataValue.json(rows),
+                                          **{k: manifest[k] for k in ("epsilon", "delta", "per")}})
 
 
 @dg.asset_check(asset=synthetic_trips, blocking=True)
