@@ -9,6 +9,8 @@ import statistics
 from importlib import metadata
 from pathlib import Path
 
+from benchmarks.synthetic import markdown as synthetic_markdown
+
 PACKAGES = ("numpy", "pandas", "pyarrow", "dagster", "opendp", "polars", "pipeline-dp")
 TARGETS = ("Targets at scale 1.0 on the 2-core machine: end to end through Dagster <= 60 s wall and "
            "peak RSS <= 6 GB; <= 3x the floor; >= 10x faster than OpenDP's Polars front end and PipelineDP; "
@@ -211,5 +213,8 @@ def markdown(results: dict) -> str:
                 f"{_fmt(peer['over_pipeline'], 2, '×')} | {_fmt(peer['over_floor'], 1, '×')} |"
             )
         lines += ["", "`vs pipeline` > 1 means the reference is slower than our pipeline."]
+    for s in results["scales"]:
+        if s.get("synthetic"):
+            lines += ["", "## Synthetic card-day trips (`--synthetic`)", "", *synthetic_markdown(s["synthetic"], s["scale"])]
     lines += ["", "## Notes", "", *[f"- {note}" for note in results["notes"]], ""]
     return "\n".join(lines)

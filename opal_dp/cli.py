@@ -42,7 +42,7 @@ concurrency:
   pools:
     default_limit: 1
 """
-STAGE_NAMES = {"private_stages": "private stages", "release": "release", "rollup": "roll-up"}
+STAGE_NAMES = {"private_stages": "private stages", "release": "release", "rollup": "roll-up", "synthetic": "synthetic"}
 
 
 def run_release(
@@ -52,12 +52,14 @@ def run_release(
     data_dir: Path | None = None,
     log_file: Path | None = None,
     progress: bool = False,
+    synthetic: bool = False,
 ) -> dict[str, list[dg.ExecuteInProcessResult]]:
     """Register the service dates (default: of every raw file) and materialise everything over them.
 
     ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...);
     ``data_dir``: the data directory (default: ``$OPAL_DP_DATA_DIR`` or ``./data``, read once); ``log_file``:
     where the runs' events go instead of the console; ``progress``: a progress bar per run on stderr.
+    ``synthetic``: then also the ``synthetic`` job (synthetic card-day trips, ``defs.synthetic``).
     The runs of ``jobs.run_plan``, as a UI backfill makes them, over contiguous ranges of the requested days
     (normally one), so a day that was not asked for is never touched. Returns the successful runs by job name.
     """
@@ -78,7 +80,7 @@ def run_release(
         run_config["loggers"] = {"event_log_file": {"config": {"path": str(log_file)}},
                                  **({"step_progress": {}} if progress else {})}
     results: dict[str, list[dg.ExecuteInProcessResult]] = {}
-    for job, span in run_plan(contiguous_ranges(all_days, days)):
+    for job, span in run_plan(contiguous_ranges(all_days, days)) + ([("synthetic", None)] if synthetic else []):
         tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
         job_def = defs.resolve_job_def(job)
         with _progress_bar(job, span, len(job_def.graph.node_dict), enabled=progress):
@@ -180,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--max-per-bin", type=int)
     release.add_argument("--max-days-per-card", type=int)
     release.add_argument("--period", help="card_period: its dates, e.g. 2016-07-25..2016-08-14 (default: the raw days)")
+    release.add_argument("--synthetic", action="store_true",
+                         help="also publish synthetic card-day trips (card_period DP, charged to the period; "
+                              "budget: privacy_budget.synthetic_epsilon/_delta) under published/synthetic/")
     release.add_argument("--acknowledge-ledger-reset", metavar="REASON",
                          help="use a new or replaced ledger although releases were already published (recorded)")
     ledger = sub.add_parser("ledger", help="inspect the privacy ledger or raise a cap")
@@ -227,8 +232,14 @@ def _release(args: argparse.Namespace) -> None:
     print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or 'sbh'} from {storage.raw_dir}; full log: {log_file}")
     with dg.DagsterInstance.get() as instance:
         results = run_release(instance, budget=budget_config(args, days), data_dir=storage.root,
-                              log_file=None if args.verbose else log_file, progress=not args.verbose)
+                              log_file=None if args.verbose else log_file, progress=not args.verbose,
+                              synthetic=args.synthetic)
     print("\n".join(summary(results, storage)))
+    if args.synthetic:
+        statement = json.loads((storage.published_dir / "synthetic" / "latest" / "privacy.json").read_text())
+        g = statement["guarantee"]
+        print(f"synthetic trips: {storage.published_dir / 'synthetic' / 'latest'} at (epsilon = {g['epsilon']:.4g}, "
+              f"delta = {g['delta']:.3g}) per {g['per']}")
 
 
 def _ledger(args: argparse.Namespace) -> None:

@@ -65,3 +65,15 @@ def test_benchmark_smoke(tmp_path):
     assert "## Privacy units" in markdown and "## Utility of the units on the same data" in markdown
     assert "## Release designs" in markdown
     assert "| 0.005 | public_domain |" in markdown and "| 0.005 | sbh |" in markdown
+
+
+@pytest.mark.slow
+def test_synthetic_benchmark_smoke(tmp_path):
+    from benchmarks.synthetic import main as synthetic_main
+
+    assert synthetic_main(["--scale", "0.005", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "synthetic.json").read_text())
+    assert result["synthetic_trips"] > 0 and result["peak_rss_bytes"] > 0 and result["synthesis_s"] > 0
+    assert result["ledger_epsilon"] <= 8.0 * (1 + 1e-9)
+    assert [r["method"] for r in result["scores"]] == ["archetype_synthesizer", "one_way", "sbh"]
+    assert not (tmp_path / "runs" / "scale-0.005" / "synthetic" / "private").exists()  # draws removed after

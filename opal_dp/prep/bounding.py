@@ -68,6 +68,21 @@ def bound_day(
     ``kept_cards``: for ``card_period`` with a day cap, the sorted card ids whose day this is one of
     their kept days (``select_card_days``); trips of other cards are over the bound.
     """
+    keep = keep_mask(trips, day, unit, bounds, key, kept_cards)
+    binned = trips.drop(columns=[CARD])
+    return BoundedDay(_shuffled(binned.loc[keep]), _shuffled(binned.loc[~keep]))
+
+
+def keep_mask(
+    trips: pd.DataFrame,
+    day: date,
+    unit: PrivacyUnit,
+    bounds: ContributionBounds,
+    key: bytes,
+    kept_cards: np.ndarray | None = None,
+) -> np.ndarray:
+    """Which rows of one day's ``trips`` (with ``card_id``) the bounds keep, as ``bound_day`` keeps them; for
+    callers that still need the card id of the kept trips (the synthetic data's card-day queries)."""
     unit = PrivacyUnit(unit)
     keep = np.ones(len(trips), dtype=bool)
     if unit.bounds_cards:
@@ -75,8 +90,7 @@ def bound_day(
         if kept_cards is not None:
             keep &= _member(card, kept_cards)
         keep[keep] = _greedy_keep(trips.loc[keep], day, bounds, key)
-    binned = trips.drop(columns=[CARD])
-    return BoundedDay(_shuffled(binned.loc[keep]), _shuffled(binned.loc[~keep]))
+    return keep
 
 
 def select_card_days(card_days: pd.DataFrame, max_days: int, key: bytes) -> pd.DataFrame:

@@ -6,6 +6,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals import Marginal
 
@@ -157,3 +158,32 @@ class DesignComparison(pa.DataFrameModel):
     class Config:
         strict = True
         ordered = True
+
+
+class SyntheticTrips(pa.DataFrameModel):
+    """Synthetic card-day trips (``release.synthetic_generator``): the raw input contract's columns, every
+    card id a fresh synthetic one."""
+
+    card_id: Series[int] = pa.Field(gt=0)
+    mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
+    tap_on_time: Series[pd.Timestamp]
+    tap_on_stop: Series["int32"]
+    tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
+    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+        ordered = True
+
+
+class SyntheticScores(pa.DataFrameModel):
+    """Internal, not DP: the synthetic trips and two baselines scored against the true trips."""
+
+    method: Series[str]
+    k_marginal: Series[float] = pa.Field(ge=0, le=1000)
+    od_top100_l1: Series[float] = pa.Field(ge=0, le=2)
+    trips_per_card_day_l1: Series[float] = pa.Field(ge=0, le=2)
+    rows: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True

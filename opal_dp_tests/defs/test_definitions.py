@@ -18,6 +18,7 @@ EXPECTED_GROUPS = {
     "partition": {"trip_partitions", "true_cells"},
     "release": {f"release/{m}" for m in ("tap_on_time", "tap_on_loc", "tap_off_time", "tap_off_loc",
                                           "tap_on_time_loc", "tap_off_time_loc")} | {"privacy_ledger", "release_draws"},
+    "synthetic": {"synthetic_release", "synthetic_trips", "synthetic_published", "synthetic_report"},
 }
 
 
@@ -59,7 +60,7 @@ def test_release_assets_have_blocking_checks():
 
 def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs"):
+    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "synthetic"):
         assert d.resolve_job_def(job)
     for sensor in ("raw_file_sensor", "opal_dp_automation"):
         assert d.resolve_sensor_def(sensor)
@@ -73,7 +74,8 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
             continue
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
-        assert spec.automation_condition is not None or key in {"unit_comparison", "design_comparison"}, key
+        opt_in = key in {"unit_comparison", "design_comparison"} or spec.group_name == "synthetic"
+        assert spec.automation_condition is not None or opt_in, key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
     assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "design_comparison",
             "privacy_ledger"} <= internal

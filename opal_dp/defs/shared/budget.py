@@ -24,6 +24,9 @@ LEDGER_FILE = "ledger.sqlite"
 class PrivacyBudget(dg.ConfigurableResource):
     """Privacy unit, contribution bounds, mechanism, per-marginal nominal (epsilon_j, delta_j).
 
+    ``synthetic_epsilon``/``synthetic_delta``: the synthetic card-day trips' budget per card over the period
+    (``defs.synthetic``), charged to the card_period scope of the period.
+
     Defaults reproduce the 2016 release: unit ``trip``, relation ``replace_one``, epsilon_j = 1,1,1,1,2,2 and
     delta_j = 1/8,000,000, so one full release costs (8, 6/8,000,000) per scope. Card units default to
     add/remove and the bounds below; ``card_period`` to the thresholded discrete Gaussian in zCDP.
@@ -49,6 +52,8 @@ class PrivacyBudget(dg.ConfigurableResource):
     cap_epsilon: float | None = None
     cap_delta: float | None = None
     fresh_draw: bool = False
+    synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
+    synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic_queries``), charged to card_period
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
 
     @model_validator(mode="after")
@@ -73,6 +78,9 @@ class PrivacyBudget(dg.ConfigurableResource):
         self.bounds  # validates the bounds
         if self.period is not None:
             parse_period(self.period)
+        if not (math.isfinite(self.synthetic_epsilon) and self.synthetic_epsilon > 0 and 0 < self.synthetic_delta < 1):
+            raise ValueError(f"synthetic_epsilon must be > 0 and 0 < synthetic_delta < 1, got "
+                             f"({self.synthetic_epsilon}, {self.synthetic_delta})")
         for label, cap in (("cap_epsilon", self.cap_epsilon), ("cap_delta", self.cap_delta)):
             if cap is not None and not cap > 0:
                 raise ValueError(f"{label} must be > 0, got {cap}")
@@ -131,7 +139,7 @@ def published_ledger_draws(root: Path) -> dict[str, set[int]]:
     found: dict[str, set[int]] = {}
     if not root.exists():
         return found
-    for statement in root.glob("*/privacy.json"):
+    for statement in [*root.glob("*/privacy.json"), *root.glob("synthetic/*/privacy.json")]:
         if statement.parent.name.startswith("."):
             continue
         ledger = json.loads(statement.read_text(encoding="utf-8")).get("ledger")

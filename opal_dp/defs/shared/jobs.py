@@ -43,6 +43,13 @@ compare_designs_job = dg.define_asset_job(
                 "drawn in memory (not DP, never published, nothing charged to the ledger).",
 )
 
+synthetic_job = dg.define_asset_job(
+    "synthetic",
+    selection=dg.AssetSelection.groups("synthetic"),
+    description="Opt-in: card-level DP queries of the binned days, synthetic card-day trips generated from them "
+                "(post-processing), the card-id check, and their publication with a privacy statement.",
+)
+
 
 def run_plan(day_ranges: list[tuple[str, str]]) -> list[tuple[str, tuple[str, str] | None]]:
     """(job, partition range or None) for contiguous ranges of service dates: the backfill's runs."""

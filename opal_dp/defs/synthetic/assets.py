@@ -1,0 +1,172 @@
+"""Synthetic card-day trips (issue 14): thin wrappers over ``release.synthetic_queries`` (the only step that
+reads private trips), ``release.synthetic_generator`` (post-processing of the stored DP draws) and
+``release.synthetic_publish``. Opt-in: the ``synthetic`` job, or ``python -m opal_dp.cli release --synthetic``."""
+
+import base64
+import json
+import os
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from opal_dp.core import PrivacyUnit
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.io import PartitionFrames
+from opal_dp.defs.shared.metadata import LEDGER_POOL, column_schema, labels
+from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.defs.trips.private_stages import CARD_DAYS
+from opal_dp.permissions import make_dirs, reserve_private
+from opal_dp.prep.bounding import keep_mask, select_card_days
+from opal_dp.release import synthetic_queries as sq
+from opal_dp.release.schemas import SyntheticScores, SyntheticTrips
+from opal_dp.release.synthetic_score import evaluate, score_plot
+from opal_dp.release.synthetic_generator import PARQUET, generate, write_synthetic
+from opal_dp.release.synthetic_publish import publish_synthetic, synthetic_statement
+
+GROUP = "synthetic"
+MANIFEST = "release.json"
+
+
+def synthetic_dir(storage: OpalStorage) -> Path:
+    """Private working folder: the manifest of the DP draws and the staged synthetic files."""
+    return make_dirs(storage.private_dir / GROUP)
+
+
+@dg.asset(
+    group_name=GROUP,
+    ins={"binned_trips": dg.AssetIn(partition_mapping=dg.AllPartitionMapping()),
+         CARD_DAYS: dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
+    pool=LEDGER_POOL,
+    **labels("dp", "sqlite"),
+)
+def synthetic_release(
+    context: dg.AssetExecutionContext, binned_trips: PartitionFrames, card_days: PartitionFrames,
+    privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
+) -> dg.MaterializeResult:
+    """The card-level DP queries of every binned day (``release.synthetic_queries``), charged to the ledger's
+    card_period scope of the period; records which draws stand for them."""
+    days = sorted(binned_trips)
+    if not days:
+        raise dg.Failure(description="no binned days to synthesise from")
+    stops, bounds = reference.stops(), privacy_budget.bounds
+    plan = sq.synthetic_plan(privacy_budget.synthetic_epsilon, privacy_budget.synthetic_delta, bounds, days, stops)
+    key = privacy_budget.key(storage, "bounding")
+    kept_cards = None
+    if bounds.max_days_per_card is not None:
+        chosen = select_card_days(pd.concat([card_days[d].assign(date=d) for d in days], ignore_index=True),
+                                  bounds.max_days_per_card, key)
+        kept_cards = {d: np.sort(g["card_id"].to_numpy(np.int64)) for d, g in chosen.groupby("date")}
+    truths = {}
+    for day in days:
+        trips = binned_trips[day]
+        cards = None if kept_cards is None else kept_cards.get(day, np.zeros(0, np.int64))
+        keep = keep_mask(trips, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key, cards)
+        truths[day] = sq.true_histograms(trips.loc[keep], date.fromisoformat(day), plan.domain)
+    ledger = privacy_budget.ledger(storage)
+    released = sq.release_queries(truths, plan, ledger, storage.private_dir, context.run.run_id,
+                                  privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw)
+    spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
+    manifest = {"draws": [d.id for d in released.draws], "sigma": dict(released.sigma),
+                "district_names": list(released.district_names), "max_trips": released.max_trips,
+                "epsilon": spent.epsilon, "delta": spent.delta, "per": f"card over {plan.scope}"}
+    path = reserve_private(synthetic_dir(storage) / MANIFEST)
+    path.write_text(json.dumps(manifest, indent=2))
+    return dg.MaterializeResult(metadata={
+        "privacy_unit": PrivacyUnit.CARD_PERIOD.value,
+        "epsilon": spent.epsilon, "delta": spent.delta, "rho": spent.rho or 0.0,
+        "synthetic_epsilon": plan.epsilon, "synthetic_delta": plan.delta,
+        "sigma": dg.MetadataValue.json(dict(plan.sigma)),
+        "dates": len(days), "draws": len(released.draws),
+    })
+
+
+def load_release(storage: OpalStorage, privacy_budget: PrivacyBudget) -> sq.SyntheticRelease:
+    """The DP outputs alone, as ``synthetic_release`` stored them: its manifest and the ledger's draws."""
+    manifest = json.loads((synthetic_dir(storage) / MANIFEST).read_text())
+    ledger = privacy_budget.ledger(storage)
+    draws = ledger.draws(manifest["draws"])
+    charges = {c.id: c for c in ledger.charges(PrivacyUnit.CARD_PERIOD.value)}
+    noisy: dict = {}
+    for d in draws:
+        query = charges[d.charge_id].marginal.removeprefix(sq.MARGINAL_PREFIX)
+        noisy.setdefault(d.part, {})[query] = pd.read_parquet(storage.private_dir / d.release_ref)
+    return sq.SyntheticRelease(noisy, manifest["max_trips"], manifest["sigma"], tuple(manifest["district_names"]),
+                               tuple(draws))
+
+
+@dg.asset(group_name=GROUP, deps=[synthetic_release], **labels("dp", "parquet", "csv"),
+          metadata=column_schema(SyntheticTrips))
+def synthetic_trips(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork
+                    ) -> dg.MaterializeResult:
+    """Synthetic card-day trips generated from the stored DP draws only (post-processing), staged privately
+    until the card-id check passes."""
+    release = load_release(storage, privacy_budget)
+    stops = reference.stops()
+    days = ((day, SyntheticTrips.validate(frame)) for day, frame in generate(release, stops))
+    rows = write_synthetic(days, synthetic_dir(storage) / "staged")
+    manifest = json.loads((synthetic_dir(storage) / MANIFEST).read_text())
+    return dg.MaterializeResult(metadata={"dagster/row_count": sum(rows.values()),
+                                          "rows_per_date": dg.MetadataValue.json(rows),
+                                          **{k: manifest[k] for k in ("epsilon", "delta", "per")}})
+
+
+@dg.asset_check(asset=synthetic_trips, blocking=True)
+def synthetic_card_ids_are_fresh(storage: OpalStorage, privacy_budget: PrivacyBudget) -> dg.AssetCheckResult:
+    """No synthetic card id equals a private card id (of any ingested day). Reads private card ids: the
+    outcome is only pass or fail, and a failure blocks publication."""
+    ids = pd.read_parquet(synthetic_dir(storage) / "staged" / PARQUET, columns=["card_id"])["card_id"].to_numpy()
+    clashes = 0
+    for path in sorted((storage.private_dir / CARD_DAYS).glob("*.parquet")):
+        clashes += int(np.isin(pd.read_parquet(path)["card_id"].to_numpy(), ids).sum())
+    return dg.AssetCheckResult(passed=clashes == 0, metadata={"synthetic_cards": int(len(np.unique(ids)))})
+
+
+@dg.asset(group_name=GROUP, deps=[synthetic_trips], **labels("public", "parquet", "csv", "json"))
+def synthetic_published(privacy_budget: PrivacyBudget, storage: OpalStorage) -> dg.MaterializeResult:
+    """Publish the staged synthetic trips with their privacy statement, built from the ledger."""
+    manifest = json.loads((synthetic_dir(storage) / MANIFEST).read_text())
+    release_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    statement = synthetic_statement(privacy_budget.ledger(storage), manifest["draws"], release_id)
+    folder = publish_synthetic(storage.published_dir, synthetic_dir(storage) / "staged", statement)
+    g = statement["guarantee"]
+    return dg.MaterializeResult(metadata={"folder": str(folder), "epsilon": g["epsilon"], "delta": g["delta"],
+                                          "per": g["per"]})
+
+
+@dg.asset(
+    group_name=GROUP,
+    io_manager_key="private_parquet",
+    ins={"ingested_trips": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
+    deps=[synthetic_trips],
+    metadata=column_schema(SyntheticScores),
+    description="Internal, NOT differentially private: the staged synthetic trips scored against the true trips "
+                "(SDNist 3-way k-marginal, OD agreement on the top 100 pairs, trips per card-day), with two "
+                "baselines on the same budget drawn in memory (nothing charged). Never published.",
+    **labels("internal", "parquet"),
+)
+def synthetic_report(
+    ingested_trips: PartitionFrames, privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
+) -> dg.Output[pd.DataFrame]:
+    """Score the synthetic trips of the dates they cover (``release.synthetic_score.evaluate``)."""
+    synthetic = pd.read_parquet(synthetic_dir(storage) / "staged" / PARQUET)
+    dates = sorted(set(synthetic["tap_on_time"].dt.date.astype(str)) & set(ingested_trips))
+    rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+    scores, distribution = evaluate(dates, ingested_trips.__getitem__, synthetic,
+                                    privacy_budget.synthetic_epsilon, privacy_budget.synthetic_delta,
+                                    privacy_budget.bounds, privacy_budget.key(storage, "bounding"),
+                                    reference.stops(), rng)
+    scores = SyntheticScores.validate(scores)
+    plot = score_plot(scores, distribution)
+    path = make_dirs(storage.private_dir / "reports") / "synthetic_score.png"
+    reserve_private(path).write_bytes(plot)
+    return dg.Output(scores, metadata={
+        "scores (internal, not DP)": dg.MetadataValue.md(scores.to_markdown(index=False, floatfmt=".4g")),
+        "trips per card-day": dg.MetadataValue.md(distribution.to_markdown(index=False, floatfmt=".4f")),
+        "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(plot).decode()})"),
+        "plot_path": dg.MetadataValue.path(str(path)),
+        "dates": len(dates),
+    })

@@ -1,0 +1,74 @@
+"""Synthetic card-day trips end to end through Dagster (``release --synthetic``): published with a statement from
+the ledger, rows that our own ingest accepts whole, the internal score report, and the blocking card-id check."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from opal_dp import settings
+from opal_dp.cli import run_release
+from opal_dp.defs.shared.budget import PrivacyBudget, published_ledger_draws
+from opal_dp.defs.shared.storage import default_storage
+from opal_dp.defs.synthetic.assets import synthetic_card_ids_are_fresh, synthetic_dir
+from opal_dp.network import load_stops
+from opal_dp.prep.ingest import ingest_file
+from opal_dp.release.synthetic_generator import CSV, PARQUET
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+DAYS = ["2016-07-25", "2016-07-26"]
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synthetic")
+    for i, day in enumerate(DAYS):
+        write_day(root / "raw", day, tiny_day(day, trips=3_000, seed=i))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(settings.DATA_DIR_ENV, str(root))
+        results = run_release(dg.DagsterInstance.ephemeral(), budget={"synthetic_epsilon": 4.0}, synthetic=True)
+        yield results, default_storage()
+
+
+@pytest.mark.slow
+def test_release_synthetic_publishes_rows_our_ingest_accepts_with_a_ledger_statement(released, tmp_path):
+    results, storage = released
+    (run,) = results["synthetic"]
+    assert run.success
+    latest = storage.published_dir / "synthetic" / "latest"
+    assert sorted(p.name for p in latest.iterdir()) == sorted([PARQUET, CSV, "privacy.json", "PRIVACY.md"])
+    statement = json.loads((latest / "privacy.json").read_text())
+    assert statement["privacy_unit"]["unit"] == "card_period"
+    assert 0 < statement["guarantee"]["epsilon"] <= 4.0 * (1 + 1e-9)  # nothing else charged to card_period
+    ledger = PrivacyBudget().ledger(storage)
+    assert set(statement["ledger"]["draws"]) <= published_ledger_draws(storage.published_dir)[ledger.ledger_id]
+    assert "4" in (latest / "PRIVACY.md").read_text()
+    rows = pd.read_parquet(latest / PARQUET)
+    assert len(rows) > 0 and len(rows) == len(pd.read_csv(latest / CSV))
+    stops = load_stops()
+    for day, frame in rows.groupby(rows["tap_on_time"].dt.date.astype(str)):
+        path = tmp_path / f"trips_{day}.parquet"
+        frame.to_parquet(path, index=False)
+        assert len(ingest_file(path, stops).rejected) == 0
+    (report,) = [e for e in run.get_asset_materialization_events()
+                 if e.asset_key == dg.AssetKey("synthetic_report")]
+    assert "scores (internal, not DP)" in report.materialization.metadata
+    (trips,) = [e for e in run.get_asset_materialization_events() if e.asset_key == dg.AssetKey("synthetic_trips")]
+    assert trips.materialization.metadata["epsilon"].value == pytest.approx(statement["guarantee"]["epsilon"])
+    checks = run.get_asset_check_evaluations()
+    assert [c.check_name for c in checks] == ["synthetic_card_ids_are_fresh"] and checks[0].passed
+
+
+@pytest.mark.slow
+def test_card_id_check_fails_when_a_synthetic_card_id_is_a_private_one(released):
+    _, storage = released
+    staged = synthetic_dir(storage) / "staged" / PARQUET
+    rows = pd.read_parquet(staged)
+    private_id = int(pd.read_parquet(storage.private_dir / "card_days" / f"{DAYS[0]}.parquet")["card_id"].iloc[0])
+    assert synthetic_card_ids_are_fresh(storage=storage, privacy_budget=PrivacyBudget()).passed
+    rows.loc[0, "card_id"] = private_id
+    rows.to_parquet(staged, index=False)
+    assert not synthetic_card_ids_are_fresh(storage=storage, privacy_budget=PrivacyBudget()).passed
