@@ -1,0 +1,131 @@
+"""Per card-day trip sequences for the OD prefix tree (Montreal seed §3), and their public alphabet.
+
+A *symbol* is one trip's ``(mode, origin, destination)``: the tap-on and tap-off location labels of the
+marginals (postcode for bus, name otherwise, ``-1`` for a missing tap-off). The alphabet and its taxonomy
+come from the public stop list only, never from the data:
+
+    symbol (mode, origin, destination) -> district pair (mode, origin district, destination district) -> mode
+
+A location's district is its postcode's first three digits (``2000..2009`` -> ``200x``; the stop's own
+postcode for a station, wharf or light-rail stop); ``-1`` is its own district. Symbols are numbered so that
+the symbols of one district pair are consecutive: the prefix tree's non-generalised children of a district
+pair are then one range of ids.
+
+Unit: the card-day. A sequence is every trip of one card on one service day in tap-on order (ties: tap-off
+window, then symbol), truncated to the public height ``h``. Why the card-day and not the card over the period:
+trips per card-day are few (at most 5 in our data, mostly 1-2), so a small ``h`` keeps almost every trip and
+the OD counts are nearly complete; over a fortnight a card makes up to ~28 trips and truncating them at any
+``h`` the tree can afford drops most of them. The card-day is also the marginals' ``card_day`` unit, so both
+releases are charged to the same ledger scope (the date). Neighbouring inputs differ by one card-day's whole
+sequence: that is what the prefix tree's privacy argument (``core.prefix_tree``) protects.
+
+The card id is used only to group the trips and is not kept: the output is private microdata all the same
+(it lives under ``private/``), in CSPRNG-random row order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from opal_dp.core import SecureBits
+from opal_dp.network import MODES
+from opal_dp.prep.binning import stop_labels
+from opal_dp.prep.schemas import UNKNOWN_LABEL
+
+PAD = -1
+"""Fills a sequence shorter than ``h``."""
+
+
+def district_of(postcode: int) -> str:
+    return f"{int(postcode) // 10}x"
+
+
+@dataclass(frozen=True)
+class TripAlphabet:
+    """The public symbol universe and its taxonomy (module docstring).
+
+    ``symbols``: one row per symbol id (``mode, origin, destination, pair``); ``pairs``: one row per district
+    pair id (``mode, origin_district, destination_district, first, size``: its symbols are ids
+    ``first .. first + size - 1``).
+    """
+
+    symbols: pd.DataFrame
+    pairs: pd.DataFrame
+
+    @classmethod
+    def from_stops(cls, stops: pd.DataFrame) -> TripAlphabet:
+        labels = pd.DataFrame({"mode": stops["mode"].astype(str).to_numpy(), "loc": stop_labels(stops).to_numpy(),
+                               "district": [district_of(p) for p in stops["postcode"]]})
+        labels = labels.drop_duplicates(["mode", "loc"]).sort_values(["mode", "loc"], ignore_index=True)
+        unknown = pd.DataFrame({"mode": [m for m in MODES if m in set(labels["mode"])], "loc": UNKNOWN_LABEL,
+                                "district": UNKNOWN_LABEL})
+        on = labels
+        off = pd.concat([labels, unknown], ignore_index=True)
+        rows = on.merge(off, on="mode", suffixes=("_on", "_off"))
+        rows = rows.sort_values(["mode", "district_on", "district_off", "loc_on", "loc_off"], ignore_index=True)
+        pair_keys = ["mode", "district_on", "district_off"]
+        pair = rows.groupby(pair_keys, sort=False).ngroup().to_numpy(np.int32)
+        symbols = pd.DataFrame({"mode": rows["mode"], "origin": rows["loc_on"], "destination": rows["loc_off"],
+                                "pair": pair})
+        first = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+        pairs = rows.loc[first, pair_keys].rename(columns={"district_on": "origin_district",
+                                                           "district_off": "destination_district"})
+        pairs = pairs.reset_index(drop=True).assign(first=first, size=np.diff(np.r_[first, len(rows)]))
+        return cls(symbols, pairs)
+
+    @property
+    def size(self) -> int:
+        return len(self.symbols)
+
+    @cached_property
+    def pair_of(self) -> np.ndarray:
+        """Symbol id -> district pair id."""
+        return self.symbols["pair"].to_numpy(np.int64)
+
+    @cached_property
+    def _index(self) -> pd.MultiIndex:
+        return pd.MultiIndex.from_frame(self.symbols[["mode", "origin", "destination"]])
+
+    def encode(self, mode, origin, destination) -> np.ndarray:
+        """Symbol ids of (mode, origin, destination) triples; a triple outside the public alphabet is an error."""
+        ids = self._index.get_indexer(pd.MultiIndex.from_arrays([np.asarray(mode, dtype=object),
+                                                                  np.asarray(origin, dtype=object),
+                                                                  np.asarray(destination, dtype=object)]))
+        if (ids < 0).any():
+            i = int(np.flatnonzero(ids < 0)[0])
+            raise ValueError(f"trip ({np.asarray(mode)[i]}, {np.asarray(origin)[i]}, {np.asarray(destination)[i]}) "
+                             "is outside the public OD alphabet of the reference stop list")
+        return ids.astype(np.int32)
+
+
+def card_day_sequences(binned: pd.DataFrame, alphabet: TripAlphabet, height: int) -> np.ndarray:
+    """One day's binned trips with card id (``CardBinnedTrips``) -> ``(card-days, height)`` int32 symbol ids,
+    each row one card-day's trips in tap-on order truncated to ``height`` and padded with ``PAD``; rows in
+    CSPRNG-random order, no card id."""
+    if isinstance(height, bool) or not isinstance(height, int) or height < 1:
+        raise ValueError(f"height must be an integer >= 1, got {height!r}")
+    symbol = alphabet.encode(binned["mode"].astype(str), binned["tap_on_loc"].astype(str),
+                             binned["tap_off_loc"].astype(str))
+    card, _ = pd.factorize(binned["card_id"].to_numpy(np.int64))
+    order = np.lexsort((symbol, binned["tap_off_window"].to_numpy(), binned["tap_on_window"].to_numpy(), card))
+    card = card[order]
+    starts = np.flatnonzero(np.r_[True, card[1:] != card[:-1]]) if len(card) else np.zeros(0, np.int64)
+    rank = np.arange(len(card)) - np.repeat(starts, np.diff(np.r_[starts, len(card)]))
+    row = np.cumsum(np.r_[True, card[1:] != card[:-1]])[rank < height] - 1 if len(card) else np.zeros(0, np.int64)
+    out = np.full((len(starts), height), PAD, dtype=np.int32)
+    out[row, rank[rank < height]] = symbol[order][rank < height]
+    return out[np.argsort(SecureBits().words(len(out)))]
+
+
+def to_frame(sequences: np.ndarray) -> pd.DataFrame:
+    """Storage form: columns ``s0 .. s{h-1}``."""
+    return pd.DataFrame({f"s{i}": sequences[:, i] for i in range(sequences.shape[1])})
+
+
+def from_frame(frame: pd.DataFrame) -> np.ndarray:
+    cols = [c for c in frame.columns if c.startswith("s")]
+    return frame[sorted(cols, key=lambda c: int(c[1:]))].to_numpy(np.int32)
