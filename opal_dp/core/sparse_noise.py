@@ -203,6 +203,7 @@ class GaussianNoise:
         return out
 
 
+@lru_cache(maxsize=256)
 def _laplace_tail_bounds(scale: float, t: int, prec: int) -> tuple[Decimal, Decimal]:
     """``P(Z >= t) = q**t/(1 + q)``, ``q = exp(-1/scale)``; each quotient's denominator rounded the other way."""
     inv = 1 / Fraction(scale)
@@ -220,6 +221,7 @@ def _laplace_tail_bounds(scale: float, t: int, prec: int) -> tuple[Decimal, Deci
     return lo, hi
 
 
+@lru_cache(maxsize=256)
 def _gaussian_tail_bounds(sigma: float, t: int, prec: int) -> tuple[Decimal, Decimal]:
     """``P(Z >= t) = S_t / (1 + 2 S_1)`` with ``S_a = sum_{z >= a} f(z)``, ``f(z) = exp(-z²/(2 sigma²))``, summed
     to ``M`` with the rest bounded by ``f(M + 1)/(1 - r)``, ``r = exp(-(2M + 3)/(2 sigma²)) >= f(z + 1)/f(z)`` for

@@ -27,17 +27,18 @@ def binned(rows):
                         tap_off_window=frame["tap_off_window"].astype("int16"))
 
 
-def test_alphabet_groups_symbols_by_district_pair(alphabet):
-    pair = alphabet.pair_of
-    assert (np.diff(pair) >= 0).all()  # one range per pair
-    sizes = np.bincount(pair)
-    assert (sizes == alphabet.pairs["size"].to_numpy()).all()
-    assert (alphabet.pairs["first"].to_numpy() == np.r_[0, np.cumsum(sizes)[:-1]]).all()
+def test_alphabet_groups_symbols_by_origin_and_destination_district(alphabet):
+    group = alphabet.group_of
+    assert (np.diff(group) >= 0).all()  # one range per group
+    sizes = np.bincount(group)
+    assert (sizes == alphabet.groups["size"].to_numpy()).all()
+    assert (alphabet.groups["first"].to_numpy() == np.r_[0, np.cumsum(sizes)[:-1]]).all()
     stops = load_stops()
-    central = stops.loc[stops["name"] == "Central"].iloc[0]
-    sym = alphabet.encode(["train"], ["Central"], ["-1"])[0]
-    p = alphabet.pairs.iloc[alphabet.pair_of[sym]]
-    assert (p["mode"], p["origin_district"], p["destination_district"]) == ("train", f"{central.postcode // 10}x", "-1")
+    town_hall = stops.loc[stops["name"] == "Town Hall"].iloc[0]
+    sym = alphabet.encode(["train"], ["Central"], ["Town Hall"])[0]
+    g = alphabet.groups.iloc[alphabet.group_of[sym]]
+    assert (g["mode"], g["origin"], g["destination_district"]) == ("train", "Central", f"{town_hall.postcode // 10}x")
+    assert alphabet.groups.iloc[alphabet.group_of[alphabet.encode(["bus"], ["2000"], ["-1"])[0]]]["size"] == 1
     assert not alphabet.symbols.duplicated(["mode", "origin", "destination"]).any()
     assert (alphabet.symbols["origin"] != "-1").all()
 
