@@ -12,7 +12,8 @@ post-processing and costs no privacy). Steps:
 4. Integers, top-down: a level-1 node keeps ``max(0, round(c))``; the children of a parent with count ``n`` get
    their non-negative estimates, scaled down to sum at most ``n`` and rounded (floored where rounding would
    exceed ``n``). A node's ``terminal`` count, the sequences that end there, is ``n - sum(children)``: every
-   parent equals the sum of its children plus its terminal count, exactly. Nodes with count 0 are dropped.
+   parent equals the sum of its children plus its terminal count, exactly. Nodes with count 0 are dropped. The
+   root (row 0, level 0, symbol -1) counts the sequences of the tree: the sum of level 1, terminal 0.
 
 From the consistent tree: ``od.csv`` (``date, mode, origin, destination, count``: for each trip symbol, the sum of
 the counts of every node labelled with it, i.e. the trips among the first ``h`` of each card-day), and the
@@ -56,7 +57,7 @@ def consistent_tree(tree: NoisyTree | pd.DataFrame) -> pd.DataFrame:
     tree = pd.DataFrame(tree.columns()) if isinstance(tree, NoisyTree) else tree
     n = len(tree)
     if n == 0:
-        return pd.DataFrame({"level": [], "parent": [], "symbol": [], "count": [], "terminal": []}).astype("int64")
+        return pd.DataFrame({"level": [0], "parent": [-1], "symbol": [-1], "count": [0], "terminal": [0]})
     parent = tree["parent"].to_numpy(np.int64)
     level = tree["level"].to_numpy(np.int64)
     noisy = tree["noisy"].to_numpy(np.float64)
@@ -89,15 +90,15 @@ def consistent_tree(tree: NoisyTree | pd.DataFrame) -> pd.DataFrame:
         over = np.bincount(w, weights=rounded, minlength=n)[w] > count[w]
         count[rows] = np.where(over, np.floor(scaled), rounded).astype(np.int64)
     keep = count > 0
-    new_row = np.cumsum(keep) - 1
+    new_row = np.cumsum(keep)  # row 0 is the root
     children = np.bincount(parent[parent >= 0], weights=count[parent >= 0], minlength=n).astype(np.int64)
     kept = parent[keep]
     return pd.DataFrame({
-        "level": level[keep],
-        "parent": np.where(kept >= 0, new_row[np.maximum(kept, 0)], -1),
-        "symbol": tree["symbol"].to_numpy(np.int64)[keep],
-        "count": count[keep],
-        "terminal": (count - children)[keep],
+        "level": np.r_[0, level[keep]],
+        "parent": np.r_[-1, np.where(kept >= 0, new_row[np.maximum(kept, 0)], 0)],
+        "symbol": np.r_[-1, tree["symbol"].to_numpy(np.int64)[keep]],
+        "count": np.r_[count[top].sum(), count[keep]],
+        "terminal": np.r_[0, (count - children)[keep]],
     })
 
 
@@ -114,7 +115,7 @@ def inconsistent_parents(tree: pd.DataFrame) -> int:
 
 def od_counts(tree: pd.DataFrame, symbols: pd.DataFrame, day: str) -> pd.DataFrame:
     """``od.csv`` rows of one date from a consistent tree; ``symbols``: the alphabet's symbol table."""
-    totals = tree.groupby("symbol", sort=True)["count"].sum()
+    totals = tree[tree["level"] > 0].groupby("symbol", sort=True)["count"].sum()
     totals = totals[totals > 0]
     rows = symbols.iloc[totals.index.to_numpy()]
     return pd.DataFrame({"date": day, "mode": rows["mode"].to_numpy(), "origin": rows["origin"].to_numpy(),
@@ -130,8 +131,8 @@ def sequences_of(tree: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     parent, symbol = tree["parent"].to_numpy(np.int64), tree["symbol"].to_numpy(np.int64)
     out = np.full((len(ends), height), -1, dtype=np.int64)
     row = ends.copy()
-    for k in range(height):
-        live = row >= 0
+    for _ in range(height):
+        live = level[row] > 0
         out[live, level[row[live]] - 1] = symbol[row[live]]
         row[live] = parent[row[live]]
     return out, tree["terminal"].to_numpy(np.int64)[ends]

@@ -13,8 +13,9 @@ from opal_dp.network import MODES
 
 private_stages_job = dg.define_asset_job(
     "private_stages",
-    selection=dg.AssetSelection.groups("ingest", "bin", "bound") - dg.AssetSelection.assets("raw_trip_files"),
-    description="Ingest, bin, bound and anonymise the trips of the selected service days.",
+    selection=dg.AssetSelection.groups("ingest", "bin", "bound", "od") - dg.AssetSelection.assets("raw_trip_files"),
+    description="Ingest, bin, bound and anonymise the trips of the selected service days; build their card-day "
+                "sequences and the DP OD prefix tree of each day (charged to the ledger).",
 )
 
 release_job = dg.define_asset_job(
