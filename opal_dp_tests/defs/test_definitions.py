@@ -15,6 +15,7 @@ EXPECTED_GROUPS = {
     "ingest": {"ingested_trips", "rejected_trips"},
     "bin": {"binned_trips", "card_days"},
     "bound": {"bounded_trips", "trips_over_bound"},
+    "od": {"trip_sequences", "od_prefix_tree"},
     "partition": {"trip_partitions", "true_cells"},
     "release": {f"release/{m}" for m in ("tap_on_time", "tap_on_loc", "tap_off_time", "tap_off_loc",
                                           "tap_on_time_loc", "tap_off_time_loc")} | {"privacy_ledger", "release_draws"},
@@ -40,6 +41,10 @@ def test_lineage_runs_ingest_to_publish():
     assert deps["trip_partitions"] == {"bounded_trips"}
     assert deps["release/tap_on_time_loc"] == {"trip_partitions", "trips_over_bound"}
     assert {f"release/{m}" for m in ("tap_on_time", "tap_off_loc")} | {"release_draws"} <= deps["published_release"]
+    assert deps["trip_sequences"] == {"binned_trips"}  # built while the card id exists, kept private
+    assert deps["od_prefix_tree"] == {"trip_sequences"} and "od_prefix_tree" in deps["published_release"]
+    assert specs()["trip_sequences"].tags["data_class"] == "microdata"
+    assert specs()["od_prefix_tree"].tags["data_class"] == "dp"
 
 
 def test_every_dataframe_asset_shows_its_column_schema():
