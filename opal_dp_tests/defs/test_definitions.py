@@ -64,7 +64,7 @@ def test_release_assets_have_blocking_checks():
 
 def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs"):
+    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "evaluate_od"):
         assert d.resolve_job_def(job)
     for sensor in ("raw_file_sensor", "opal_dp_automation"):
         assert d.resolve_sensor_def(sensor)
@@ -78,7 +78,8 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
             continue
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
-        assert spec.automation_condition is not None or key in {"unit_comparison", "design_comparison"}, key
+        assert spec.automation_condition is not None or key in {"unit_comparison", "design_comparison",
+                                                                "od_evaluation"}, key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
     assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "design_comparison",
             "privacy_ledger"} <= internal

@@ -27,7 +27,7 @@ release_job = dg.define_asset_job(
 rollup_job = dg.define_asset_job(
     "rollup",
     selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
-    - dg.AssetSelection.assets("unit_comparison", "design_comparison"),
+    - dg.AssetSelection.assets("unit_comparison", "design_comparison", "od_evaluation"),
     description="Summarise the privacy ledger, audit, report internally and publish the complete partitions.",
 )
 
@@ -42,6 +42,14 @@ compare_designs_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets("design_comparison"),
     description="Internal report: the sbh and public_domain release designs on the same data, unit and budget, "
                 "drawn in memory (not DP, never published, nothing charged to the ledger).",
+)
+
+
+evaluate_od_job = dg.define_asset_job(
+    "evaluate_od",
+    selection=dg.AssetSelection.assets("od_evaluation"),
+    description="Internal report: the hybrid and the plain OD prefix trees against the truth, as in the seed's §5 "
+                "(not DP, never published, nothing charged).",
 )
 
 
