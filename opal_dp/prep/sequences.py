@@ -88,19 +88,34 @@ class TripAlphabet:
         return self.symbols["group"].to_numpy(np.int64)
 
     @cached_property
-    def _index(self) -> pd.MultiIndex:
-        return pd.MultiIndex.from_frame(self.symbols[["mode", "origin", "destination"]])
+    def _lookup(self) -> tuple[pd.Index, pd.Index, np.ndarray]:
+        """Mode labels, location labels, and the dense table (mode, origin, destination) codes -> symbol id (-1)."""
+        modes = pd.Index(sorted(set(self.symbols["mode"])))
+        locs = pd.Index(sorted(set(self.symbols["origin"]) | set(self.symbols["destination"])))
+        table = np.full(len(modes) * len(locs) ** 2, -1, dtype=np.int32)
+        m, o, d = (idx.get_indexer(self.symbols[c]) for idx, c in ((modes, "mode"), (locs, "origin"),
+                                                                     (locs, "destination")))
+        table[(m * len(locs) + o) * len(locs) + d] = np.arange(len(self.symbols), dtype=np.int32)
+        return modes, locs, table
 
     def encode(self, mode, origin, destination) -> np.ndarray:
-        """Symbol ids of (mode, origin, destination) triples; a triple outside the public alphabet is an error."""
-        ids = self._index.get_indexer(pd.MultiIndex.from_arrays([np.asarray(mode, dtype=object),
-                                                                  np.asarray(origin, dtype=object),
-                                                                  np.asarray(destination, dtype=object)]))
+        """Symbol ids of (mode, origin, destination) triples; a triple outside the public alphabet is an error.
+        Categorical inputs are encoded through their categories (one lookup per category, not per row)."""
+        modes, locs, table = self._lookup
+        codes = []
+        for values, labels in ((mode, modes), (origin, locs), (destination, locs)):
+            cat = values.array if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype) \
+                else pd.Categorical(np.asarray(values, dtype=object))
+            lookup = np.append(labels.get_indexer(cat.categories.astype(str)), -1)
+            codes.append(lookup[cat.codes])  # a missing value (code -1) maps to -1
+        known = np.min(codes, axis=0) >= 0
+        ids = np.full(len(known), -1, dtype=np.int32)
+        ids[known] = table[(codes[0][known] * len(locs) + codes[1][known]) * len(locs) + codes[2][known]]
         if (ids < 0).any():
             i = int(np.flatnonzero(ids < 0)[0])
             raise ValueError(f"trip ({np.asarray(mode)[i]}, {np.asarray(origin)[i]}, {np.asarray(destination)[i]}) "
                              "is outside the public OD alphabet of the reference stop list")
-        return ids.astype(np.int32)
+        return ids
 
 
 def card_day_sequences(binned: pd.DataFrame, alphabet: TripAlphabet, height: int) -> np.ndarray:
@@ -109,10 +124,11 @@ def card_day_sequences(binned: pd.DataFrame, alphabet: TripAlphabet, height: int
     CSPRNG-random order, no card id."""
     if isinstance(height, bool) or not isinstance(height, int) or height < 1:
         raise ValueError(f"height must be an integer >= 1, got {height!r}")
-    symbol = alphabet.encode(binned["mode"].astype(str), binned["tap_on_loc"].astype(str),
-                             binned["tap_off_loc"].astype(str))
+    symbol = alphabet.encode(binned["mode"], binned["tap_on_loc"], binned["tap_off_loc"])
     card, _ = pd.factorize(binned["card_id"].to_numpy(np.int64))
-    order = np.lexsort((symbol, binned["tap_off_window"].to_numpy(), binned["tap_on_window"].to_numpy(), card))
+    on_w = binned["tap_on_window"].to_numpy().astype(np.int64)
+    off_w = binned["tap_off_window"].to_numpy().astype(np.int64) + 1  # -1 (unknown) first
+    order = np.argsort((((card.astype(np.int64) << 7 | on_w) << 8 | off_w) << 20) | symbol)  # 35 + 7 + 8 + 20 bits
     card = card[order]
     starts = np.flatnonzero(np.r_[True, card[1:] != card[:-1]]) if len(card) else np.zeros(0, np.int64)
     rank = np.arange(len(card)) - np.repeat(starts, np.diff(np.r_[starts, len(card)]))
