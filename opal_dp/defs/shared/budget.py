@@ -10,7 +10,7 @@ import dagster as dg
 import pandas as pd
 from pydantic import model_validator
 
-from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relation
+from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.defs.shared.storage import OpalStorage
@@ -114,6 +114,19 @@ class PrivacyBudget(dg.ConfigurableResource):
         days = len(parse_period(self.period)) if unit is PrivacyUnit.CARD_PERIOD and self.period else 1
         return self.od_epsilon * days
 
+    def _default_cap(self) -> tuple[float, float]:
+        """One full release of a scope of the configured unit, OD trees included. A card_period's zCDP composition
+        converts the trees' pure epsilon to rho = epsilon**2/2 and composes them with the marginals: that total,
+        not the plain sum, is what the ledger will compute."""
+        eps, delta = self.nominal
+        extra = self.od_cost(self.unit)
+        if not extra or self.unit is not PrivacyUnit.CARD_PERIOD:
+            return eps + extra, delta
+        plan = self.plan()
+        costs = [m.cost() for m in plan.mechanisms.values()]
+        costs += [PrivacyCost.approx_dp(self.od_epsilon, 0.0)] * len(plan.period)
+        return max(eps + extra, compose(costs, delta_target=delta).epsilon), delta
+
     def od_plan(self, symbols_per_group: pd.DataFrame) -> OdPlan:
         """The OD trees' plan; ``symbols_per_group``: the public taxonomy (``TripAlphabet.groups``)."""
         taxonomy = Taxonomy(symbols_per_group["first"].to_numpy(), symbols_per_group["size"].to_numpy())
@@ -135,7 +148,7 @@ class PrivacyBudget(dg.ConfigurableResource):
         """The ledger under the private folder; refuses a configured cap that differs from the ledger's."""
         eps, delta = self.nominal
         caps = {u.value: (eps + self.od_cost(u), delta) for u in PrivacyUnit}
-        wanted = (self.cap_epsilon or caps[self.unit.value][0], self.cap_delta or delta)
+        wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or delta)
         caps[self.unit.value] = wanted
         ledger = PrivacyLedger(storage.private_dir / LEDGER_FILE, caps,
                                published=published_ledger_draws(storage.published_dir),
