@@ -10,6 +10,7 @@ from pathlib import Path
 from benchmarks import peers, report
 from benchmarks.dataset import ensure_fortnight
 from benchmarks.floor import run_floor
+from benchmarks.od import run_od
 from benchmarks.pipeline import run_pipeline
 from benchmarks.synthetic import run_synthetic
 from benchmarks.units import run_comparison, run_design_comparison
@@ -81,6 +82,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compare-designs", action="store_true",
                         help="also run the pipeline under the public_domain release design (trip unit) and the internal "
                              "design comparison (sbh vs public_domain on the same data)")
+    parser.add_argument("--od", action="store_true",
+                        help="also build the OD prefix tree of every day and evaluate it as in the seed's §5 "
+                             "(benchmarks.od; --od-queries count queries per cell)")
+    parser.add_argument("--od-queries", type=int, default=40_000)
     parser.add_argument("--synthetic", action="store_true",
                         help="also synthesise card-day trips (card_period, epsilon 8 per card over the fortnight) and "
                              "score them and two baselines (benchmarks.synthetic)")
@@ -126,6 +131,8 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
         entry["unit_comparison"] = run_comparison(fortnight.raw_dir)
     if args.compare_designs:
         _compare_designs(args, fortnight, scale, millions, floor, entry)
+    if args.od:
+        entry["od"] = run_od(fortnight.raw_dir, queries=args.od_queries)
     if args.synthetic:
         entry["synthetic"] = run_synthetic(fortnight.raw_dir, args.out / "runs" / f"scale-{scale:g}" / "synthetic",
                                            int(args.memory_limit_gb * 2**30))

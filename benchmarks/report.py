@@ -213,6 +213,11 @@ def markdown(results: dict) -> str:
                 f"{_fmt(peer['over_pipeline'], 2, '×')} | {_fmt(peer['over_floor'], 1, '×')} |"
             )
         lines += ["", "`vs pipeline` > 1 means the reference is slower than our pipeline."]
+    for entry in results["scales"]:
+        if entry.get("od"):
+            from benchmarks.od import markdown as od_markdown
+
+            lines += ["", f"Scale {entry['scale']:g}:", "", od_markdown(entry["od"], results["command"])]
     for s in results["scales"]:
         if s.get("synthetic"):
             lines += ["", "## Synthetic card-day trips (`--synthetic`)", "", *synthetic_markdown(s["synthetic"], s["scale"])]

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks.__main__ import main
+from opal_dp.release.od_publish import OD_TABLES
 from opal_dp.release.publish import FILES, TABLES
 
 PIPELINE_RUNS = {"private_stages", "release", "rollup"}
@@ -53,9 +54,10 @@ def test_benchmark_smoke(tmp_path):
     assert "other" in (public_latest / "latest" / "time-loc.csv").read_text()  # remainder rows
 
     latest = tmp_path / "runs" / "scale-0.005" / "trip" / "repeat-0" / "data" / "published" / "latest"
-    assert latest.is_symlink() and sorted(p.name for p in latest.iterdir()) == sorted(FILES)
-    assert set(repeat["published_files"]) == {f"{t}.csv" for t in TABLES}
-    assert all(rows > 0 for rows in repeat["published_files"].values())
+    od_files = {f"{t}.csv" for t in OD_TABLES}
+    assert latest.is_symlink() and sorted(p.name for p in latest.iterdir()) == sorted({*FILES, *od_files})
+    assert set(repeat["published_files"]) == {f"{t}.csv" for t in TABLES} | od_files
+    assert all(repeat["published_files"][f"{t}.csv"] > 0 for t in TABLES)
     assert not (latest.parent.parent / "private").exists()  # microdata removed after the repeat
 
     markdown = (tmp_path / "RESULTS.md").read_text()
@@ -67,6 +69,20 @@ def test_benchmark_smoke(tmp_path):
     assert "| 0.005 | public_domain |" in markdown and "| 0.005 | sbh |" in markdown
 
 
+def test_od_benchmark_smoke(tmp_path):
+    from datetime import date
+
+    from benchmarks.od import markdown as od_markdown
+    from benchmarks.od import run_od
+    from opal_dp.synth.trips import generate_days
+
+    list(generate_days([date(2016, 7, 25), date(2016, 7, 26)], tmp_path / "raw", seed=3, scale=0.005))
+    od = run_od(tmp_path / "raw", queries=50)
+    assert len(od["days"]) == 2 and od["trips"] > 0 and od["build_s"] > 0
+    assert all(d["od_trips"] <= d["trips"] for d in od["days"])
+    assert {r["tree"] for r in od["evaluation"]["rows"]} == {"hybrid", "plain"}
+    text = od_markdown(od, "python -m benchmarks.od --scale 0.005")
+    assert "## OD prefix tree" in text and "| 6 |" in text
 @pytest.mark.slow
 def test_synthetic_benchmark_smoke(tmp_path):
     from benchmarks.synthetic import main as synthetic_main

@@ -25,6 +25,15 @@ Cost: one word and one comparison per empty cell (naive: two table-searched geom
 rejection loop of Laplace proposals and accept words per Gaussian draw), plus ``O(k p)`` conditional draws. What it does not give is the values of the cells below ``t``: an estimator
 that needs them (least squares through row and column sums, whose joint law depends on every cell) must draw
 every cell, with ``law.draw``.
+
+``sparse_threshold_cells`` gives the same law at a cost of ``O(k p)`` instead of ``O(k)``, for domains far larger
+than the number of cells expected to pass (the prefix tree's empty children, ``core.prefix_tree``): the positions
+of the successes of ``k`` iid Bernoulli(``p``) trials are found by skipping, the number of failures before each
+success being iid with ``P(N >= n) = a**n``, ``a = 1 - p``. One uniform ``R`` gives ``N = #{j >= 1 : R < a**j} =
+floor(ln R / ln a)`` (``P(N >= n) = P(R < a**n) = a**n``). That floor is read in floating point where ``ln R/ln a``
+lies more than a relative ``1e-12`` from an integer (``R``'s own interval ``[U, U + 1)/2**64`` included; libm's
+``log`` errs by a few ulp, ~1e-16, so the floor is certain), else decided exactly (``_exact_failures``: interval
+arithmetic on ``a**n`` and further words of ``R``). Given the positions, the values are drawn as above.
 """
 
 from __future__ import annotations
@@ -194,6 +203,7 @@ class GaussianNoise:
         return out
 
 
+@lru_cache(maxsize=256)
 def _laplace_tail_bounds(scale: float, t: int, prec: int) -> tuple[Decimal, Decimal]:
     """``P(Z >= t) = q**t/(1 + q)``, ``q = exp(-1/scale)``; each quotient's denominator rounded the other way."""
     inv = 1 / Fraction(scale)
@@ -211,6 +221,7 @@ def _laplace_tail_bounds(scale: float, t: int, prec: int) -> tuple[Decimal, Deci
     return lo, hi
 
 
+@lru_cache(maxsize=256)
 def _gaussian_tail_bounds(sigma: float, t: int, prec: int) -> tuple[Decimal, Decimal]:
     """``P(Z >= t) = S_t / (1 + 2 S_1)`` with ``S_a = sum_{z >= a} f(z)``, ``f(z) = exp(-z²/(2 sigma²))``, summed
     to ``M`` with the rest bounded by ``f(M + 1)/(1 - r)``, ``r = exp(-(2M + 3)/(2 sigma²)) >= f(z + 1)/f(z)`` for
@@ -261,6 +272,79 @@ def threshold_cells(law: ThresholdNoise, k: int, t: int) -> tuple[np.ndarray, np
     passed = _bernoulli(law.bits, np.zeros(int(k), dtype=np.int64), lambda _, j: law.tail_digit(t, j))
     positions = np.flatnonzero(passed)
     return positions, law.draw_at_least(t, positions.size)
+
+
+def sparse_threshold_cells(law: ThresholdNoise, k: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same law as ``threshold_cells`` by skipping between passing cells: cost ``O(k p)`` (module docstring)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    t, k = _check_threshold(t), int(k)
+    lo, hi = law.tail_bounds(t, 40)
+    p = float((lo + hi) / 2)
+    log_a = math.log1p(-p)
+    found, end = [], -1  # end: position of the last success so far
+    while end < k:
+        batch = max(16, int(1.2 * (k - end) * p) + 16)
+        u = law.bits.words(batch)
+        gaps = _failures(law.bits, u, log_a, lambda prec: law.tail_bounds(t, prec), k - end)
+        pos = end + np.cumsum(gaps + 1)
+        found.append(pos[pos < k])
+        end = int(pos[-1])
+    positions = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    return positions, law.draw_at_least(t, positions.size)
+
+
+def _failures(bits: BitSource, u: np.ndarray, log_a: float, bounds: Bounds, cap: int) -> np.ndarray:
+    """``N = floor(ln R / ln a)`` per word (module docstring), at most ``cap`` (enough to leave the domain)."""
+    scale = 2.0**-64
+    x_lo = np.log((u.astype(np.float64) + 1) * scale) / log_a  # R below its interval's top: ln R / ln a above
+    x_hi = np.log(np.maximum(u.astype(np.float64), 0.5) * scale) / log_a
+    x_lo, x_hi = x_lo * (1 - 1e-12), x_hi * (1 + 1e-12)
+    n = np.floor(x_lo)
+    sure = ((np.floor(x_hi) == n) & (u > 0)) | (n >= cap)
+    n = np.minimum(n, cap).astype(np.int64)
+    for i in np.flatnonzero(~sure):
+        n[i] = _exact_failures(bits, int(u[i]), bounds, cap)
+    return n
+
+
+def _exact_failures(bits: BitSource, word: int, bounds: Bounds, cap: int) -> int:
+    """``#{j >= 1 : R < a**j}`` (at most ``cap``) for ``R = (word + R')/2**64``, ``a = 1 - p``, exactly: ``p``'s
+    enclosure and ``R``'s interval are narrowed (more digits, more words) until the count is certain."""
+    words, prec = [word], 40
+    while True:
+        p_lo, p_hi = bounds(prec)
+        with localcontext() as ctx:
+            ctx.prec = prec + 20
+            slack = Decimal(10) ** (5 - ctx.prec)
+            denom = Decimal(2) ** (_WORD * len(words))
+            value = sum(w * Decimal(2) ** (_WORD * (len(words) - 1 - i)) for i, w in enumerate(words))
+            r_lo, r_hi = value / denom * (1 - slack), (value + 1) / denom * (1 + slack)
+            a_lo, a_hi = (1 - p_hi) * (1 - slack), (1 - p_lo) * (1 + slack)
+
+            def below(n: int) -> bool | None:  # R < a**n ?  None: not yet certain
+                if n == 0:
+                    return True
+                if r_hi < (a_lo**n) * (1 - slack):
+                    return True
+                if r_lo > (a_hi**n) * (1 + slack):
+                    return False
+                return None
+
+            guess = math.floor(math.log(max(float(r_hi), 1e-300)) / math.log(float(a_hi)))
+            n = min(max(guess, 0), cap)
+            while True:
+                here, nxt = below(n), below(n + 1)
+                if here is False:
+                    n -= 1
+                elif here and nxt and n < cap:
+                    n += 1
+                elif here and (nxt is False or n >= cap):
+                    return n
+                else:
+                    break
+        words.append(int(bits.words(1)[0]))
+        prec *= 2
 
 
 def naive_threshold_cells(law: ThresholdNoise, k: int, t: int) -> tuple[np.ndarray, np.ndarray]:

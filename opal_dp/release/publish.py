@@ -4,6 +4,7 @@ Published layout; nothing else is written under the published folder, apart from
 ``.staging-<release id>/`` and ``.latest-<release id>`` of a publish in progress::
 
     <published>/<release id>/{time-loc,time,loc}.csv, privacy.json, PRIVACY.md, index.html
+                             [od.csv, od-sequences.csv]   (when the statement has an ``od`` section)
     <published>/latest -> <release id>          (relative symlink, repointed atomically)
 
 The files are public: folders 0755, files 0644, whatever the umask (the command line runs under 077).
@@ -31,11 +32,13 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from opal_dp.network import MODES
+from opal_dp.network import MODES, load_stops
 from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs
 from opal_dp.prep.binning import window_label
+from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
+from opal_dp.release.od_publish import OD_TABLES, validate_od
 from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, sum_problems
 from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
 from opal_dp.release.statement import STATEMENT_JSON, STATEMENT_MD, open_data_partition, render_markdown
@@ -53,6 +56,11 @@ TIME_ORDER = [AGGREGATED, *WINDOW_LABELS, OTHER]  # categories of the time colum
 RELEASE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
 DATE = re.compile(r"\d{8}")
 COUNT_TEXT = re.compile(r"[1-9]\d*")
+
+
+def files_of(statement: Mapping) -> tuple[str, ...]:
+    """The files of a release: the marginals' and the statement's, plus the OD files if it has an OD section."""
+    return FILES + tuple(f"{t}.csv" for t in OD_TABLES) if "od" in statement else FILES
 
 
 class PublishedFormatError(ValueError):
@@ -137,7 +145,8 @@ def _categorical(column: pd.Series, categories: list[str] | None = None) -> pd.C
 
 
 def publish(
-    published_dir: Path, tables: Mapping[str, pd.DataFrame], statement: dict, release_id: str, stops: pd.DataFrame
+    published_dir: Path, tables: Mapping[str, pd.DataFrame], statement: dict, release_id: str, stops: pd.DataFrame,
+    od: Mapping[str, pd.DataFrame] | None = None,
 ) -> Path:
     """Write, validate and fsync the release in a staging folder, rename it to ``<release_id>``, then
     repoint ``latest``. A crash at any point leaves the previous ``latest`` intact; stale staging
@@ -149,6 +158,8 @@ def publish(
         raise ValueError(f"statement is for release {statement['release']['id']!r}, not {release_id!r}")
     if sorted(tables) != sorted(TABLES):
         raise ValueError(f"tables must be exactly {TABLES}, got {sorted(tables)}")
+    if ("od" in statement) != (od is not None) or (od is not None and sorted(od) != sorted(OD_TABLES)):
+        raise ValueError(f"the OD tables {OD_TABLES} go with the statement's od section, and only with it")
     published_dir = make_dirs(published_dir, PUBLIC_DIR)
     with _exclusive(published_dir):
         target = published_dir / release_id
@@ -159,6 +170,8 @@ def publish(
         make_dirs(staging, PUBLIC_DIR)
         for table in TABLES:
             _write(staging / f"{table}.csv", tables[table].to_csv(index=False, lineterminator="\n"))
+        for table, frame in (od or {}).items():
+            _write(staging / f"{table}.csv", frame.to_csv(index=False, lineterminator="\n"))
         _write(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
         _write(staging / STATEMENT_MD, render_markdown(statement))
         _write(staging / PAGE, render_index(tables, statement, stops))
@@ -212,12 +225,16 @@ def validate_published(folder: Path) -> None:
     """Raise ``PublishedFormatError`` unless ``folder`` holds exactly a well-formed release."""
     folder = Path(folder)
     present = sorted(p.name for p in folder.iterdir())
-    if present != sorted(FILES):
-        raise PublishedFormatError(f"{folder}: expected exactly the files {sorted(FILES)}, found {present}")
     try:
         statement = json.loads((folder / STATEMENT_JSON).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise PublishedFormatError(f"{folder / STATEMENT_JSON}: not valid JSON ({err})") from err
+    except (json.JSONDecodeError, FileNotFoundError) as err:
+        raise PublishedFormatError(f"{folder / STATEMENT_JSON}: missing or not valid JSON ({err})") from err
+    if present != sorted(files_of(statement)):
+        raise PublishedFormatError(f"{folder}: expected exactly the files {sorted(files_of(statement))}, found {present}")
+    if "od" in statement:
+        problems = validate_od(folder, statement["od"], TripAlphabet.from_stops(load_stops()))
+        if problems:
+            raise PublishedFormatError(f"{folder}: " + "; ".join(problems))
     if (folder / STATEMENT_MD).read_text(encoding="utf-8") != render_markdown(statement):
         raise PublishedFormatError(f"{folder / STATEMENT_MD} does not render {STATEMENT_JSON}")
     partitions = {(k["date"], k["mode"]) for k in statement["partitions"]["keys"]}
@@ -244,8 +261,9 @@ def _validate_page(path: Path, statement: dict) -> None:
     if external:
         raise PublishedFormatError(f"{path}: refers to something outside the release: {external[:5]}")
     linked = {url for url in links(page) if not url.startswith("#")}
-    if linked != set(FILES) - {PAGE}:
-        raise PublishedFormatError(f"{path}: must link to exactly the other files {sorted(set(FILES) - {PAGE})}, "
+    others = set(files_of(statement)) - {PAGE}
+    if linked != others:
+        raise PublishedFormatError(f"{path}: must link to exactly the other files {sorted(others)}, "
                                    f"links to {sorted(linked)}")
 
 

@@ -76,7 +76,7 @@ def render_index(tables: Mapping[str, pd.DataFrame], statement: Mapping, stops: 
         _seeded_warning(statement),
         _about(published, days, modes, statement),
         _guarantee(statement),
-        _files(published),
+        _files(published, statement),
         _time_charts(published["time"], days, modes, marginals["tap_on_time"]),
         _top_locations(published["loc"], days, modes, marginals["tap_on_loc"]),
         _map(published["loc"], days, stops),
@@ -188,9 +188,15 @@ def _guarantee(statement: Mapping) -> str:
     )
 
 
-def _files(published: Mapping[str, pd.DataFrame]) -> str:
+def _files(published: Mapping[str, pd.DataFrame], statement: Mapping) -> str:
     rows = "".join(f'<li><a href="{name}.csv">{name}.csv</a>: {note}, {len(published[name]):,} rows.</li>\n'
                    for name, note in TABLE_NOTES.items())
+    if "od" in statement:
+        od = statement["od"]
+        rows += (f'<li><a href="od.csv">od.csv</a>: trips by (date, mode, origin, destination), from a noisy prefix '
+                 f"tree per date, epsilon {od['epsilon_per_tree']} per card-day (pure DP).</li>\n"
+                 '<li><a href="od-sequences.csv">od-sequences.csv</a>: the most frequent card-day trip chains of '
+                 "each date, from the same trees.</li>\n")
     return (
         '<section id="files">\n<h2>Files</h2>\n<p>Columns <code>mode,date,tap,time,loc,count</code>, as in the '
         f"2016 Opal open data.</p>\n<ul>\n{rows}"

@@ -27,6 +27,7 @@ from opal_dp.core import sbh as laplace_tail
 from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
 from opal_dp.network import MODES
 from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.od_publish import od_markdown
 
 SCHEMA_VERSION = 3  # 3: the release design ("design"); a statement without it is an SBH release
 STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
@@ -541,6 +542,8 @@ def render_markdown(statement: Mapping) -> str:
     if s["also_released_under_other_units"]:
         lines += ["## Also released under other units", "",
                   *(f"- {u}: {', '.join(d)}" for u, d in s["also_released_under_other_units"].items()), ""]
+    if "od" in s:
+        lines += od_markdown(s["od"])
     lines += [
         "## What is not protected",
         "",

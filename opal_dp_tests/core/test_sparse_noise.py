@@ -14,7 +14,9 @@ from opal_dp.core import SecureBits
 from opal_dp.core.sparse_noise import (
     GaussianNoise,
     LaplaceNoise,
+    _exact_failures,
     naive_threshold_cells,
+    sparse_threshold_cells,
     tail_probability,
     threshold_cells,
 )
@@ -60,17 +62,19 @@ def _replicates(sampler, law, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return np.bincount(positions // CELLS, minlength=REPS), positions % CELLS, values
 
 
+@pytest.mark.parametrize("sampler", [threshold_cells, sparse_threshold_cells])
 @pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SecureBits()), 2), (GaussianNoise(2.5, SecureBits()), 3)])
-def test_fast_sampler_matches_naive_enumeration(law, t):
-    fast, naive = _replicates(threshold_cells, law, t), _replicates(naive_threshold_cells, law, t)
+def test_fast_sampler_matches_naive_enumeration(sampler, law, t):
+    fast, naive = _replicates(sampler, law, t), _replicates(naive_threshold_cells, law, t)
     for a, b in zip(fast, naive):  # per-replicate count, position, value: each law must be the same
         assert _two_sample_pvalue(a, b) > ALPHA / N_TESTS
 
 
+@pytest.mark.parametrize("sampler", [threshold_cells, sparse_threshold_cells])
 @pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SecureBits()), 2), (GaussianNoise(2.5, SecureBits()), 3)])
-def test_fast_sampler_is_not_blind_to_a_wrong_threshold(law, t):
+def test_fast_sampler_is_not_blind_to_a_wrong_threshold(sampler, law, t):
     """The same comparison must reject a sampler whose threshold is off by one (the test has power)."""
-    fast = _replicates(threshold_cells, law, t)
+    fast = _replicates(sampler, law, t)
     wrong = _replicates(naive_threshold_cells, law, t + 1)
     assert min(_two_sample_pvalue(a, b) for a, b in zip(fast, wrong)) < ALPHA / N_TESTS
 
@@ -85,6 +89,19 @@ def test_tail_digits_are_exact(law, t):
     for j in (1, 2):
         assert law.tail_digit(t, j) == math.floor(p * 2 ** (64 * j)) % 2**64
     assert tail_probability(law, t) == pytest.approx(float(p), rel=1e-12)
+
+
+def test_exact_skip_agrees_with_the_floor_of_the_logarithm():
+    """The exact fallback of the sparse sampler gives ``floor(ln R / ln(1 - p))`` (the float path's value away from
+    integer boundaries), also for the word 0 and when capped."""
+    law = LaplaceNoise(3.0, SecureBits())
+    p = tail_probability(law, 4)
+    bounds = lambda prec: law.tail_bounds(4, prec)  # noqa: E731
+    for u in SecureBits().words(200):
+        expected = math.floor(math.log((int(u) + 0.5) / 2**64) / math.log1p(-p))
+        assert _exact_failures(law.bits, int(u), bounds, 10**9) == expected
+    assert _exact_failures(ScriptedBits([0, 0, 2**63]), 0, bounds, 10**9) > 200  # R = 2**-129
+    assert _exact_failures(law.bits, 0, bounds, 7) == 7
 
 
 def test_bernoulli_compares_words_and_settles_ties_with_further_digits():
@@ -119,9 +136,10 @@ def test_gaussian_conditional_values_follow_the_truncated_law():
 
 
 @pytest.mark.parametrize("k,t", [(-1, 3), (2.5, 3), (True, 3), (4, 0), (4, 1.5)])
-def test_bad_arguments_are_refused(k, t):
+@pytest.mark.parametrize("sampler", [threshold_cells, sparse_threshold_cells])
+def test_bad_arguments_are_refused(sampler, k, t):
     with pytest.raises(ValueError):
-        threshold_cells(LaplaceNoise(1.0), k, t)
+        sampler(LaplaceNoise(1.0), k, t)
 
 
 def test_no_cells_and_a_proposal_out_of_range():

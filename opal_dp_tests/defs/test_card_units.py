@@ -94,21 +94,31 @@ def test_each_unit_publishes_a_complete_checked_release(releases, unit):
     evaluations = results["release"][0].get_asset_check_evaluations()
     assert evaluations and all(e.passed for e in evaluations if e.check_name != "plausible_totals")
     assert statement["privacy_unit"]["unit"] == unit
-    assert {c.unit for c in ledger.charges()} == {unit}
+    od = [c for c in ledger.charges() if c.marginal.startswith("od")]
+    charges = [c for c in ledger.charges() if not c.marginal.startswith("od")]
+    assert {c.unit for c in charges} == {unit}
+    assert {c.unit for c in od} == {"card_period" if unit == "card_period" else "card_day"} and len(od) == 2
+    od_scopes = {s["scope"]: s["epsilon"] for s in statement["od"]["scopes"]}
     scopes = {s["scope"] for s in statement["guarantee"]["scopes"]}
     if unit == "card_day":
-        assert scopes == set(DAYS) and len(ledger.charges()) == 2 * 6  # one charge per date and marginal
+        assert scopes == set(DAYS) and len(charges) == 2 * 6  # one charge per date and marginal
+        # the tree is charged on the marginals' scope: the date's guarantee is the sum of both
+        assert all(s["epsilon"] == pytest.approx(8.0 + 1.0) for s in statement["guarantee"]["scopes"])
+        assert od_scopes == {s["scope"]: s["epsilon"] for s in statement["guarantee"]["scopes"]}
         assert statement["privacy_unit"]["relation"] == "add_remove"
         assert statement["worked_examples"][0]["epsilon"] == pytest.approx(10 * statement["guarantee"]["epsilon"])
     elif unit == "card_period":
-        assert scopes == {f"{DAYS[0]}..{DAYS[-1]}"} and len(ledger.charges()) == 6  # one charge per marginal
+        assert scopes == {f"{DAYS[0]}..{DAYS[-1]}"} and len(charges) == 6  # one charge per marginal
         g = statement["guarantee"]
-        assert g["epsilon"] <= 8.0 * (1 + 1e-9) and g["delta"] <= 1e-6 and g["scopes"][0]["rho"] > 0
+        cap = statement["ledger"]["cap_in_force"]["epsilon"]
+        assert 8.0 < g["epsilon"] <= cap * (1 + 1e-9) and g["delta"] <= 1e-6 and g["scopes"][0]["rho"] > 0
+        assert od_scopes == {f"{DAYS[0]}..{DAYS[-1]}": g["epsilon"]}  # one tree per date, on the period
         assert {m["noise"] for m in statement["marginals"]} == {"discrete_gaussian"}
         assert statement["worked_examples"][0]["epsilon"] == g["epsilon"]  # the commuter: the period's guarantee
         assert statement["privacy_unit"]["contribution_bounds"]["period_days"] == 2
     else:
-        assert len(scopes) == 8 and len(ledger.charges()) == 8 * 6
+        assert len(scopes) == 8 and len(charges) == 8 * 6
+        assert set(od_scopes) == set(DAYS)  # the trees protect card-days: charged apart from the trip scopes
     meta = {}
     for m in results["release"][0].get_asset_materialization_events():
         meta.setdefault(m.asset_key.to_user_string(), m.materialization.metadata)

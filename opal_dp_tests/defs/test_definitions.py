@@ -15,6 +15,7 @@ EXPECTED_GROUPS = {
     "ingest": {"ingested_trips", "rejected_trips"},
     "bin": {"binned_trips", "card_days"},
     "bound": {"bounded_trips", "trips_over_bound"},
+    "od": {"trip_sequences", "od_prefix_tree"},
     "partition": {"trip_partitions", "true_cells"},
     "release": {f"release/{m}" for m in ("tap_on_time", "tap_on_loc", "tap_off_time", "tap_off_loc",
                                           "tap_on_time_loc", "tap_off_time_loc")} | {"privacy_ledger", "release_draws"},
@@ -41,6 +42,10 @@ def test_lineage_runs_ingest_to_publish():
     assert deps["trip_partitions"] == {"bounded_trips"}
     assert deps["release/tap_on_time_loc"] == {"trip_partitions", "trips_over_bound"}
     assert {f"release/{m}" for m in ("tap_on_time", "tap_off_loc")} | {"release_draws"} <= deps["published_release"]
+    assert deps["trip_sequences"] == {"binned_trips"}  # built while the card id exists, kept private
+    assert deps["od_prefix_tree"] == {"trip_sequences"} and "od_prefix_tree" in deps["published_release"]
+    assert specs()["trip_sequences"].tags["data_class"] == "microdata"
+    assert specs()["od_prefix_tree"].tags["data_class"] == "dp"
 
 
 def test_every_dataframe_asset_shows_its_column_schema():
@@ -60,7 +65,7 @@ def test_release_assets_have_blocking_checks():
 
 def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "synthetic"):
+    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "evaluate_od", "synthetic"):
         assert d.resolve_job_def(job)
     for sensor in ("raw_file_sensor", "opal_dp_automation"):
         assert d.resolve_sensor_def(sensor)
@@ -74,7 +79,7 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
             continue
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
-        opt_in = key in {"unit_comparison", "design_comparison"} or spec.group_name == "synthetic"
+        opt_in = key in {"unit_comparison", "design_comparison", "od_evaluation"} or spec.group_name == "synthetic"
         assert spec.automation_condition is not None or opt_in, key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
     assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "design_comparison",

@@ -16,7 +16,10 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.partitions import date_mode
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.publish import FILES, RELEASE_ID, to_open_data
+from opal_dp.network import load_stops
+from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.release.od_publish import od_tables
+from opal_dp.release.publish import RELEASE_ID, files_of, to_open_data
 from opal_dp_tests.defs.conftest import DAYS
 
 
@@ -63,19 +66,22 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
 
 
 def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
+    """Six marginals per (date, mode) under the trip unit, and one OD tree per date on its card_day scope."""
     ledger = PrivacyBudget().ledger(default_storage())
     charges = ledger.charges()
-    pairs = [(c.scope, c.marginal) for c in charges]
-    assert len(pairs) == len(set(pairs)) == 8 * 6 and {c.unit for c in charges} == {"trip"}
-    assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 48
+    pairs = [(c.scope, c.marginal) for c in charges if c.unit == "trip"]
+    assert len(pairs) == len(set(pairs)) == 8 * 6
+    od = sorted((c.unit, c.scope, c.marginal, c.epsilon) for c in charges if c.unit != "trip")
+    assert od == [("card_day", "2016-07-25", "od", 1.0), ("card_day", "2016-07-30", "od", 1.0)]
+    assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 48 + 2
     summary = pd.read_parquet(default_storage().private_dir / "privacy_ledger.parquet")
-    assert summary["epsilon"].tolist() == [8.0] * 8
+    assert sorted(summary["epsilon"].tolist()) == [1.0] * 2 + [8.0] * 8
 
 
 def test_published_release_is_complete_and_says_it_is_not_seeded(released):
     latest = default_storage().published_dir / "latest"
-    assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "index.html", "loc.csv", "privacy.json",
-                                                       "time-loc.csv", "time.csv"]
+    assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "index.html", "loc.csv", "od-sequences.csv",
+                                                       "od.csv", "privacy.json", "time-loc.csv", "time.csv"]
     statement = json.loads((latest / "privacy.json").read_text())
     assert statement["noise_seeded"] is False
     table = pd.read_csv(latest / "time-loc.csv", dtype=str)
@@ -97,7 +103,8 @@ def test_nothing_non_dp_is_reachable_from_published(released):
             elif path.is_dir():
                 assert here == root and RELEASE_ID.fullmatch(name), f"unexpected folder {path}"
             else:
-                assert here.parent == root and name in FILES, f"unexpected file {path}"
+                statement = json.loads((here / "privacy.json").read_text(encoding="utf-8"))
+                assert here.parent == root and name in files_of(statement), f"unexpected file {path}"
                 assert str(storage.private_dir) not in path.read_text(encoding="utf-8"), f"{path} names private/"
     latest = root / "latest"
     keys = [f"{d[:4]}-{d[4:6]}-{d[6:]}|{k['mode']}" for k in json.loads((latest / "privacy.json").read_text())
@@ -105,6 +112,10 @@ def test_nothing_non_dp_is_reachable_from_published(released):
     assets = {m.name: {key: pd.read_parquet(storage.private_dir.joinpath("release", m.name, *key.split("|"))
                                             .with_suffix(".parquet")) for key in keys} for m in MARGINALS}
     for table, frame in to_open_data(assets).items():
+        assert (latest / f"{table}.csv").read_text(encoding="utf-8") == frame.to_csv(index=False)
+    trees = {d.isoformat(): pd.read_parquet(storage.private_dir / "od_prefix_tree" / f"{d.isoformat()}.parquet")
+             for d in DAYS}
+    for table, frame in od_tables(trees, TripAlphabet.from_stops(load_stops()), PrivacyBudget().od_top_sequences).items():
         assert (latest / f"{table}.csv").read_text(encoding="utf-8") == frame.to_csv(index=False)
 
 

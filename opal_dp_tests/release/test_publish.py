@@ -20,7 +20,7 @@ import pytest
 from opal_dp.defs.marginals.publish import published_release
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import private_parquet
-from opal_dp.defs.shared.partitions import date_mode
+from opal_dp.defs.shared.partitions import date_mode, service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES, load_stops
@@ -307,7 +307,7 @@ def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_p
     sources = [
         dg.AssetSpec(key, partitions_def=date_mode).with_io_manager_key("private_parquet")
         for key in (["true_cells"], ["release_draws"], *(["release", m.name] for m in MARGINALS))
-    ]
+    ] + [dg.AssetSpec("od_prefix_tree", partitions_def=service_dates).with_io_manager_key("private_parquet")]
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("service_date", ["2016-07-25"])
     result = dg.materialize(

@@ -17,10 +17,12 @@ from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.binning import location_labels
+from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
+from opal_dp.release.od_publish import od_gate, od_statement, od_tables
 from opal_dp.release.public_domain import Domain, domain
-from opal_dp.release.publish import FILES, TABLES, publish, to_open_data
+from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
 from opal_dp.release.statement import (
     LedgerEvidence,
     StatementError,
@@ -103,14 +105,33 @@ def _gate(
     return evidence, loaded
 
 
+def _od(trees: PartitionFrames, days: list[str], privacy_budget: PrivacyBudget, ledger: PrivacyLedger,
+        reference: ReferenceNetwork, storage: OpalStorage, statement: dict) -> dict[str, pd.DataFrame] | None:
+    """The OD tables of the published dates whose tree is complete (their draw ids in it), gated like the marginals;
+    adds the statement's ``od`` section. None when the OD release is off or no tree is ready."""
+    if not privacy_budget.od_release:
+        return None
+    ready = {d: trees[d] for d in days if d in trees}
+    ready = {d: t for d, t in ready.items() if len(t)}  # empty: built while the OD release was off
+    if not ready:
+        return None
+    alphabet = TripAlphabet.from_stops(reference.stops())
+    problems = od_gate(ready, ledger, storage.private_dir, alphabet)
+    if problems:
+        raise dg.Failure(description="publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
+    statement["od"] = od_statement(ready, ledger)
+    return od_tables(ready, alphabet, privacy_budget.od_top_sequences)
+
+
 @dg.asset(
     group_name="publish",
     deps=["privacy_audit"],
-    ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(),
+    ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(), "od_prefix_tree": dg.AssetIn(),
          **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
     description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md built from the ledger and a "
                 "self-contained index.html for the public, published atomically; the partitions whose releases are "
-                "complete, the others listed as pending.",
+                "complete, the others listed as pending. With the OD release on, od.csv and od-sequences.csv of the "
+                "published dates whose DP tree is complete, checked by the same gate, in the same folder.",
     automation_condition=ROLLUP,
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)),
     pool=LEDGER_POOL,
@@ -120,6 +141,7 @@ def published_release(
     context: dg.AssetExecutionContext,
     true_cells: PartitionFrames,
     release_draws: PartitionFrames,
+    od_prefix_tree: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     storage: OpalStorage,
@@ -142,14 +164,17 @@ def published_release(
                                       now.isoformat(timespec="seconds"), tables)
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
+    od = _od(od_prefix_tree, sorted({k.split("|")[0] for k, _ in draw_ids}), privacy_budget, ledger, reference,
+             storage, statement)
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops())
+    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od)
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder)),
             "release_id": release_id,
-            "files": dg.MetadataValue.json(list(FILES)),
+            "files": dg.MetadataValue.json(list(files_of(statement))),
+            "rows_od": len(od["od"]) if od else 0,
             **{f"rows_{table}": len(tables[table]) for table in TABLES},
             "release_design": statement["design"]["name"],
             "privacy_unit": statement["privacy_unit"]["unit"],

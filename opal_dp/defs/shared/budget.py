@@ -10,10 +10,12 @@ import dagster as dg
 import pandas as pd
 from pydantic import model_validator
 
-from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relation
+from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
+from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.od_engine import OdPlan
 from opal_dp.release.plan import DESIGNS, MECHANISMS, ReleasePlan, build_plan, parse_period
 
 DEFAULT_DELTA = 1 / 8_000_000
@@ -37,6 +39,11 @@ class PrivacyBudget(dg.ConfigurableResource):
     created (default: one full release, the sums of epsilon_j and delta_j); afterwards a different value is
     refused, and ``python -m opal_dp.cli ledger raise-cap`` is the only way to change it.
     ``fresh_draw`` asks for new noise over an input that was already released: it is charged.
+
+    OD release (``release.od_engine``): ``od_release`` (default on), one noisy prefix tree per date at
+    ``od_epsilon`` (pure DP per card-day), height ``od_height``, the ``od_top_sequences`` most frequent sanitized
+    sequences published. Its cost is part of every unit's default cap (``od_cost``), so that the tree composes
+    with the marginals on the same ledger scopes.
     """
 
     privacy_unit: str = PrivacyUnit.TRIP.value
@@ -52,6 +59,10 @@ class PrivacyBudget(dg.ConfigurableResource):
     cap_epsilon: float | None = None
     cap_delta: float | None = None
     fresh_draw: bool = False
+    od_release: bool = True
+    od_epsilon: float = 1.0
+    od_height: int = 4
+    od_top_sequences: int = 100
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
     synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic_queries``), charged to card_period
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
@@ -84,6 +95,10 @@ class PrivacyBudget(dg.ConfigurableResource):
         for label, cap in (("cap_epsilon", self.cap_epsilon), ("cap_delta", self.cap_delta)):
             if cap is not None and not cap > 0:
                 raise ValueError(f"{label} must be > 0, got {cap}")
+        if not (math.isfinite(self.od_epsilon) and self.od_epsilon > 0):
+            raise ValueError(f"od_epsilon must be finite and > 0, got {self.od_epsilon}")
+        if self.od_height < 1 or self.od_top_sequences < 0:
+            raise ValueError("od_height must be >= 1 and od_top_sequences >= 0")
         return self
 
     @property
@@ -99,6 +114,34 @@ class PrivacyBudget(dg.ConfigurableResource):
         """What one full release costs a scope: (sum epsilon_j, sum delta_j)."""
         return math.fsum(self.epsilon.values()), math.fsum(self.delta.values())
 
+    def od_cost(self, unit: PrivacyUnit) -> float:
+        """What the OD trees add to one scope of ``unit`` (``release.od_engine``): nothing to a trip scope,
+        ``od_epsilon`` to a date, ``od_epsilon`` per date to a period."""
+        if not self.od_release or unit is PrivacyUnit.TRIP:
+            return 0.0
+        days = len(parse_period(self.period)) if unit is PrivacyUnit.CARD_PERIOD and self.period else 1
+        return self.od_epsilon * days
+
+    def _default_cap(self) -> tuple[float, float]:
+        """One full release of a scope of the configured unit, OD trees included. A card_period's zCDP composition
+        converts the trees' pure epsilon to rho = epsilon**2/2 and composes them with the marginals: that total,
+        not the plain sum, is what the ledger will compute."""
+        eps, delta = self.nominal
+        extra = self.od_cost(self.unit)
+        if not extra or self.unit is not PrivacyUnit.CARD_PERIOD:
+            return eps + extra, delta
+        plan = self.plan()
+        costs = [m.cost() for m in plan.mechanisms.values()]
+        costs += [PrivacyCost.approx_dp(self.od_epsilon, 0.0)] * len(plan.period)
+        return max(eps + extra, compose(costs, delta_target=delta).epsilon), delta
+
+    def od_plan(self, symbols_per_group: pd.DataFrame) -> OdPlan:
+        """The OD trees' plan; ``symbols_per_group``: the public taxonomy (``TripAlphabet.groups``)."""
+        taxonomy = Taxonomy(symbols_per_group["first"].to_numpy(), symbols_per_group["size"].to_numpy())
+        period = parse_period(self.period) if self.unit is PrivacyUnit.CARD_PERIOD and self.period else ()
+        return OdPlan(self.unit, TreeBudget(self.od_epsilon, self.od_height), taxonomy,
+                      f"{period[0]}..{period[-1]}" if period else "")
+
     def plan(self, stops: pd.DataFrame | None = None, design: str | None = None) -> ReleasePlan:
         """The release plan; production noise from the OS CSPRNG (there is no seed to set). ``stops``: the
         public stop list of the reference resource (the public-domain design's domains); ``design``: another
@@ -111,9 +154,10 @@ class PrivacyBudget(dg.ConfigurableResource):
 
     def ledger(self, storage: OpalStorage) -> PrivacyLedger:
         """The ledger under the private folder; refuses a configured cap that differs from the ledger's."""
-        nominal = self.nominal
-        wanted = (self.cap_epsilon or nominal[0], self.cap_delta or nominal[1])
-        caps = {u.value: nominal for u in PrivacyUnit} | {self.unit.value: wanted}
+        eps, delta = self.nominal
+        caps = {u.value: (eps + self.od_cost(u), delta) for u in PrivacyUnit}
+        wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or delta)
+        caps[self.unit.value] = wanted
         ledger = PrivacyLedger(storage.private_dir / LEDGER_FILE, caps,
                                published=published_ledger_draws(storage.published_dir),
                                acknowledge_reset=self.acknowledge_ledger_reset)
@@ -147,4 +191,5 @@ def published_ledger_draws(root: Path) -> dict[str, set[int]]:
             found.setdefault("schema-1 release", set())
             continue
         found.setdefault(ledger["id"], set()).update(ledger["draws"])
+        found[ledger["id"]].update(json.loads(statement.read_text(encoding="utf-8")).get("od", {}).get("draws", []))
     return found

@@ -13,8 +13,9 @@ from opal_dp.network import MODES
 
 private_stages_job = dg.define_asset_job(
     "private_stages",
-    selection=dg.AssetSelection.groups("ingest", "bin", "bound") - dg.AssetSelection.assets("raw_trip_files"),
-    description="Ingest, bin, bound and anonymise the trips of the selected service days.",
+    selection=dg.AssetSelection.groups("ingest", "bin", "bound", "od") - dg.AssetSelection.assets("raw_trip_files"),
+    description="Ingest, bin, bound and anonymise the trips of the selected service days; build their card-day "
+                "sequences and the DP OD prefix tree of each day (charged to the ledger).",
 )
 
 release_job = dg.define_asset_job(
@@ -26,7 +27,7 @@ release_job = dg.define_asset_job(
 rollup_job = dg.define_asset_job(
     "rollup",
     selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
-    - dg.AssetSelection.assets("unit_comparison", "design_comparison"),
+    - dg.AssetSelection.assets("unit_comparison", "design_comparison", "od_evaluation"),
     description="Summarise the privacy ledger, audit, report internally and publish the complete partitions.",
 )
 
@@ -48,6 +49,14 @@ synthetic_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups("synthetic"),
     description="Opt-in: card-level DP queries of the binned days, synthetic card-day trips generated from them "
                 "(post-processing), the card-id check, and their publication with a privacy statement.",
+)
+
+
+evaluate_od_job = dg.define_asset_job(
+    "evaluate_od",
+    selection=dg.AssetSelection.assets("od_evaluation"),
+    description="Internal report: the hybrid and the plain OD prefix trees against the truth, as in the seed's §5 "
+                "(not DP, never published, nothing charged).",
 )
 
 

@@ -1,0 +1,94 @@
+"""OD release, private and DP stages: card-day sequences (private) and the noisy prefix tree of each date (DP,
+charged to the ledger, made consistent). Thin wrappers over ``prep.sequences``, ``release.od_engine`` and
+``release.od``; publishing is in ``defs.marginals.publish`` (one atomic publication)."""
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from opal_dp.core import LedgerError
+from opal_dp.defs.shared.automation import STAGE
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.io import PartitionFrames
+from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, labels
+from opal_dp.defs.shared.partitions import service_dates
+from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.prep.sequences import TripAlphabet, card_day_sequences, from_frame, to_frame
+from opal_dp.release.od import consistent_tree, inconsistent_parents
+from opal_dp.release.od_engine import release_od_day
+
+PRIVATE = "private_parquet"
+OD_TREE_COLUMNS = ("level", "parent", "symbol", "count", "terminal", "draw_id")
+TREE_CHECKS = {
+    "od_parents_equal_children": "After inference every node's count equals the sum of its children's counts plus "
+                                 "the sequences that end there, exactly, and no count is negative.",
+    "od_in_public_domain": "Every node's symbol is a (mode, origin, destination) of the public alphabet built from "
+                           "the reference stop list.",
+}
+
+
+@dg.asset(
+    group_name="od",
+    io_manager_key=PRIVATE,
+    partitions_def=service_dates,
+    backfill_policy=SINGLE_RUN,
+    automation_condition=STAGE,
+    **labels("microdata", "parquet"),
+)
+def trip_sequences(context: dg.AssetExecutionContext, binned_trips: PartitionFrames, privacy_budget: PrivacyBudget,
+                   reference: ReferenceNetwork) -> dg.Output[dict[str, pd.DataFrame]]:
+    """Each card-day's trips as symbol ids in tap-on order, truncated to ``od_height`` (private microdata; built
+    from the stage that still has card ids, which is used for grouping only and not kept)."""
+    alphabet = TripAlphabet.from_stops(reference.stops())
+    out = {}
+    for day in context.partition_keys:
+        seqs = card_day_sequences(binned_trips[day], alphabet, privacy_budget.od_height)
+        out[day] = to_frame(seqs)
+        context.add_asset_metadata({"dagster/row_count": len(seqs)}, partition_key=day)
+    return dg.Output(out)
+
+
+@dg.asset(
+    group_name="od",
+    io_manager_key=PRIVATE,
+    partitions_def=service_dates,
+    backfill_policy=SINGLE_RUN,
+    automation_condition=STAGE,
+    pool=LEDGER_POOL,
+    check_specs=[dg.AssetCheckSpec(name, asset="od_prefix_tree", blocking=True, description=text)
+                 for name, text in TREE_CHECKS.items()],
+    **labels("dp", "parquet"),
+)
+def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget,
+                   reference: ReferenceNetwork, storage: OpalStorage):
+    """The noisy hybrid-granularity prefix tree of each date's card-day sequences, charged to the ledger before
+    any noise is drawn, then made consistent (``level, parent, symbol, count, terminal``, plus the ledger
+    ``draw_id``). Empty when ``od_release`` is off (nothing charged)."""
+    alphabet = TripAlphabet.from_stops(reference.stops())
+    plan = privacy_budget.od_plan(alphabet.groups)
+    out, bad = {}, {name: 0 for name in TREE_CHECKS}
+    try:
+        ledger = privacy_budget.ledger(storage) if privacy_budget.od_release else None
+        for day in context.partition_keys:
+            if ledger is None:
+                out[day] = pd.DataFrame({c: np.zeros(0, np.int64) for c in OD_TREE_COLUMNS})
+                continue
+            drawn = release_od_day(from_frame(trip_sequences[day]), day, plan, ledger, storage.private_dir,
+                                   context.run.run_id, privacy_budget.key(storage, "fingerprint"),
+                                   privacy_budget.fresh_draw)
+            tree = consistent_tree(drawn.tree).assign(draw_id=drawn.draw.id)
+            bad["od_parents_equal_children"] += inconsistent_parents(tree)
+            symbol = tree["symbol"][tree["level"] > 0]
+            bad["od_in_public_domain"] += int(((symbol < 0) | (symbol >= alphabet.size)).sum())
+            out[day] = tree
+            context.add_asset_metadata({
+                "dagster/row_count": len(tree), "draw_id": drawn.draw.id, "ledger_decision": drawn.decision,
+                "epsilon": plan.budget.epsilon, "delta": 0.0, "privacy_unit": "card_day",
+                "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}",
+            }, partition_key=day)
+    except LedgerError as err:
+        raise dg.Failure(description=str(err)) from err
+    yield dg.Output(out, metadata={"parameters": dg.MetadataValue.json(plan.budget.describe(plan.taxonomy))})
+    for name, count in bad.items():
+        yield dg.AssetCheckResult(check_name=name, passed=count == 0, metadata={"failures": count})

@@ -1,0 +1,118 @@
+"""GeneratePrivateRelease and the OD files: exact consistency, isotonic paths, public domain, ledger charges that
+compose with the marginals on one scope."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opal_dp.core import BudgetExceeded, PrivacyCost, PrivacyLedger, SecureBits, SeededBits
+from opal_dp.core.ledger import Request
+from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
+from opal_dp.core.units import PrivacyUnit
+from opal_dp.network import load_stops
+from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.release.od import _isotonic, consistent_tree, inconsistent_parents, od_counts, sequences_of, top_sequences
+from opal_dp.release.od_engine import OdPlan, release_od_day
+from opal_dp.release.od_publish import od_tables, validate_od
+
+TAXONOMY = Taxonomy(np.array([0, 3, 6]), np.array([3, 3, 4]))
+
+
+@pytest.fixture(scope="module")
+def alphabet() -> TripAlphabet:
+    return TripAlphabet.from_stops(load_stops())
+
+
+def _pava(y: np.ndarray) -> np.ndarray:
+    """Reference least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks = []
+    for v in y:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, n2 = blocks.pop()
+            v1, n1 = blocks.pop()
+            blocks.append([(v1 * n1 + v2 * n2) / (n1 + n2), n1 + n2])
+    return np.concatenate([[v] * n for v, n in blocks])
+
+
+def test_isotonic_paths_are_the_least_squares_fit():
+    rng = np.random.default_rng(0)
+    values = rng.integers(-20, 40, size=(300, 5)).astype(float)
+    fitted = _isotonic(values)
+    for row, fit in zip(values, fitted):
+        assert np.allclose(fit, _pava(row))
+
+
+@pytest.mark.parametrize("epsilon", [0.3, 1.0, 5.0])
+def test_every_parent_equals_its_children_plus_terminals(epsilon):
+    rng = np.random.default_rng(int(epsilon * 10))
+    lengths = rng.integers(1, 5, size=4000)
+    seqs = rng.integers(0, 10, size=(4000, 4))
+    seqs[np.arange(4) >= lengths[:, None]] = -1
+    seqs[:2000, 0] = 0  # a heavy branch
+    tree = consistent_tree(build_noisy_prefix_tree(seqs, TAXONOMY, TreeBudget(epsilon, 4), SecureBits()))
+    assert inconsistent_parents(tree) == 0
+    assert len(tree) > 1 and tree.loc[0, "level"] == 0 and (tree["count"].iloc[1:] > 0).all()
+    parent = tree["parent"].to_numpy()
+    assert (tree["count"].to_numpy()[1:] <= tree["count"].to_numpy()[parent[1:]]).all()
+    seq, counts = sequences_of(tree)
+    assert counts.sum() == tree.loc[0, "count"]  # the sanitized dataset has the root's number of sequences
+
+
+def test_inconsistency_is_counted():
+    tree = pd.DataFrame({"level": [0, 1, 1], "parent": [-1, 0, 0], "symbol": [-1, 1, 2], "count": [10, 6, 3],
+                         "terminal": [0, 6, 3]})
+    assert inconsistent_parents(tree) == 1  # 10 != 6 + 3
+
+
+def test_od_files_stay_in_the_public_domain(alphabet, tmp_path):
+    syms = alphabet.encode(["train", "bus", "train"], ["Central", "2000", "Town Hall"], ["Town Hall", "-1", "Central"])
+    seqs = np.array([[syms[0], syms[2], -1]] * 400 + [[syms[1], -1, -1]] * 300)
+    taxonomy = Taxonomy(alphabet.groups["first"].to_numpy(), alphabet.groups["size"].to_numpy())
+    tree = consistent_tree(build_noisy_prefix_tree(seqs, taxonomy, TreeBudget(20.0, 3), SeededBits(2)))
+    od = od_counts(tree, alphabet.symbols, "20160725")
+    assert set(zip(od["mode"], od["origin"], od["destination"])) >= {("train", "Central", "Town Hall"),
+                                                                     ("bus", "2000", "-1")}
+    top = top_sequences(tree, alphabet.symbols, "20160725", 2)
+    assert top["sequence"].iloc[0] == "train:Central>Town Hall | train:Town Hall>Central"
+    tables = od_tables({"2016-07-25": tree.assign(draw_id=1)}, alphabet, 5)
+    for name, frame in tables.items():
+        frame.to_csv(tmp_path / f"{name}.csv", index=False)
+    statement = {"dates": ["20160725"]}
+    assert validate_od(tmp_path, statement, alphabet) == []
+    bad = tables["od"].copy()
+    bad.loc[0, "origin"] = "Nowhere"
+    bad.to_csv(tmp_path / "od.csv", index=False)
+    assert any("public domain" in p for p in validate_od(tmp_path, statement, alphabet))
+    assert any("date" in p for p in validate_od(tmp_path, {"dates": ["20160726"]}, alphabet))
+
+
+def _plan(unit=PrivacyUnit.CARD_DAY) -> OdPlan:
+    return OdPlan(unit, TreeBudget(1.0, 3), TAXONOMY)
+
+
+def test_od_is_charged_on_the_marginals_scope_and_the_ledger_enforces_the_cap(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (1.5, 1e-6)})
+    marginal = Request("card_day", "2016-07-25", "2016-07-25|bus", "2016-07-25", "tap_on_time", "add_remove",
+                       PrivacyCost.approx_dp(1.0, 1e-7), "{}", "{}", "x")
+    ledger.begin_many([marginal], run_id="r0")
+    seqs = np.array([[0, 1, -1]] * 50)
+    with pytest.raises(BudgetExceeded):  # 1.0 (marginal) + 1.0 (tree) > 1.5 on the date
+        release_od_day(seqs, "2016-07-25", _plan(), ledger, tmp_path, "r1", b"k" * 32)
+    first = release_od_day(seqs, "2016-07-26", _plan(), ledger, tmp_path, "r1", b"k" * 32)
+    assert first.decision == "charge" and first.charge.scope == "2016-07-26" and first.charge.marginal == "od"
+    again = release_od_day(seqs[::-1].copy(), "2016-07-26", _plan(), ledger, tmp_path, "r2", b"k" * 32)
+    assert again.decision == "reuse" and again.tree.equals(first.tree)  # same multiset: no new noise, no charge
+    with pytest.raises(BudgetExceeded):
+        release_od_day(seqs, "2016-07-26", _plan(), ledger, tmp_path, "r3", b"k" * 32, fresh=True)
+    assert ledger.spend("card_day", "2016-07-26").epsilon == pytest.approx(1.0)
+
+
+def test_card_period_charges_each_date_to_the_period(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_period": (10.0, 1e-6)})
+    plan = OdPlan(PrivacyUnit.CARD_PERIOD, TreeBudget(1.0, 3), TAXONOMY, "2016-07-25..2016-07-26")
+    for day in ("2016-07-25", "2016-07-26"):
+        release_od_day(np.array([[0, 1, -1]] * 50), day, plan, ledger, tmp_path, "r", b"k" * 32)
+    assert ledger.spend("card_period", "2016-07-25..2016-07-26").epsilon == pytest.approx(2.0)
