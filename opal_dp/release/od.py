@@ -27,10 +27,6 @@ import pandas as pd
 
 from opal_dp.core.prefix_tree import NoisyTree
 
-OD_COLUMNS = ["date", "mode", "origin", "destination", "count"]
-SEQUENCE_COLUMNS = ["date", "rank", "trips", "sequence", "count"]
-
-
 def _ancestors(parent: np.ndarray, rows: np.ndarray, depth: int) -> np.ndarray:
     """``(len(rows), depth)``: each row's path upwards, itself first."""
     out = np.empty((len(rows), depth), dtype=np.int64)

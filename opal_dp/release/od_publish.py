@@ -68,7 +68,7 @@ def od_statement(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> di
     charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws}}
     scopes = {(c.unit, c.scope) for c in charges.values()}
     spend = [s for s in ledger.summary() if (s.unit, s.scope) in scopes]
-    params = {json.dumps({k: v for k, v in json.loads(c.mechanism).items()}, sort_keys=True) for c in charges.values()}
+    params = {c.mechanism for c in charges.values()}
     if len(params) != 1:
         raise ValueError("the published OD trees were drawn with different parameters")
     mechanism = json.loads(params.pop())

@@ -14,7 +14,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from opal_dp.release.publish import FILES, LATEST
+from opal_dp.release.publish import LATEST, files_of
 from opal_dp.release.site import PAGE
 from opal_dp.settings import DATA_DIR_ENV
 from opal_dp.synth.trips import generate_days
@@ -83,7 +83,7 @@ def test_public_page_is_self_contained_and_shows_the_release(release: Path) -> N
 
             hrefs = page.locator("a[href]").evaluate_all("links => links.map(a => a.href)")
             targets = {Path(unquote(urlparse(href).path)) for href in hrefs}
-            assert {t.name for t in targets} == set(FILES) - {PAGE}
+            assert {t.name for t in targets} == set(files_of(statement)) - {PAGE}
             assert all(t.parent == release and t.is_file() for t in targets), targets
             screenshot(page, "public-page", full_page=True)
         finally:
