@@ -8,6 +8,8 @@ LOCK := requirements/lock.txt
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
 CHROMIUM := /usr/bin/chromium
+# Debian's PostgreSQL server: the ledger tests run against a real one (opal_dp_tests/services.py).
+POSTGRES := /usr/share/doc/postgresql/copyright
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: release test ui ui-readonly bench clean lock
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml $(LOCK)
 lock:
 	$(PYTHON) -m venv $(VENV)-lock
 	$(VENV)-lock/bin/pip install --quiet pip-tools==7.6.2
-	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --all-build-deps \
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --extra postgres --all-build-deps \
 	  --generate-hashes --allow-unsafe --no-strip-extras --no-emit-index-url --no-emit-find-links \
 	  $(LOCK_ARGS) -o $(LOCK) pyproject.toml
 
@@ -40,8 +42,12 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq chromium
 
+$(POSTGRES):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+
 # One worker per core; a test file's tests share a worker (module fixtures run once).
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(POSTGRES)
 	$(PY) -m pytest -n auto --dist loadfile
 
 # The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it).

@@ -61,7 +61,7 @@ def run_release(
     from opal_dp.definitions import defs as load_defs
 
     defs = load_defs()
-    storage = OpalStorage(data_dir=str(data_dir or settings.data_dir_from_env()))
+    storage = OpalStorage(data_dir=str(data_dir or settings.data_dir_from_env()), ledger_url=settings.ledger_url_from_env())
     days = sorted(dates or raw_files(storage.raw_dir))
     if not days:
         raise SystemExit(f"no raw files in {storage.raw_dir}")
@@ -69,7 +69,7 @@ def run_release(
         service_dates.name, [d for d in days if not instance.has_dynamic_partition(service_dates.name, d)]
     )
     all_days = service_dates.get_partition_keys(dynamic_partitions_store=instance)
-    run_config: dict = {"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+    run_config: dict = {"resources": {"storage": {"config": {"data_dir": storage.data_dir, "ledger_url": storage.ledger_url}},
                                       **({BUDGET: {"config": dict(budget)}} if budget else {})}}
     if log_file is not None:
         run_config["loggers"] = {"event_log_file": {"config": {"path": str(log_file)}},
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _storage(args: argparse.Namespace) -> OpalStorage:
-    return OpalStorage(data_dir=str((args.data_dir or settings.data_dir_from_env()).absolute()))
+    return OpalStorage(data_dir=str((args.data_dir or settings.data_dir_from_env()).absolute()),
+                       ledger_url=settings.ledger_url_from_env())
 
 
 def _release(args: argparse.Namespace) -> None:
@@ -234,7 +235,7 @@ def _ledger(args: argparse.Namespace) -> None:
         cap = ledger.raise_cap(args.unit, args.epsilon, args.delta, args.reason)
         print(f"cap for {cap.unit} raised to (epsilon={cap.epsilon:g}, delta={cap.delta:g}) at {cap.set_at}: {cap.reason}")
         return
-    print(f"ledger {ledger.ledger_id} at {ledger.path}")
+    print(f"ledger {ledger.ledger_id} at {ledger.location}")
     for unit in PrivacyUnit:
         for cap in ledger.cap_history(unit):
             print(f"  cap {unit.value}: {cap.action} {cap.set_at} epsilon={cap.epsilon:g} delta={cap.delta:g} ({cap.reason})")

@@ -18,7 +18,6 @@ from opal_dp.release.plan import DESIGNS, MECHANISMS, ReleasePlan, build_plan, p
 
 DEFAULT_DELTA = 1 / 8_000_000
 SECRET_FILE = "secret.key"
-LEDGER_FILE = "ledger.sqlite"
 
 
 class PrivacyBudget(dg.ConfigurableResource):
@@ -102,11 +101,11 @@ class PrivacyBudget(dg.ConfigurableResource):
         )
 
     def ledger(self, storage: OpalStorage) -> PrivacyLedger:
-        """The ledger under the private folder; refuses a configured cap that differs from the ledger's."""
+        """The storage's ledger (``OpalStorage.ledger_location``); refuses a configured cap that differs from the ledger's."""
         nominal = self.nominal
         wanted = (self.cap_epsilon or nominal[0], self.cap_delta or nominal[1])
         caps = {u.value: nominal for u in PrivacyUnit} | {self.unit.value: wanted}
-        ledger = PrivacyLedger(storage.private_dir / LEDGER_FILE, caps,
+        ledger = PrivacyLedger(storage.ledger_location, caps,
                                published=published_ledger_draws(storage.published_dir),
                                acknowledge_reset=self.acknowledge_ledger_reset)
         cap = ledger.cap(self.unit)
