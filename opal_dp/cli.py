@@ -29,6 +29,7 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.ingest import raw_files
 from opal_dp.release.plan import DESIGNS, MECHANISMS
+from opal_dp.release.publish import LATEST, latest_release
 
 BUDGET = "privacy_budget"
 DAGSTER_YAML = """\
@@ -136,12 +137,12 @@ def ensure_dagster_home(path: Path) -> Path:
 
 def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: OpalStorage) -> list[str]:
     """The lines a person needs after a release: what was released, under what guarantee, and where."""
-    latest = storage.published_dir / "latest"
-    statement = json.loads((latest / "privacy.json").read_text(encoding="utf-8"))
+    folder = latest_release(storage.published_dir)
+    statement = json.loads((folder / "privacy.json").read_text(encoding="utf-8"))
     trips = sum(int(e.materialization.metadata["rows_accepted"].value)
                 for r in results["private_stages"] for e in r.get_asset_materialization_events()
                 if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata)
-    cells = sum(1 for _ in open(latest / "time-loc.csv", encoding="utf-8")) - 1
+    cells = sum(1 for _ in open(folder / "time-loc.csv", encoding="utf-8")) - 1
     g, unit = statement["guarantee"], statement["privacy_unit"]
     partitions = statement["partitions"]["keys"]
     days = len({k["date"] for k in partitions})
@@ -149,7 +150,7 @@ def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: OpalSt
         f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
         f"{cells:,} cells in time-loc.csv",
         f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}",
-        f"release: {latest} -> {latest.resolve().name} (index.html for the public; PRIVACY.md explains the guarantee)",
+        f"release: {storage.published_dir / LATEST} -> {folder.name} (index.html for the public; PRIVACY.md explains the guarantee)",
     ]
 
 

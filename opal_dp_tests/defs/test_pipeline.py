@@ -16,7 +16,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.partitions import date_mode
 from opal_dp.defs.marginals.release import CHECK_SPECS
 from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.publish import FILES, RELEASE_ID, to_open_data
+from opal_dp.release.publish import FILES, LATEST, LATEST_JSON, RELEASE_ID, latest_release, to_open_data
 from opal_dp_tests.defs.conftest import DAYS
 
 
@@ -84,7 +84,7 @@ def test_published_release_is_complete_and_says_it_is_not_seeded(released):
 
 
 def test_nothing_non_dp_is_reachable_from_published(released):
-    """published/ holds release folders of the known files and the ``latest`` link, nothing links out of it,
+    """published/ holds release folders of the known files, the ``latest`` link and ``latest.json``, nothing links out of it,
     no file names a private path, and every published count is exactly a DP release asset's count."""
     storage = default_storage()
     root = storage.published_dir.resolve()
@@ -96,6 +96,8 @@ def test_nothing_non_dp_is_reachable_from_published(released):
                 assert path.resolve().parent == root and path.resolve().is_dir(), f"{path} links out of published/"
             elif path.is_dir():
                 assert here == root and RELEASE_ID.fullmatch(name), f"unexpected folder {path}"
+            elif here == root:
+                assert name == LATEST_JSON and latest_release(root) == (root / LATEST).resolve(), f"unexpected {path}"
             else:
                 assert here.parent == root and name in FILES, f"unexpected file {path}"
                 assert str(storage.private_dir) not in path.read_text(encoding="utf-8"), f"{path} names private/"

@@ -7,7 +7,7 @@ import pytest
 
 from opal_dp.cli import run_release
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.storage import LEDGER_FILE, OpalStorage, default_storage
+from opal_dp.defs.shared.storage import LEDGER_FILE, default_storage
 from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
 from opal_dp.synth.trips import generate_days
 from opal_dp_tests.defs.conftest import DAYS, SCALE
@@ -27,8 +27,3 @@ def test_release_charges_a_postgres_ledger_once_per_partition_and_marginal(postg
     pairs = [(c.scope, c.marginal) for c in ledger.charges()]
     assert len(pairs) == len(set(pairs)) == 8 * 6
     assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 48
-
-
-def test_the_ledger_url_must_be_postgres(tmp_path):
-    with pytest.raises(Exception, match="ledger_url must be a postgresql:// URI"):
-        OpalStorage(data_dir=str(tmp_path), ledger_url="sqlite:///x.db")

@@ -5,6 +5,7 @@ from urllib.parse import urlsplit
 
 import dagster as dg
 from pydantic import field_validator
+from upath import UPath
 
 from opal_dp import settings
 from opal_dp.core.ledger_backends import POSTGRES_SCHEMES
@@ -15,6 +16,10 @@ LEDGER_FILE = "ledger.sqlite"
 class OpalStorage(dg.ConfigurableResource):
     """The data directory: ``raw/`` (input), ``private/`` (intermediates, ledger, draws) and ``published/``
     (DP outputs only). Defaults to ``$OPAL_DP_DATA_DIR`` (or ``./data``), read once when the definitions load.
+    ``data_dir`` is a local path, a ``file://`` URI (the same local folder), or any fsspec URI (``s3://``,
+    ``gs://``, ``memory://``...): the paths below are then universal-pathlib paths on that filesystem. Local
+    folders are plain ``pathlib`` paths, so nothing changes for local users; what stores release draws
+    (``opal_dp.storage``) works on any of them.
     ``ledger_url``: a ``postgresql://`` URI for the privacy ledger (``$OPAL_DP_LEDGER_URL``); default: the
     SQLite file ``private/ledger.sqlite``."""
 
@@ -33,19 +38,22 @@ class OpalStorage(dg.ConfigurableResource):
         return self.ledger_url or self.private_dir / LEDGER_FILE
 
     @property
-    def root(self) -> Path:
-        return Path(self.data_dir)
+    def root(self) -> Path | UPath:
+        path = UPath(self.data_dir)
+        if not path.protocol:
+            return Path(self.data_dir)
+        return Path(path.path) if path.protocol in ("file", "local") else path
 
     @property
-    def raw_dir(self) -> Path:
+    def raw_dir(self) -> Path | UPath:
         return self.root / "raw"
 
     @property
-    def private_dir(self) -> Path:
+    def private_dir(self) -> Path | UPath:
         return self.root / "private"
 
     @property
-    def published_dir(self) -> Path:
+    def published_dir(self) -> Path | UPath:
         return self.root / "published"
 
 
