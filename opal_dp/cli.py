@@ -50,12 +50,15 @@ def run_release(
     data_dir: Path | None = None,
     log_file: Path | None = None,
     progress: bool = False,
-) -> dict[str, list[dg.ExecuteInProcessResult]]:
+    distributed: bool = False,
+) -> dict[str, list[dg.ExecuteInProcessResult | dg.JobExecutionResult]]:
     """Register the service dates (default: of every raw file) and materialise everything over them.
 
     ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...);
     ``data_dir``: the data directory (default: ``$OPAL_DP_DATA_DIR`` or ``./data``, read once); ``log_file``:
     where the runs' events go instead of the console; ``progress``: a progress bar per run on stderr.
+    ``distributed``: run each job with its configured executor (the Celery workers of ``deploy/``, on a
+    persistent ``instance``) instead of in this process.
     The runs of ``jobs.run_plan``, as a UI backfill makes them, over contiguous ranges of the requested days
     (normally one), so a day that was not asked for is never touched. Returns the successful runs by job name.
     """
@@ -80,13 +83,24 @@ def run_release(
         tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
         job_def = defs.resolve_job_def(job)
         with _progress_bar(job, span, len(job_def.graph.node_dict), enabled=progress):
-            result = job_def.execute_in_process(instance=instance, tags=tags, run_config=run_config,
-                                                raise_on_error=False)
+            if distributed:
+                result = dg.execute_job(dg.build_reconstructable_job(__name__, job_by_name.__name__, (job,)),
+                                        instance=instance, tags=tags, run_config=run_config, raise_on_error=False)
+            else:
+                result = job_def.execute_in_process(instance=instance, tags=tags, run_config=run_config,
+                                                    raise_on_error=False)
         if not result.success:
             errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
             raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
         results.setdefault(job, []).append(result)
     return results
+
+
+def job_by_name(name: str) -> dg.JobDefinition:
+    """The job, rebuilt from the definitions wherever a step runs (``dg.build_reconstructable_job``)."""
+    from opal_dp.definitions import defs as load_defs
+
+    return load_defs().resolve_job_def(name)
 
 
 @contextmanager

@@ -61,7 +61,7 @@ def postgres():
     """A real PostgreSQL server on localhost for this test session (``opal_dp_tests.services``)."""
     from opal_dp_tests.services import PostgresServer
 
-    pytest.importorskip("psycopg2", reason="the PostgreSQL tests need psycopg2 (the `postgres` extra)")
+    pytest.importorskip("psycopg2", reason="the PostgreSQL tests need psycopg2 (the `cluster` extra)")
     try:
         server = PostgresServer()
     except (FileNotFoundError, subprocess.CalledProcessError) as exc:

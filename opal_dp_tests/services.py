@@ -1,4 +1,4 @@
-"""Real local services for tests: a throwaway PostgreSQL server (Debian's ``postgresql`` package).
+"""Real local services for tests: throwaway PostgreSQL and Redis servers (Debian packages).
 
 The server runs from a temporary data directory on a free localhost port with trust authentication, as
 the ``postgres`` user when the tests run as root (PostgreSQL refuses to run as root), and is stopped and
@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 INSTALL_HINT = "install Debian's postgresql package (`make test` does: apt-get install postgresql)"
@@ -85,3 +86,34 @@ class PostgresServer:
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisServer:
+    """Debian's ``redis-server`` on a free localhost port, in memory only (no snapshots), as this user."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise FileNotFoundError("no redis-server: install Debian's redis-server package (`make test` does)")
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="opal-redis-"))
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.dir)],
+            stdout=open(self.dir / "log", "wb"), stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start: {(self.dir / 'log').read_text()}") from None
+                time.sleep(0.1)
+        self.url = f"redis://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)

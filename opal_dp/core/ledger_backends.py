@@ -111,12 +111,12 @@ class _PgConnection:
 class PostgresBackend:
     def __init__(self, url: str) -> None:
         try:
-            import psycopg2  # noqa: F401  (the `postgres` extra)
+            import psycopg2  # noqa: F401  (the `cluster` extra)
         except ImportError as exc:
             from opal_dp.core.ledger import LedgerError
 
             raise LedgerError(
-                "a PostgreSQL ledger needs psycopg2: pip install 'opal_dp[postgres]'"
+                "a PostgreSQL ledger needs psycopg2: pip install 'opal_dp[cluster]'"
             ) from exc
         self.url = url
         parts = urlsplit(url)
