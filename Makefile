@@ -8,9 +8,13 @@ LOCK := requirements/lock.txt
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
 CHROMIUM := /usr/bin/chromium
+# Debian's PostgreSQL server: the ledger tests run against a real one (opal_dp_tests/services.py).
+POSTGRES := /usr/share/doc/postgresql/copyright
+# Debian's Redis: the broker of the Celery workers in `make cluster-test` (deploy/README.md).
+REDIS := /usr/bin/redis-server
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: release test ui ui-readonly bench clean lock
+.PHONY: release test cluster-test ui ui-readonly bench clean lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -24,7 +28,7 @@ $(STAMP): pyproject.toml $(LOCK)
 lock:
 	$(PYTHON) -m venv $(VENV)-lock
 	$(VENV)-lock/bin/pip install --quiet pip-tools==7.6.2
-	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --all-build-deps \
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --extra cluster --all-build-deps \
 	  --generate-hashes --allow-unsafe --no-strip-extras --no-emit-index-url --no-emit-find-links \
 	  $(LOCK_ARGS) -o $(LOCK) pyproject.toml
 
@@ -40,9 +44,21 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq chromium
 
+$(POSTGRES):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+
+$(REDIS):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
+
 # One worker per core; a test file's tests share a worker (module fixtures run once).
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(POSTGRES) $(REDIS)
 	$(PY) -m pytest -n auto --dist loadfile
+
+# The deploy/ profile on localhost: PostgreSQL, Redis and 2 Celery workers release the sample (also in `make test`).
+cluster-test: $(STAMP) $(POSTGRES) $(REDIS)
+	$(PY) -m pytest -p no:cacheprovider opal_dp_tests/test_cluster.py
 
 # The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it).
 UI_HOST ?= 127.0.0.1

@@ -32,6 +32,7 @@ from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, priv
 from opal_dp.prep.ingest import raw_files
 from opal_dp.release.plan import DESIGNS, MECHANISMS
 from opal_dp.release.public_domain import OTHER
+from opal_dp.release.publish import LATEST, latest_release
 
 BUDGET = "privacy_budget"
 DAGSTER_YAML = """\
@@ -53,20 +54,23 @@ def run_release(
     log_file: Path | None = None,
     progress: bool = False,
     synthetic: bool = False,
-) -> dict[str, list[dg.ExecuteInProcessResult]]:
+    distributed: bool = False,
+) -> dict[str, list[dg.ExecuteInProcessResult | dg.JobExecutionResult]]:
     """Register the service dates (default: of every raw file) and materialise everything over them.
 
     ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...);
     ``data_dir``: the data directory (default: ``$OPAL_DP_DATA_DIR`` or ``./data``, read once); ``log_file``:
     where the runs' events go instead of the console; ``progress``: a progress bar per run on stderr.
     ``synthetic``: then also the ``synthetic`` job (synthetic card-day trips, ``defs.synthetic``).
+    ``distributed``: run each job with its configured executor (the Celery workers of ``deploy/``, on a
+    persistent ``instance``) instead of in this process.
     The runs of ``jobs.run_plan``, as a UI backfill makes them, over contiguous ranges of the requested days
     (normally one), so a day that was not asked for is never touched. Returns the successful runs by job name.
     """
     from opal_dp.definitions import defs as load_defs
 
     defs = load_defs()
-    storage = OpalStorage(data_dir=str(data_dir or settings.data_dir_from_env()))
+    storage = OpalStorage(data_dir=str(data_dir or settings.data_dir_from_env()), ledger_url=settings.ledger_url_from_env())
     days = sorted(dates or raw_files(storage.raw_dir))
     if not days:
         raise SystemExit(f"no raw files in {storage.raw_dir}")
@@ -74,7 +78,7 @@ def run_release(
         service_dates.name, [d for d in days if not instance.has_dynamic_partition(service_dates.name, d)]
     )
     all_days = service_dates.get_partition_keys(dynamic_partitions_store=instance)
-    run_config: dict = {"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+    run_config: dict = {"resources": {"storage": {"config": {"data_dir": storage.data_dir, "ledger_url": storage.ledger_url}},
                                       **({BUDGET: {"config": dict(budget)}} if budget else {})}}
     if log_file is not None:
         run_config["loggers"] = {"event_log_file": {"config": {"path": str(log_file)}},
@@ -84,13 +88,24 @@ def run_release(
         tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
         job_def = defs.resolve_job_def(job)
         with _progress_bar(job, span, len(job_def.graph.node_dict), enabled=progress):
-            result = job_def.execute_in_process(instance=instance, tags=tags, run_config=run_config,
-                                                raise_on_error=False)
+            if distributed:
+                result = dg.execute_job(dg.build_reconstructable_job(__name__, job_by_name.__name__, (job,)),
+                                        instance=instance, tags=tags, run_config=run_config, raise_on_error=False)
+            else:
+                result = job_def.execute_in_process(instance=instance, tags=tags, run_config=run_config,
+                                                    raise_on_error=False)
         if not result.success:
             errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
             raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
         results.setdefault(job, []).append(result)
     return results
+
+
+def job_by_name(name: str) -> dg.JobDefinition:
+    """The job, rebuilt from the definitions wherever a step runs (``dg.build_reconstructable_job``)."""
+    from opal_dp.definitions import defs as load_defs
+
+    return load_defs().resolve_job_def(name)
 
 
 @contextmanager
@@ -141,12 +156,12 @@ def ensure_dagster_home(path: Path) -> Path:
 
 def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: OpalStorage) -> list[str]:
     """The lines a person needs after a release: what was released, under what guarantee, and where."""
-    latest = storage.published_dir / "latest"
-    statement = json.loads((latest / "privacy.json").read_text(encoding="utf-8"))
+    folder = latest_release(storage.published_dir)
+    statement = json.loads((folder / "privacy.json").read_text(encoding="utf-8"))
     trips = sum(int(e.materialization.metadata["rows_accepted"].value)
                 for r in results["private_stages"] for e in r.get_asset_materialization_events()
                 if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata)
-    with open(latest / "time-loc.csv", encoding="utf-8", newline="") as rows:
+    with open(folder / "time-loc.csv", encoding="utf-8", newline="") as rows:
         kinds = Counter(OTHER in (row["time"], row["loc"]) for row in csv.DictReader(rows))
     remainders = f" and {kinds[True]:,} remainder rows" if kinds[True] else ""
     g, unit = statement["guarantee"], statement["privacy_unit"]
@@ -156,7 +171,7 @@ def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: OpalSt
         f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
         f"{kinds[False]:,} cells listed in time-loc.csv{remainders}",
         f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}",
-        f"release: {latest} -> {latest.resolve().name} (index.html for the public; PRIVACY.md explains the guarantee)",
+        f"release: {storage.published_dir / LATEST} -> {folder.name} (index.html for the public; PRIVACY.md explains the guarantee)",
     ]
 
 
@@ -209,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _storage(args: argparse.Namespace) -> OpalStorage:
-    return OpalStorage(data_dir=str((args.data_dir or settings.data_dir_from_env()).absolute()))
+    return OpalStorage(data_dir=str((args.data_dir or settings.data_dir_from_env()).absolute()),
+                       ledger_url=settings.ledger_url_from_env())
 
 
 def _release(args: argparse.Namespace) -> None:
@@ -250,7 +266,7 @@ def _ledger(args: argparse.Namespace) -> None:
         cap = ledger.raise_cap(args.unit, args.epsilon, args.delta, args.reason)
         print(f"cap for {cap.unit} raised to (epsilon={cap.epsilon:g}, delta={cap.delta:g}) at {cap.set_at}: {cap.reason}")
         return
-    print(f"ledger {ledger.ledger_id} at {ledger.path}")
+    print(f"ledger {ledger.ledger_id} at {ledger.location}")
     for unit in PrivacyUnit:
         for cap in ledger.cap_history(unit):
             print(f"  cap {unit.value}: {cap.action} {cap.set_at} epsilon={cap.epsilon:g} delta={cap.delta:g} ({cap.reason})")

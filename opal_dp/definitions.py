@@ -30,4 +30,5 @@ def defs() -> dg.Definitions:
         sensors=loaded.sensors,
         resources=loaded.resources,
         loggers=loaded.loggers,
+        executor=loaded.executor,
     )

@@ -8,6 +8,9 @@ publisher takes its paths from the ``storage`` resource (``opal_dp.defs.shared.s
 - ``private/``   intermediates, rejected rows, the privacy ledger and its secret, stored draws (never published)
 - ``published/`` differentially private outputs only
 
+The privacy ledger is ``private/ledger.sqlite`` unless ``OPAL_DP_LEDGER_URL`` names a PostgreSQL database
+(workers on several hosts share one ledger: ``opal_dp.core.ledger_backends``).
+
 ``raw/`` and ``private/`` are their owner's only (``opal_dp.permissions``); ``OPAL_DP_STRICT_PERMISSIONS=1``
 makes the command line refuse to run when group or others can read them, instead of warning.
 
@@ -22,6 +25,7 @@ from importlib.resources import files
 from pathlib import Path
 
 DATA_DIR_ENV = "OPAL_DP_DATA_DIR"
+LEDGER_URL_ENV = "OPAL_DP_LEDGER_URL"
 STRICT_PERMISSIONS_ENV = "OPAL_DP_STRICT_PERMISSIONS"
 _FLAGS = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": False, "no": False}
 
@@ -29,6 +33,11 @@ _FLAGS = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": 
 def data_dir_from_env() -> Path:
     """``$OPAL_DP_DATA_DIR``, else ``./data``, as an absolute path."""
     return Path(os.environ.get(DATA_DIR_ENV) or Path.cwd() / "data").absolute()
+
+
+def ledger_url_from_env() -> str | None:
+    """``$OPAL_DP_LEDGER_URL``: a ``postgresql://`` URI for the privacy ledger (default: SQLite under ``private/``)."""
+    return os.environ.get(LEDGER_URL_ENV) or None
 
 
 def strict_permissions_from_env() -> bool:

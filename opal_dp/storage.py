@@ -1,7 +1,14 @@
-"""Private Parquet files written atomically: a reader (or a crash) never sees half a file; folders 0700, files 0600."""
+"""Private Parquet files written atomically: a reader (or a crash) never sees half a file; folders 0700, files 0600.
+
+Paths are local ``pathlib`` paths, or universal-pathlib paths on any fsspec filesystem (``OpalStorage``):
+there an object is written whole when it is closed, and an exclusive write is the filesystem's exclusive
+create (``open(..., "xb")``), which refuses to replace an object; a filesystem without it raises rather
+than risk two draws at one place. Permissions are the filesystem's (bucket policies, ACLs).
+"""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -21,6 +28,11 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True) 
     ``durable`` also fsyncs before the rename, so the file survives an OS crash or power loss too:
     needed for what the privacy ledger points at, not for intermediates that can be recomputed.
     """
+    if not isinstance(path, Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as handle:
+            handle.write(_parquet_bytes(frame))
+        return
     tmp = _write_temporary(frame, path, durable)
     os.replace(tmp, path)
 
@@ -32,6 +44,14 @@ def write_parquet_exclusive(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     racing for one path exactly one wins and the other gets the winner's content back: a ledger draw is
     stored once, never replaced.
     """
+    if not isinstance(path, Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with path.open("xb") as handle:
+                handle.write(_parquet_bytes(frame))
+        except FileExistsError:
+            return read_parquet(path)
+        return frame
     tmp = _write_temporary(frame, path, durable=True)
     try:
         os.link(tmp, path)
@@ -44,12 +64,16 @@ def write_parquet_exclusive(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def read_parquet(path: Path) -> pd.DataFrame:
+    if not isinstance(path, Path):
+        with path.open("rb") as handle:
+            return pd.read_parquet(handle)
     return pd.read_parquet(path)
 
 
 def remove_stale_temporaries(folder: Path) -> None:
-    """Delete temporary files left under ``folder`` by writers that died (their process is gone)."""
-    if not folder.exists():
+    """Delete temporary files left under ``folder`` by writers that died (their process is gone). Only local
+    writers leave temporaries."""
+    if not isinstance(folder, Path) or not folder.exists():
         return
     for path in folder.rglob(".*.tmp"):
         match = _TEMPORARY.match(path.name)
@@ -70,14 +94,24 @@ def _alive(pid: int) -> bool:
 def _write_temporary(frame: pd.DataFrame, path: Path, durable: bool) -> Path:
     make_dirs(path.parent)
     tmp = reserve_private(path.with_name(f".{path.name}.{os.getpid()}.tmp"))
-    table = _table(frame)
-    # Private intermediates favour speed over size: no compression, dictionaries only for categoricals.
-    categorical = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
-    pq.write_table(table, tmp, compression="none", use_dictionary=categorical)
+    _write_table(frame, tmp)
     if durable:
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
     return tmp
+
+
+def _write_table(frame: pd.DataFrame, where) -> None:
+    table = _table(frame)
+    # Private intermediates favour speed over size: no compression, dictionaries only for categoricals.
+    categorical = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+    pq.write_table(table, where, compression="none", use_dictionary=categorical)
+
+
+def _parquet_bytes(frame: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    _write_table(frame, buffer)
+    return buffer.getvalue()
 
 
 def _fsync_folder(folder: Path) -> None:

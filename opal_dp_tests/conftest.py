@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -53,3 +54,18 @@ def write_csv(folder: Path, day: str, rows: list[dict], header: str | None = Non
     lines += [",".join(str(row.get(c, "")) for c in columns) for row in rows]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on localhost for this test session (``opal_dp_tests.services``)."""
+    from opal_dp_tests.services import PostgresServer
+
+    pytest.importorskip("psycopg2", reason="the PostgreSQL tests need psycopg2 (the `cluster` extra)")
+    try:
+        server = PostgresServer()
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        detail = exc.stderr.decode(errors="replace") if isinstance(exc, subprocess.CalledProcessError) else exc
+        pytest.skip(f"cannot start a PostgreSQL server: {detail}")
+    yield server
+    server.stop()

@@ -75,7 +75,7 @@ def test_parquet_intermediates_and_draws_are_private(tmp_path, umask_022):
 
 def test_ledger_its_wal_and_the_secret_are_private(tmp_path, umask_022):
     ledger = PrivacyLedger(tmp_path / "private" / "ledger.sqlite", {"trip": (8.0, 1e-6)})
-    with sqlite3.connect(ledger.path) as conn:  # while open, SQLite keeps its -wal and -shm files
+    with sqlite3.connect(ledger.location) as conn:  # while open, SQLite keeps its -wal and -shm files
         conn.execute("SELECT count(*) FROM charges").fetchone()
         files = sorted(p.name for p in (tmp_path / "private").iterdir())
         assert files == ["ledger.sqlite", "ledger.sqlite-shm", "ledger.sqlite-wal"]

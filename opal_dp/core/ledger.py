@@ -1,9 +1,10 @@
 """Persistent privacy ledger: what every noise draw cost each privacy unit, across runs and processes.
 
 DP libraries forget what they spent when the process exits; re-running a release draws fresh noise,
-and publishing both draws spends the budget twice. The ledger records every charge in SQLite (WAL,
-``synchronous=FULL``), and every mutation runs in one ``BEGIN IMMEDIATE`` transaction, so concurrent
-processes serialise and a killed process leaves either the whole change or none of it.
+and publishing both draws spends the budget twice. The ledger records every charge in a database:
+SQLite (embedded, the default) or PostgreSQL (workers on many hosts), ``core.ledger_backends``. Every
+mutation runs in one transaction that first locks the scopes it touches, so concurrent processes charging
+a scope serialise and a killed process leaves either the whole change or none of it.
 
 Model.
 - A *scope* is what one unit's privacy loss accumulates over (``core.units``): a (date, mode)
@@ -39,17 +40,15 @@ from __future__ import annotations
 import json
 import math
 import secrets
-import sqlite3
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from opal_dp.core.accounting import Guarantee, PrivacyCost, compose
+from opal_dp.core.ledger_backends import open_backend
 from opal_dp.core.units import PrivacyUnit
-from opal_dp.permissions import make_dirs, reserve_private
 
 SCHEMA_VERSION = 2
 REL_TOL = 1e-9
@@ -249,8 +248,18 @@ def _positive(label: str, value: object, below_one: bool = False) -> float:
     return float(value)
 
 
+def _lock_keys(r: Request) -> list[str]:
+    """The rows a request locks (PostgreSQL): its scope, and for card_period its date, which must belong to
+    one period only (``_check_period`` reads other scopes)."""
+    keys = [f"scope|{r.unit}|{r.scope}"]
+    if r.unit == PrivacyUnit.CARD_PERIOD.value:
+        keys.append(f"date|{r.unit}|{r.date}")
+    return keys
+
+
 class PrivacyLedger:
-    """The ledger in the SQLite file at ``path`` (module docstring).
+    """The ledger at ``location`` (module docstring): the path of a SQLite file, or a ``postgresql://`` URI
+    (``core.ledger_backends``; the accounting is the same on both).
 
     ``initial_caps``: unit -> (epsilon, delta) per scope, recorded as the caps when the ledger is created
     (and for a unit the ledger has never had a cap for); ignored afterwards: the cap is ledger state.
@@ -261,57 +270,51 @@ class PrivacyLedger:
 
     def __init__(
         self,
-        path: Path,
+        location: str | Path,
         initial_caps: Mapping[str, tuple[float, float]],
         *,
         published: Mapping[str, Collection[int]] | None = None,
         acknowledge_reset: str | None = None,
     ) -> None:
-        self.path = Path(path)
+        self._backend = open_backend(location)
+        self.location = self._backend.location
         caps = {PrivacyUnit(u).value: (_positive("cap epsilon", e), _positive("cap delta", d, True))
                 for u, (e, d) in initial_caps.items()}
         published = {_name("published ledger id", k): set(v) for k, v in (published or {}).items()}
         if acknowledge_reset is not None:
             _name("acknowledge_reset", acknowledge_reset)
-        existed = self.path.exists()
-        if not existed and published and acknowledge_reset is None:
+        if published and acknowledge_reset is None and not self._backend.exists():
             raise LedgerResetRefused(
-                f"no privacy ledger at {self.path}, but {len(published)} ledger(s) "
+                f"no privacy ledger at {self.location}, but {len(published)} ledger(s) "
                 f"({', '.join(sorted(published))}) stand behind releases already published: starting a new "
                 "ledger would reset their budget. Restore the ledger, or acknowledge the reset explicitly "
                 "(privacy_budget.acknowledge_ledger_reset / --acknowledge-ledger-reset) with a reason."
             )
-        make_dirs(self.path.parent)
-        reserve_private(self.path)  # 0600 before SQLite opens it; its -wal and -shm files take that mode
-        with self._connect() as conn:
-            if conn.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
-                raise LedgerError(f"cannot put the ledger {self.path} in WAL mode")
-            with self._transaction(conn):
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version == 0:
-                    self._create(conn)
-                elif version != SCHEMA_VERSION:
-                    raise LedgerError(
-                        f"ledger {self.path} has schema version {version}; this code reads version "
-                        f"{SCHEMA_VERSION} only. A version-1 ledger (trip unit, unkeyed fingerprints) cannot be "
-                        "carried forward: keep it as the record of the releases it made, move it aside, and start "
-                        "a new ledger with an acknowledged reset."
-                    )
-                self.ledger_id = conn.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchone()[0]
-                for unit, (eps, delta) in caps.items():
-                    if not conn.execute("SELECT 1 FROM caps WHERE unit = ?", (unit,)).fetchone():
-                        conn.execute(f"INSERT INTO caps ({_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'create', ?)",
-                                     (unit, eps, delta, _now(), "cap at ledger creation (first use of the unit)"))
-                self._check_published(conn, published, acknowledge_reset)
+        self._backend.prepare()
+        with self._connect() as conn, self._transaction(conn, init=True):
+            version = self._backend.schema_version(conn)
+            if version == 0:
+                self._create(conn)
+            elif version != SCHEMA_VERSION:
+                raise LedgerError(
+                    f"ledger {self.location} has schema version {version}; this code reads version "
+                    f"{SCHEMA_VERSION} only. A version-1 ledger (trip unit, unkeyed fingerprints) cannot be "
+                    "carried forward: keep it as the record of the releases it made, move it aside, and start "
+                    "a new ledger with an acknowledged reset."
+                )
+            self.ledger_id = conn.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchone()[0]
+            for unit, (eps, delta) in caps.items():
+                if not conn.execute("SELECT 1 FROM caps WHERE unit = ?", (unit,)).fetchone():
+                    conn.execute(f"INSERT INTO caps ({_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'create', ?)",
+                                 (unit, eps, delta, _now(), "cap at ledger creation (first use of the unit)"))
+            self._check_published(conn, published, acknowledge_reset)
 
-    def _create(self, conn: sqlite3.Connection) -> None:
-        for statement in _SCHEMA:
-            conn.execute(statement)
+    def _create(self, conn: Any) -> None:
+        self._backend.create_schema(conn, _SCHEMA, SCHEMA_VERSION)
         conn.execute("INSERT INTO meta VALUES ('ledger_id', ?), ('created_at', ?)", (secrets.token_hex(16), _now()))
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _check_published(
-        self, conn: sqlite3.Connection, published: dict[str, set[int]], acknowledge_reset: str | None
+        self, conn: Any, published: dict[str, set[int]], acknowledge_reset: str | None
     ) -> None:
         """Refuse (unless acknowledged, then record) published releases this ledger does not account for."""
         acknowledged = set()
@@ -330,7 +333,7 @@ class PrivacyLedger:
             if missing:
                 what.append(f"{len(missing)} draws cited by published releases are gone from this ledger")
             raise LedgerResetRefused(
-                f"the privacy ledger {self.path} does not account for what was published: {'; '.join(what)}. "
+                f"the privacy ledger {self.location} does not account for what was published: {'; '.join(what)}. "
                 "Using it would reset the budget of those releases. Restore the right ledger, or acknowledge "
                 "the reset explicitly with a reason."
             )
@@ -339,45 +342,30 @@ class PrivacyLedger:
             (_now(), acknowledge_reset, json.dumps(foreign + ([self.ledger_id] if missing else [])), len(missing)),
         )
 
-    # -- connections -------------------------------------------------------------------
+    # -- connections (the backend's) ---------------------------------------------------
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        """A fresh connection per operation: safe across threads and forked processes."""
-        conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-        try:
-            conn.execute("PRAGMA synchronous=FULL")
-            yield conn
-        finally:
-            conn.close()
+    def _connect(self) -> Any:
+        return self._backend.connect()
+
+    def _transaction(self, conn: Any, *, init: bool = False) -> Any:
+        return self._backend.transaction(conn, init=init)
 
     @staticmethod
-    @contextmanager
-    def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-    @staticmethod
-    def _charges(conn: sqlite3.Connection, where: str, params: tuple) -> list[Charge]:
+    def _charges(conn: Any, where: str, params: tuple) -> list[Charge]:
         return [Charge(*row) for row in conn.execute(f"SELECT {_CHARGE_COLUMNS} FROM charges WHERE {where}", params)]
 
     @staticmethod
-    def _draws(conn: sqlite3.Connection, where: str, params: tuple) -> list[Draw]:
+    def _draws(conn: Any, where: str, params: tuple) -> list[Draw]:
         return [Draw(*row) for row in conn.execute(f"SELECT {_DRAW_COLUMNS} FROM draws WHERE {where}", params)]
 
     @staticmethod
-    def _cap(conn: sqlite3.Connection, unit: str) -> Cap:
+    def _cap(conn: Any, unit: str) -> Cap:
         row = conn.execute(f"SELECT {_CAP_COLUMNS} FROM caps WHERE unit = ? ORDER BY id DESC LIMIT 1", (unit,)).fetchone()
         if row is None:
             raise LedgerError(f"the ledger has no cap for unit {unit!r}")
         return Cap(*row)
 
-    def _spend(self, conn: sqlite3.Connection, unit: str, scope: str, extra: Sequence[PrivacyCost] = ()) -> Guarantee:
+    def _spend(self, conn: Any, unit: str, scope: str, extra: Sequence[PrivacyCost] = ()) -> Guarantee:
         costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (unit, scope))] + list(extra)
         return compose(costs, delta_target=self._cap(conn, unit).delta)
 
@@ -403,9 +391,10 @@ class PrivacyLedger:
             if not isinstance(r.cost, PrivacyCost):
                 raise LedgerError(f"cost must be a PrivacyCost, got {r.cost!r}")
         with self._connect() as conn, self._transaction(conn):
+            self._backend.lock(conn, [key for r in requests for key in _lock_keys(r)])
             return [self._decide(conn, r, run_id, fresh) for r in requests]
 
-    def _decide(self, conn: sqlite3.Connection, r: Request, run_id: str, fresh: bool) -> Decision:
+    def _decide(self, conn: Any, r: Request, run_id: str, fresh: bool) -> Decision:
         if not fresh:
             same = self._draws(
                 conn,
@@ -431,26 +420,27 @@ class PrivacyLedger:
             return Decision("join", self._insert_draw(conn, open_charges[0], r, run_id), open_charges[0])
         self._check_cap(conn, r)
         cur = conn.execute(
-            f"INSERT INTO charges ({_CHARGE_COLUMNS.replace('id, ', '', 1)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO charges ({_CHARGE_COLUMNS.replace('id, ', '', 1)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " RETURNING id",
             (r.unit, r.scope, r.marginal, r.relation, r.cost.measure, r.cost.epsilon, r.cost.rho, r.cost.delta,
              r.mechanism, r.bounds, run_id, _now()),
         )
-        charge = self._charge(conn, cur.lastrowid)
+        charge = self._charge(conn, cur.fetchone()[0])
         return Decision("charge", self._insert_draw(conn, charge, r, run_id), charge)
 
-    def _charge(self, conn: sqlite3.Connection, charge_id: int) -> Charge:
+    def _charge(self, conn: Any, charge_id: int) -> Charge:
         return self._charges(conn, "id = ?", (charge_id,))[0]
 
-    def _insert_draw(self, conn: sqlite3.Connection, charge: Charge, r: Request, run_id: str) -> Draw:
+    def _insert_draw(self, conn: Any, charge: Charge, r: Request, run_id: str) -> Draw:
         ref = f"{RELEASES}/{r.unit}/{r.marginal}/{secrets.token_hex(16)}.parquet"
         cur = conn.execute(
             "INSERT INTO draws (charge_id, part, date, fingerprint, release_ref, run_id, created_at, status)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending') RETURNING id",
             (charge.id, r.part, r.date, r.fingerprint, ref, run_id, _now()),
         )
-        return self._draws(conn, "id = ?", (cur.lastrowid,))[0]
+        return self._draws(conn, "id = ?", (cur.fetchone()[0],))[0]
 
-    def _check_period(self, conn: sqlite3.Connection, r: Request) -> None:
+    def _check_period(self, conn: Any, r: Request) -> None:
         """A date belongs to one card_period scope only: periods must not overlap."""
         if r.unit != PrivacyUnit.CARD_PERIOD.value:
             return
@@ -465,7 +455,7 @@ class PrivacyLedger:
                 f"period only, so {r.scope!r} cannot include it (periods must not overlap)"
             )
 
-    def _check_cap(self, conn: sqlite3.Connection, r: Request) -> None:
+    def _check_cap(self, conn: Any, r: Request) -> None:
         cap = self._cap(conn, r.unit)
         before = self._spend(conn, r.unit, r.scope)
         after = self._spend(conn, r.unit, r.scope, [r.cost])
@@ -505,7 +495,8 @@ class PrivacyLedger:
                     if found[0].completed_by == run_id:
                         raise LedgerError(f"draw {draw_id} was already completed by run {run_id}")
                     continue
-                conn.execute("UPDATE draws SET status = 'complete', completed_at = ?, completed_by = ? WHERE id = ?",
+                conn.execute("UPDATE draws SET status = 'complete', completed_at = ?, completed_by = ? WHERE id = ?"
+                             " AND status = 'pending'",  # first wins, also when two runs race here
                              (_now(), run_id, draw_id))
 
     def raise_cap(self, unit: str, epsilon: float, delta: float, reason: str) -> Cap:
@@ -518,6 +509,7 @@ class PrivacyLedger:
         epsilon, delta = _positive("epsilon", epsilon), _positive("delta", delta, True)
         _name("reason", reason)
         with self._connect() as conn, self._transaction(conn):
+            self._backend.lock(conn, [f"cap|{unit}"])
             current = self._cap(conn, unit)
             if epsilon < current.epsilon or delta < current.delta or (epsilon, delta) == (current.epsilon, current.delta):
                 raise LedgerError(
@@ -558,7 +550,7 @@ class PrivacyLedger:
     def draws(self, ids: Collection[int] | None = None) -> list[Draw]:
         with self._connect() as conn:
             if ids is None:
-                return self._draws(conn, "1 ORDER BY id", ())
+                return self._draws(conn, "1 = 1 ORDER BY id", ())
             wanted = sorted({int(i) for i in ids})
             found = []
             for start in range(0, len(wanted), 500):
@@ -577,7 +569,7 @@ class PrivacyLedger:
 
     @staticmethod
     def _filter(unit: str | None, scope: str | None) -> tuple[str, tuple]:
-        clauses, params = ["1"], []
+        clauses, params = ["1 = 1"], []
         if unit is not None:
             clauses.append("unit = ?")
             params.append(PrivacyUnit(unit).value)
@@ -597,7 +589,7 @@ class PrivacyLedger:
             rows = []
             for u, scope, n_charges, last in scopes:
                 n_draws, pending = conn.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(status = 'pending'), 0) FROM draws WHERE charge_id IN"
+                    "SELECT COUNT(*), CAST(COALESCE(SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END), 0) AS INTEGER) FROM draws WHERE charge_id IN"
                     " (SELECT id FROM charges WHERE unit = ? AND scope = ?)", (u, scope),
                 ).fetchone()
                 rows.append(ScopeSpend(u, scope, self._spend(conn, u, scope), self._cap(conn, u), n_charges,

@@ -6,6 +6,10 @@ Published layout; nothing else is written under the published folder, apart from
     <published>/<release id>/{time-loc,time,loc}.csv, privacy.json, PRIVACY.md, index.html
                              [od.csv, od-sequences.csv]   (when the statement has an ``od`` section)
     <published>/latest -> <release id>          (relative symlink, repointed atomically)
+    <published>/latest.json                      ({"release_id": ...}: the pointer, replaced atomically, last)
+
+``latest.json`` is the pointer readers should use (``latest_release``): a plain file works on any
+filesystem a reader mounts or syncs, where a symlink may not; the symlink stays for local users.
 
 The files are public: folders 0755, files 0644, whatever the umask (the command line runs under 077).
 
@@ -49,6 +53,7 @@ TAPS = ("on", "off")
 AGGREGATED = "-"
 FILES = (*(f"{t}.csv" for t in TABLES), STATEMENT_JSON, STATEMENT_MD, PAGE)
 LATEST = "latest"
+LATEST_JSON = "latest.json"
 STAGING_PREFIX, LINK_PREFIX = ".staging-", ".latest-"
 
 WINDOW_LABELS = [window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DAY)]
@@ -149,7 +154,8 @@ def publish(
     od: Mapping[str, pd.DataFrame] | None = None,
 ) -> Path:
     """Write, validate and fsync the release in a staging folder, rename it to ``<release_id>``, then
-    repoint ``latest``. A crash at any point leaves the previous ``latest`` intact; stale staging
+    repoint ``latest``, then write ``latest.json``. A crash at any point leaves both naming complete releases
+    (between the two, ``latest.json`` the previous one, until the next publish); stale staging
     folders are removed by the next publish. Refuses an existing release id. ``stops``: the public stop
     list, which places the locations on the page's map."""
     if not RELEASE_ID.fullmatch(release_id) or release_id == LATEST:
@@ -182,8 +188,20 @@ def publish(
         link = published_dir / f"{LINK_PREFIX}{release_id}"
         os.symlink(release_id, link)
         os.replace(link, published_dir / LATEST)
+        pointer = published_dir / f"{LINK_PREFIX}{release_id}.json"
+        _write(pointer, json.dumps({"release_id": release_id}) + "\n")
+        os.replace(pointer, published_dir / LATEST_JSON)
         _fsync(published_dir)
     return target
+
+
+def latest_release(published_dir: Path) -> Path:
+    """The folder of the latest published release, as ``latest.json`` names it."""
+    pointer = published_dir / LATEST_JSON
+    release_id = json.loads(pointer.read_text(encoding="utf-8"))["release_id"]
+    if not RELEASE_ID.fullmatch(release_id) or release_id == LATEST:
+        raise PublishedFormatError(f"{pointer} names no release: {release_id!r}")
+    return published_dir / release_id
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from opal_dp.core.ledger import (
     PrivacyLedger,
     Request,
 )
+from opal_dp.core.ledger_backends import open_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DELTA = 1 / 8_000_000
@@ -66,9 +67,18 @@ def all_marginals(**kw) -> list[Request]:
     return [request(name, **kw) for name in MARGINALS]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request, tmp_path: Path):
+    """A factory of fresh, empty ledger locations on each backend (the same tests run on both)."""
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres").new_url
+    names = iter(range(1_000_000))
+    return lambda: str(tmp_path / "private" / f"ledger{next(names)}.sqlite")
+
+
 @pytest.fixture
-def ledger(tmp_path: Path) -> PrivacyLedger:
-    return PrivacyLedger(tmp_path / "private" / "ledger.sqlite", CAPS)
+def ledger(where) -> PrivacyLedger:
+    return PrivacyLedger(where(), CAPS)
 
 
 # -- storage -----------------------------------------------------------------------------
@@ -149,8 +159,8 @@ def test_six_marginals_fit_the_trip_cap_exactly_once_and_the_refusal_names_no_fi
     assert info.value.scope == "2016-07-25|bus" and info.value.requested == PrivacyCost.approx_dp(1.0, DELTA)
 
 
-def test_budget_is_refused_before_any_noise_is_drawn(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"trip": (1.5, 1e-6)})
+def test_budget_is_refused_before_any_noise_is_drawn(where) -> None:
+    ledger = PrivacyLedger(where(), {"trip": (1.5, 1e-6)})
     draws: list[str] = []
     for marginal in ("tap_on_time", "tap_on_loc"):
         try:
@@ -162,16 +172,16 @@ def test_budget_is_refused_before_any_noise_is_drawn(tmp_path: Path) -> None:
     assert draws == ["tap_on_time"] and [c.marginal for c in ledger.charges()] == ["tap_on_time"]
 
 
-def test_all_or_nothing(tmp_path: Path) -> None:
+def test_all_or_nothing(where) -> None:
     """One request over the cap refuses the whole batch: nothing is recorded."""
-    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"trip": (3.0, 1e-6)})
+    ledger = PrivacyLedger(where(), {"trip": (3.0, 1e-6)})
     with pytest.raises(BudgetExceeded):
         begin(ledger, *all_marginals())
     assert ledger.charges() == [] and ledger.draws() == []
 
 
-def test_delta_cap_is_enforced_too(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"trip": (100.0, 2e-7)})
+def test_delta_cap_is_enforced_too(where) -> None:
+    ledger = PrivacyLedger(where(), {"trip": (100.0, 2e-7)})
     begin(ledger, request(cost=PrivacyCost.approx_dp(1, 1e-7)), request("tap_on_loc", cost=PrivacyCost.approx_dp(1, 1e-7)))
     with pytest.raises(BudgetExceeded):
         begin(ledger, request("tap_off_time", cost=PrivacyCost.approx_dp(1, 1e-9)))
@@ -184,9 +194,9 @@ def test_scopes_have_separate_budgets(ledger: PrivacyLedger) -> None:
     assert ledger.spend("trip", "2016-07-26|bus").epsilon == 0.0
 
 
-def test_the_cap_is_ledger_state_fixed_at_creation(tmp_path: Path) -> None:
+def test_the_cap_is_ledger_state_fixed_at_creation(where) -> None:
     """Opening the ledger again with another cap (as a changed configuration would) changes nothing."""
-    path = tmp_path / "l.sqlite"
+    path = where()
     PrivacyLedger(path, {"trip": (8.0, 6 * DELTA)})
     ledger = PrivacyLedger(path, {"trip": (1000.0, 0.5), "card_day": (2.0, 1e-7)})
     assert (ledger.cap("trip").epsilon, ledger.cap("trip").action) == (8.0, "create")
@@ -247,8 +257,8 @@ def test_completion_is_first_wins_and_never_twice_by_one_run(ledger: PrivacyLedg
         ledger.complete_many([42], run_id="run-a")
 
 
-def test_fresh_draw_is_a_new_charge_and_supersedes(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"trip": (2.0, 1e-6)})
+def test_fresh_draw_is_a_new_charge_and_supersedes(where) -> None:
+    ledger = PrivacyLedger(where(), {"trip": (2.0, 1e-6)})
     (d1,) = release(ledger)
     (d2,) = begin(ledger, run_id="run-2", fresh=True)
     assert d2.kind == "charge" and d2.charge.id != d1.charge.id
@@ -260,8 +270,8 @@ def test_fresh_draw_is_a_new_charge_and_supersedes(tmp_path: Path) -> None:
         begin(ledger, run_id="run-4", fresh=True)
 
 
-def test_changed_input_is_charged(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"trip": (2.0, 1e-6)})
+def test_changed_input_is_charged(where) -> None:
+    ledger = PrivacyLedger(where(), {"trip": (2.0, 1e-6)})
     release(ledger)
     assert begin(ledger, request(fingerprint="corrected-raw-data"))[0].kind == "charge"
     with pytest.raises(BudgetExceeded):
@@ -283,8 +293,8 @@ def test_card_day_modes_of_a_date_join_one_charge_per_marginal(ledger: PrivacyLe
     assert ledger.spend("card_day", "2016-07-26").epsilon == 8.0  # dates compose in parallel
 
 
-def test_a_fresh_redraw_of_many_parts_costs_one_charge(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"card_day": (2.0, 1e-6)})
+def test_a_fresh_redraw_of_many_parts_costs_one_charge(where) -> None:
+    ledger = PrivacyLedger(where(), {"card_day": (2.0, 1e-6)})
     parts = [request(unit="card_day", mode=m) for m in ("bus", "train")]
     release(ledger, *parts)
     redraw = release(ledger, *parts, run_id="run-2", fresh=True)
@@ -299,10 +309,10 @@ def test_card_periods_cannot_overlap(ledger: PrivacyLedger) -> None:
     assert begin(ledger, request(unit="card_period", day="2016-09-01", scope="2016-09-01..2016-09-14"))[0].kind == "charge"
 
 
-def test_zcdp_charges_compose_in_zcdp_and_convert_with_opendp(tmp_path: Path) -> None:
+def test_zcdp_charges_compose_in_zcdp_and_convert_with_opendp(where) -> None:
     """Six Gaussian charges of rho/6 each: the scope costs what OpenDP's conversion of rho gives at the cap's
     delta minus the threshold deltas, and a seventh is refused."""
-    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"card_period": (8.0, 7.5e-7)})
+    ledger = PrivacyLedger(where(), {"card_period": (8.0, 7.5e-7)})
     costs = [PrivacyCost.zcdp(0.99 / 6, 3.75e-7 / 6)] * 6
     release(ledger, *[request(n, unit="card_period", cost=c) for n, c in zip(MARGINALS, costs)])
     spend = ledger.spend("card_period", "2016-07-25..2016-08-14")
@@ -315,39 +325,38 @@ def test_zcdp_charges_compose_in_zcdp_and_convert_with_opendp(tmp_path: Path) ->
 # -- reset detection -------------------------------------------------------------------------
 
 
-def test_a_missing_ledger_beside_published_releases_is_a_refused_reset(tmp_path: Path) -> None:
-    path = tmp_path / "l.sqlite"
+def test_a_missing_ledger_beside_published_releases_is_a_refused_reset(where) -> None:
+    path = where()
     with pytest.raises(LedgerResetRefused, match="would reset"):
         PrivacyLedger(path, CAPS, published={"cafe" * 8: {1, 2}})
-    assert not path.exists()
+    assert not open_backend(path).exists()
     ledger = PrivacyLedger(path, CAPS, published={"cafe" * 8: {1, 2}}, acknowledge_reset="disk lost, budget restarted")
     (reset,) = ledger.resets()
     assert reset["reason"] == "disk lost, budget restarted" and reset["ledger_ids"] == ["cafe" * 8]
     assert PrivacyLedger(path, CAPS, published={"cafe" * 8: {1, 2}}).resets() == [reset]  # acknowledged once
 
 
-def test_an_emptied_or_replaced_ledger_is_a_refused_reset(tmp_path: Path) -> None:
-    path = tmp_path / "l.sqlite"
+def test_an_emptied_or_replaced_ledger_is_a_refused_reset(where) -> None:
+    path = where()
     ledger = PrivacyLedger(path, CAPS)
     draws = {d.draw.id for d in release(ledger, *all_marginals())}
     published = {ledger.ledger_id: draws}
     PrivacyLedger(path, CAPS, published=published)  # accounts for everything: fine
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM draws")
-    conn.commit()
-    conn.close()
+    with open_backend(path).connect() as conn:  # autocommit
+        conn.execute("DELETE FROM draws")
     with pytest.raises(LedgerResetRefused, match="6 draws cited by published releases are gone"):
         PrivacyLedger(path, CAPS, published=published)
-    PrivacyLedger(tmp_path / "new.sqlite", CAPS)  # a ledger put in place of the one that made the releases
+    new = where()
+    PrivacyLedger(new, CAPS)  # a ledger put in place of the one that made the releases
     with pytest.raises(LedgerResetRefused, match="other ledger"):
-        PrivacyLedger(tmp_path / "new.sqlite", CAPS, published=published)
+        PrivacyLedger(new, CAPS, published=published)
 
 
 # -- concurrency (separate processes) ----------------------------------------------------
 
 
 def _race_worker(path: str, run_id: str, barrier, results) -> None:
-    ledger = PrivacyLedger(Path(path), CAPS)
+    ledger = PrivacyLedger(path, CAPS)
     (decision,) = begin(ledger, run_id=run_id)
     barrier.wait()  # everyone has decided; now race to complete
     ledger.complete_many([decision.draw.id], run_id=run_id)
@@ -355,7 +364,7 @@ def _race_worker(path: str, run_id: str, barrier, results) -> None:
 
 
 def _charge_worker(path: str, run_id: str, barrier, results) -> None:
-    ledger = PrivacyLedger(Path(path), {"trip": (3.0, 1e-6)})
+    ledger = PrivacyLedger(path, {"trip": (3.0, 1e-6)})
     barrier.wait()
     try:
         results.put(begin(ledger, request(fingerprint=run_id), run_id=run_id)[0].kind)
@@ -363,7 +372,7 @@ def _charge_worker(path: str, run_id: str, barrier, results) -> None:
         results.put("refused")
 
 
-def _run_processes(target, path: Path, n: int) -> list:
+def _run_processes(target, path: str, n: int) -> list:
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(n), ctx.Queue()
     procs = [ctx.Process(target=target, args=(str(path), f"run-{i}", barrier, results)) for i in range(n)]
@@ -376,8 +385,8 @@ def _run_processes(target, path: Path, n: int) -> list:
     return out
 
 
-def test_processes_racing_on_one_draw_share_it(tmp_path: Path) -> None:
-    path = tmp_path / "l.sqlite"
+def test_processes_racing_on_one_draw_share_it(where) -> None:
+    path = where()
     PrivacyLedger(path, CAPS)
     out = _run_processes(_race_worker, path, 4)
     assert sorted(kind for kind, _, _ in out) == ["charge", "resume", "resume", "resume"]
@@ -386,8 +395,9 @@ def test_processes_racing_on_one_draw_share_it(tmp_path: Path) -> None:
     assert len(ledger.charges()) == 1 and ledger.draws()[0].status == "complete"
 
 
-def test_processes_racing_to_charge_never_exceed_cap(tmp_path: Path) -> None:
-    path = tmp_path / "l.sqlite"
+def test_processes_racing_to_charge_never_exceed_cap(where) -> None:
+    """On PostgreSQL, the scope's row lock is what serialises them (on SQLite, the database lock)."""
+    path = where()
     out = _run_processes(_charge_worker, path, 5)
     assert sorted(out) == ["charge"] * 3 + ["refused"] * 2
     assert PrivacyLedger(path, CAPS).spend("trip", "2016-07-25|bus").epsilon == 3.0
@@ -468,9 +478,24 @@ _complete_op = st.tuples(st.just("complete"), st.integers(-1, 2))  # this many d
 PROPERTY_CAPS = {"trip": (4.0, 6 * DELTA), "card_day": (4.0, 6 * DELTA)}
 
 
+_OPS = st.lists(st.one_of(_begin_op, _complete_op), max_size=25)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.one_of(_begin_op, _complete_op), max_size=25))
+@given(_OPS)
 def test_ledger_matches_model_and_never_exceeds_cap(ops: list[tuple]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        check_against_model(Path(tmp) / "l.sqlite", ops)
+
+
+@settings(max_examples=40, deadline=None,  # each example is a fresh schema on the server: fewer of them
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_postgres_ledger_matches_model_and_never_exceeds_cap(postgres, ops: list[tuple]) -> None:
+    check_against_model(postgres.new_url(), ops)
+
+
+def check_against_model(location: str | Path, ops: list[tuple]) -> None:
     """An in-memory model predicts every decision; each scope's spend is the sum of its charges and stays
     under the cap; a charge never holds two draws of one part; reuse, resume, joins and refusals cost nothing."""
     charges: list[dict] = []  # id = index + 1
@@ -483,55 +508,54 @@ def test_ledger_matches_model_and_never_exceeds_cap(ops: list[tuple]) -> None:
         mine = [c for c in charges if c["key"][:2] == (unit, scope)]
         return math.fsum(c["key"][6].epsilon for c in mine), math.fsum(c["key"][6].delta for c in mine)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        ledger = PrivacyLedger(Path(tmp) / "l.sqlite", PROPERTY_CAPS)
-        for n, op in enumerate(ops):
-            run = f"r{n % 2 + 1}"
-            if op[0] == "begin":
-                r, fresh = _REQUESTS[op[1]], op[2]
-                same = [d for d in draws if d["part"] == r.part and d["fp"] == r.fingerprint
-                        and charges[d["charge"] - 1]["key"][:3] == (r.unit, r.scope, r.marginal)]
-                done = [d for d in same if d["status"] == "complete"]
-                open_ = [c for c in charges if c["key"] == key(r)
-                         and not any(d["charge"] == c["id"] and d["part"] == r.part for d in draws)]
-                was = spent(r.unit, r.scope)
-                cap = PROPERTY_CAPS[r.unit]
-                fits = was[0] + r.cost.epsilon <= cap[0] * (1 + 1e-9) and was[1] + r.cost.delta <= cap[1] * (1 + 1e-9)
-                if not fresh and done:
-                    expected = ("reuse", done[-1]["id"])
-                elif not fresh and same:
-                    expected = ("resume", same[0]["id"])
-                elif open_ or fits:
-                    if not open_:
-                        charges.append({"id": len(charges) + 1, "key": key(r)})
-                    charge = open_[-1]["id"] if open_ else len(charges)
-                    draws.append({"id": len(draws) + 1, "charge": charge, "part": r.part, "fp": r.fingerprint,
-                                  "status": "pending", "by": None})
-                    expected = ("join" if open_ else "charge", len(draws))
-                else:
-                    expected = ("refused", None)
-                try:
-                    (d,) = ledger.begin_many([r], run_id=run, fresh=fresh)
-                    assert (d.kind, d.draw.id) == expected
-                except BudgetExceeded:
-                    assert expected == ("refused", None)
+    ledger = PrivacyLedger(location, PROPERTY_CAPS)
+    for n, op in enumerate(ops):
+        run = f"r{n % 2 + 1}"
+        if op[0] == "begin":
+            r, fresh = _REQUESTS[op[1]], op[2]
+            same = [d for d in draws if d["part"] == r.part and d["fp"] == r.fingerprint
+                    and charges[d["charge"] - 1]["key"][:3] == (r.unit, r.scope, r.marginal)]
+            done = [d for d in same if d["status"] == "complete"]
+            open_ = [c for c in charges if c["key"] == key(r)
+                     and not any(d["charge"] == c["id"] and d["part"] == r.part for d in draws)]
+            was = spent(r.unit, r.scope)
+            cap = PROPERTY_CAPS[r.unit]
+            fits = was[0] + r.cost.epsilon <= cap[0] * (1 + 1e-9) and was[1] + r.cost.delta <= cap[1] * (1 + 1e-9)
+            if not fresh and done:
+                expected = ("reuse", done[-1]["id"])
+            elif not fresh and same:
+                expected = ("resume", same[0]["id"])
+            elif open_ or fits:
+                if not open_:
+                    charges.append({"id": len(charges) + 1, "key": key(r)})
+                charge = open_[-1]["id"] if open_ else len(charges)
+                draws.append({"id": len(draws) + 1, "charge": charge, "part": r.part, "fp": r.fingerprint,
+                              "status": "pending", "by": None})
+                expected = ("join" if open_ else "charge", len(draws))
             else:
-                draw_id = max(len(draws) - op[1], 1)
-                target = draws[draw_id - 1] if 1 <= draw_id <= len(draws) else None
-                try:
-                    ledger.complete_many([draw_id], run_id=run)
-                except LedgerError:
-                    assert target is None or target["by"] == run
-                else:
-                    assert target is not None and target["by"] != run
-                    if target["status"] == "pending":
-                        target.update(status="complete", by=run)
-            assert [(d.id, d.charge_id, d.part, d.status, d.completed_by) for d in ledger.draws()] == [
-                (d["id"], d["charge"], d["part"], d["status"], d["by"]) for d in draws]
-            pairs = [(d.charge_id, d.part) for d in ledger.draws()]
-            assert len(pairs) == len(set(pairs))
-            for unit, scope in {(c["key"][0], c["key"][1]) for c in charges}:
-                spend = ledger.spend(unit, scope)
-                assert (spend.epsilon, spend.delta) == pytest.approx(spent(unit, scope), rel=1e-12)
-                assert spend.epsilon <= PROPERTY_CAPS[unit][0] * (1 + 1e-9)
-            json.dumps([c.cost.describe() for c in ledger.charges()])
+                expected = ("refused", None)
+            try:
+                (d,) = ledger.begin_many([r], run_id=run, fresh=fresh)
+                assert (d.kind, d.draw.id) == expected
+            except BudgetExceeded:
+                assert expected == ("refused", None)
+        else:
+            draw_id = max(len(draws) - op[1], 1)
+            target = draws[draw_id - 1] if 1 <= draw_id <= len(draws) else None
+            try:
+                ledger.complete_many([draw_id], run_id=run)
+            except LedgerError:
+                assert target is None or target["by"] == run
+            else:
+                assert target is not None and target["by"] != run
+                if target["status"] == "pending":
+                    target.update(status="complete", by=run)
+        assert [(d.id, d.charge_id, d.part, d.status, d.completed_by) for d in ledger.draws()] == [
+            (d["id"], d["charge"], d["part"], d["status"], d["by"]) for d in draws]
+        pairs = [(d.charge_id, d.part) for d in ledger.draws()]
+        assert len(pairs) == len(set(pairs))
+        for unit, scope in {(c["key"][0], c["key"][1]) for c in charges}:
+            spend = ledger.spend(unit, scope)
+            assert (spend.epsilon, spend.delta) == pytest.approx(spent(unit, scope), rel=1e-12)
+            assert spend.epsilon <= PROPERTY_CAPS[unit][0] * (1 + 1e-9)
+        json.dumps([c.cost.describe() for c in ledger.charges()])

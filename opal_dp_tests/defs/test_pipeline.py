@@ -19,7 +19,7 @@ from opal_dp.release.marginals import MARGINALS
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od_publish import od_tables
-from opal_dp.release.publish import RELEASE_ID, files_of, to_open_data
+from opal_dp.release.publish import LATEST, LATEST_JSON, RELEASE_ID, files_of, latest_release, to_open_data
 from opal_dp_tests.defs.conftest import DAYS
 
 
@@ -90,7 +90,7 @@ def test_published_release_is_complete_and_says_it_is_not_seeded(released):
 
 
 def test_nothing_non_dp_is_reachable_from_published(released):
-    """published/ holds release folders of the known files and the ``latest`` link, nothing links out of it,
+    """published/ holds release folders of the known files, the ``latest`` link and ``latest.json``, nothing links out of it,
     no file names a private path, and every published count is exactly a DP release asset's count."""
     storage = default_storage()
     root = storage.published_dir.resolve()
@@ -102,6 +102,8 @@ def test_nothing_non_dp_is_reachable_from_published(released):
                 assert path.resolve().parent == root and path.resolve().is_dir(), f"{path} links out of published/"
             elif path.is_dir():
                 assert here == root and RELEASE_ID.fullmatch(name), f"unexpected folder {path}"
+            elif here == root:
+                assert name == LATEST_JSON and latest_release(root) == (root / LATEST).resolve(), f"unexpected {path}"
             else:
                 statement = json.loads((here / "privacy.json").read_text(encoding="utf-8"))
                 assert here.parent == root and name in files_of(statement), f"unexpected file {path}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from uuid import uuid4
 
 import numpy as np
 import pandas as pd
@@ -13,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, DiscreteLaplace, PrivacyLedger, SeededBits
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.engine import fingerprint, release_partitions
 from opal_dp.release.marginals import MARGINALS, histograms
 from opal_dp.release.plan import build_plan
-from opal_dp.storage import write_parquet_exclusive
+from opal_dp.storage import read_parquet, write_parquet_exclusive
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
@@ -60,16 +62,25 @@ def ledger(tmp_path) -> PrivacyLedger:
     return PrivacyLedger(tmp_path / "ledger.sqlite", CAPS)
 
 
-def test_rerun_over_unchanged_input_reuses_the_stored_release(tmp_path, ledger):
+@pytest.fixture(params=["local", "memory"])
+def store(request, tmp_path):
+    """Where draws are stored: a local folder, or the private folder of a storage resource on another fsspec
+    filesystem (fsspec's in-memory one stands for an object store)."""
+    if request.param == "local":
+        return tmp_path
+    return OpalStorage(data_dir=f"memory://opal-{uuid4().hex}").private_dir
+
+
+def test_rerun_over_unchanged_input_reuses_the_stored_release(store, ledger):
     parts = {"2016-07-25|bus": partition(5000), "2016-07-25|train": partition(3000, 1)}
-    first = release(parts, SeededBits(1), ledger, tmp_path, "run-1")
+    first = release(parts, SeededBits(1), ledger, store, "run-1")
     bits = CountingBits(2)
-    again = release(parts, bits, ledger, tmp_path, "run-2")
+    again = release(parts, bits, ledger, store, "run-2")
     assert bits.drawn == 0 and len(ledger.charges()) == 12
     for key in parts:
         for name, result in again[key].items():
             assert result.reused and result.draw.status == "complete"
-            assert (tmp_path / result.draw.release_ref).exists()
+            assert (store / result.draw.release_ref).exists()
             pd.testing.assert_frame_equal(result.frame, first[key][name].frame)
 
 
@@ -100,16 +111,16 @@ def test_card_day_modes_share_one_charge_per_marginal(tmp_path, ledger):
     assert sorted({r.decision for p in out.values() for r in p.values()}) == ["charge", "join"]
 
 
-def test_a_resumed_charge_loads_the_draw_a_killed_run_had_stored(tmp_path, ledger):
+def test_a_resumed_charge_loads_the_draw_a_killed_run_had_stored(tmp_path, store, ledger):
     """A run charged and stored its draws, then was killed before completing: the rerun resumes those charges
     and loads the stored draws; it draws no noise (never two draws under one charge)."""
     parts = {"2016-07-25|bus": partition(5000)}
     scratch = PrivacyLedger(tmp_path / "scratch.sqlite", CAPS)
-    drawn = release(parts, SeededBits(1), scratch, tmp_path / "scratch", "scratch")["2016-07-25|bus"]
+    drawn = release(parts, SeededBits(1), scratch, store / "scratch", "scratch")["2016-07-25|bus"]
     for d in ledger.begin_many(_requests(parts), run_id="killed"):
-        write_parquet_exclusive(drawn[d.charge.marginal].frame, tmp_path / d.draw.release_ref)
+        write_parquet_exclusive(drawn[d.charge.marginal].frame, store / d.draw.release_ref)
     bits = CountingBits(3)
-    resumed = release(parts, bits, ledger, tmp_path, "run-2")["2016-07-25|bus"]
+    resumed = release(parts, bits, ledger, store, "run-2")["2016-07-25|bus"]
     assert bits.drawn == 0 and len(ledger.charges()) == 6
     for name, result in resumed.items():
         assert result.decision == "resume" and result.draw.status == "complete"
@@ -126,12 +137,12 @@ def _requests(parts):
                     fingerprint(truths[k], KEY)) for k in parts for name, m in p.mechanisms.items()]
 
 
-def test_two_writers_of_one_draw_keep_the_first(tmp_path):
+def test_two_writers_of_one_draw_keep_the_first(store):
     first, second = partition(10), partition(10, 1)
-    path = tmp_path / "releases" / "d.parquet"
+    path = store / "releases" / "d.parquet"
     assert write_parquet_exclusive(first, path).equals(first)
     stands = write_parquet_exclusive(second, path)
-    pd.testing.assert_frame_equal(stands, pd.read_parquet(path))
+    pd.testing.assert_frame_equal(stands, read_parquet(path))
     pd.testing.assert_frame_equal(stands.reset_index(drop=True), first.reset_index(drop=True), check_categorical=False)
     assert sorted(p.name for p in path.parent.iterdir()) == ["d.parquet"]  # the loser's temporary is gone
 

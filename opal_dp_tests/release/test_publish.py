@@ -26,7 +26,14 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES, load_stops
 from opal_dp.release import publish as publish_module
 from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.publish import FILES, PublishedFormatError, publish, to_open_data, validate_published
+from opal_dp.release.publish import (
+    FILES,
+    PublishedFormatError,
+    latest_release,
+    publish,
+    to_open_data,
+    validate_published,
+)
 from opal_dp.storage import write_parquet_atomic
 from opal_dp_tests.release.test_statement import PARTS, released as ledger_release
 from opal_dp_tests.release.test_statement import statement as ledger_statement
@@ -194,8 +201,9 @@ def test_validation_rejects_extra_files(tmp_path):
 def test_publish_writes_only_the_release_and_a_relative_latest(tmp_path):
     publish_release(tmp_path, "r1")
     publish_release(tmp_path, "r2")
-    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r2", "latest"}
+    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r2", "latest", "latest.json"}
     assert os.readlink(tmp_path / "latest") == "r2"
+    assert latest_release(tmp_path) == tmp_path / "r2" and oct(os.stat(tmp_path / "latest.json").st_mode)[-3:] == "644"
     for release in ("r1", "r2"):
         assert sorted(p.name for p in (tmp_path / release).iterdir()) == sorted(FILES)
 
@@ -226,12 +234,13 @@ def test_failure_mid_write_keeps_latest(tmp_path, monkeypatch):
     monkeypatch.setattr(publish_module, "_write", failing_write)
     with pytest.raises(OSError, match="disk full"):
         publish_release(tmp_path, "r2")
-    assert visible(tmp_path) == {"r1", "latest"} and os.readlink(tmp_path / "latest") == "r1"
+    assert visible(tmp_path) == {"r1", "latest", "latest.json"} and os.readlink(tmp_path / "latest") == "r1"
+    assert latest_release(tmp_path) == tmp_path / "r1"
     validate_published(tmp_path / "latest")
     monkeypatch.undo()
     publish_release(tmp_path, "r3")
-    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r3", "latest"}
-    assert os.readlink(tmp_path / "latest") == "r3"
+    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r3", "latest", "latest.json"}
+    assert os.readlink(tmp_path / "latest") == "r3" and latest_release(tmp_path) == tmp_path / "r3"
 
 
 CHILD = """
@@ -277,12 +286,12 @@ def test_sigkill_mid_publish_keeps_latest(tmp_path, hang):
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-    assert os.readlink(root / "latest") == "r1"
+    assert os.readlink(root / "latest") == "r1" and latest_release(root) == root / "r1"
     validate_published(root / "latest")
-    assert visible(root) == ({"r1", "latest"} if hang == "write" else {"r1", "r2", "latest"})
+    assert visible(root) == ({"r1", "latest", "latest.json"} if hang == "write" else {"r1", "r2", "latest", "latest.json"})
     publish_release(root, "r3")
     assert not any(p.name.startswith(".") for p in root.iterdir())
-    assert os.readlink(root / "latest") == "r3"
+    assert os.readlink(root / "latest") == "r3" and latest_release(root) == root / "r3"
 
 
 def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_path, monkeypatch):

@@ -20,7 +20,6 @@ from opal_dp.release.plan import DESIGNS, MECHANISMS, ReleasePlan, build_plan, p
 
 DEFAULT_DELTA = 1 / 8_000_000
 SECRET_FILE = "secret.key"
-LEDGER_FILE = "ledger.sqlite"
 
 
 class PrivacyBudget(dg.ConfigurableResource):
@@ -153,12 +152,12 @@ class PrivacyBudget(dg.ConfigurableResource):
         )
 
     def ledger(self, storage: OpalStorage) -> PrivacyLedger:
-        """The ledger under the private folder; refuses a configured cap that differs from the ledger's."""
+        """The storage's ledger (``OpalStorage.ledger_location``); refuses a configured cap that differs from the ledger's."""
         eps, delta = self.nominal
         caps = {u.value: (eps + self.od_cost(u), delta) for u in PrivacyUnit}
         wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or delta)
         caps[self.unit.value] = wanted
-        ledger = PrivacyLedger(storage.private_dir / LEDGER_FILE, caps,
+        ledger = PrivacyLedger(storage.ledger_location, caps,
                                published=published_ledger_draws(storage.published_dir),
                                acknowledge_reset=self.acknowledge_ledger_reset)
         cap = ledger.cap(self.unit)

@@ -1,0 +1,29 @@
+"""The release end to end with the privacy ledger on PostgreSQL (``OPAL_DP_LEDGER_URL``)."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from opal_dp.cli import run_release
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import LEDGER_FILE, default_storage
+from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
+from opal_dp.synth.trips import generate_days
+from opal_dp_tests.defs.conftest import DAYS, SCALE
+
+pytestmark = pytest.mark.slow
+
+
+def test_release_charges_a_postgres_ledger_once_per_partition_and_marginal(postgres, tmp_path, monkeypatch):
+    list(generate_days(DAYS, tmp_path / "raw", seed=7, scale=SCALE))
+    url = postgres.new_url()
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(LEDGER_URL_ENV, url)
+    run_release(dg.DagsterInstance.ephemeral())
+    storage = default_storage()
+    assert storage.ledger_url == url and not (storage.private_dir / LEDGER_FILE).exists()
+    ledger = PrivacyBudget().ledger(storage)
+    pairs = [(c.scope, c.marginal) for c in ledger.charges()]
+    assert len(pairs) == len(set(pairs)) == 8 * 6
+    assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 48

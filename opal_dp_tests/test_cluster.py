@@ -1,0 +1,116 @@
+"""The deployment profile of ``deploy/`` on localhost (``make cluster-test``): a Dagster instance on PostgreSQL,
+the privacy ledger on PostgreSQL, a Redis broker and two Celery workers run the full release of the bundled
+sample, and it must hold what the single-machine release holds: every check passes, one charge per partition
+and marginal, the published files are valid."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from opal_dp.defs.marginals.release import CHECK_SPECS
+from opal_dp.defs.shared.executor import BACKEND_ENV, BROKER_ENV, EXECUTOR_ENV
+from opal_dp.network import MODES
+from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.publish import latest_release, validate_published
+from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
+from opal_dp.synth.sample import SAMPLE_DATES, ensure_sample
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = REPO_ROOT / "deploy"
+WORKERS = 2
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def redis():
+    from opal_dp_tests.services import RedisServer
+
+    pytest.importorskip("dagster_celery", reason="the cluster test needs the `cluster` extra")
+    try:
+        server = RedisServer()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(postgres, redis, tmp_path, monkeypatch):
+    """The deploy/ profile on localhost, as environment variables, with the Celery workers running."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(DEPLOY / "dagster.yaml", home / "dagster.yaml")
+    env = {
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_POSTGRES_URL": postgres.new_database().replace("postgresql://", "postgresql+psycopg2://", 1),
+        LEDGER_URL_ENV: postgres.new_url(),
+        EXECUTOR_ENV: "celery",
+        BROKER_ENV: f"{redis.url}/0",
+        BACKEND_ENV: f"{redis.url}/1",
+        DATA_DIR_ENV: str(tmp_path / "data"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # the venv's celery
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cli = Path(sys.executable).parent / "dagster-celery"
+    workers, logs = [], []
+    try:
+        for i in range(WORKERS):
+            logs.append(tmp_path / f"worker-{i}.log")
+            workers.append(subprocess.Popen(
+                [str(cli), "worker", "start", "-A", "dagster_celery.app", "-y", str(DEPLOY / "celery.yaml"),
+                 "--name", f"opal-{i}", "--", "--concurrency=1"],
+                cwd=REPO_ROOT, stdout=open(logs[-1], "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+        deadline = time.monotonic() + 180
+        while not all(" ready." in log.read_text(errors="replace") for log in logs):
+            dead = [log for log, worker in zip(logs, workers) if worker.poll() is not None]
+            assert not dead and time.monotonic() < deadline, f"a Celery worker did not start: {(dead or logs)[0].read_text()}"
+            time.sleep(1)
+        yield
+    finally:
+        for worker in workers:  # each worker is the leader of its own process group (start_new_session)
+            os.killpg(worker.pid, signal.SIGTERM)
+        for worker in workers:
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+
+
+def test_full_release_of_the_sample_through_two_celery_workers(cluster):
+    from opal_dp.cli import run_release
+    from opal_dp.defs.shared.budget import PrivacyBudget
+    from opal_dp.defs.shared.storage import default_storage
+
+    storage = default_storage()
+    ensure_sample(storage.raw_dir)
+    with dg.DagsterInstance.get() as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        results = run_release(instance, distributed=True)
+        assert [len(runs) for runs in results.values()] == [1, len(MODES), 1]
+        evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
+        assert len(evaluations) == len(MODES) * len(CHECK_SPECS) and all(e.passed for e in evaluations)
+        steps = {e.step_key for runs in results.values() for run in runs for e in run.all_events if e.is_step_success}
+        on_workers = {e.step_key: e.event_specific_data.metadata["Celery worker"].value
+                      for runs in results.values() for run in runs for e in run.all_events
+                      if e.event_type_value == "ENGINE_EVENT" and "Celery worker" in e.event_specific_data.metadata}
+    assert steps and set(on_workers) == steps, "every step must run on a Celery worker"
+    assert {w.split("@")[0] for w in on_workers.values()} == {f"opal-{i}" for i in range(WORKERS)}
+    ledger = PrivacyBudget().ledger(storage)
+    pairs = [(c.scope, c.marginal) for c in ledger.charges()]
+    partitions = len(SAMPLE_DATES) * len(MODES)
+    assert len(pairs) == len(set(pairs)) == partitions * len(MARGINALS)
+    assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == partitions * len(MARGINALS)
+    validate_published(latest_release(storage.published_dir))
