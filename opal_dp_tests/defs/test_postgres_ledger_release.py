@@ -25,5 +25,6 @@ def test_release_charges_a_postgres_ledger_once_per_partition_and_marginal(postg
     assert storage.ledger_url == url and not (storage.private_dir / LEDGER_FILE).exists()
     ledger = PrivacyBudget().ledger(storage)
     pairs = [(c.scope, c.marginal) for c in ledger.charges()]
-    assert len(pairs) == len(set(pairs)) == 8 * 6
-    assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 48
+    assert len(pairs) == len(set(pairs)) == 8 * 6 + 2  # six marginals per (date, mode), one OD tree per date
+    assert sum(marginal == "od" for _, marginal in pairs) == 2
+    assert all(d.status == "complete" for d in ledger.draws()) and len(ledger.draws()) == 50

@@ -30,6 +30,10 @@ STAGE = dg.AutomationCondition.eager()
 BOUNDING = STAGE.ignore(dg.AssetSelection.assets("card_days"))
 ROLLUP = STAGE.without(next(o for o in STAGE.operands if o.get_label() is None and "any_deps_missing" in repr(o)))
 ROLLUP = ROLLUP.with_label("after any release; never waits for a late day")
+PUBLISH = ROLLUP.ignore(dg.AssetSelection.assets("od_prefix_tree"))
+"""The publication follows the marginal releases. The OD trees are built in the ``private_stages`` run that
+leads to those releases, so a new tree alone must not start a publication before the releases it joins (there
+would be nothing to publish yet); the next publication after a release carries every complete tree."""
 
 raw_trip_files = dg.AssetSpec(
     RAW_FILES,
