@@ -167,7 +167,7 @@ def publish(
     if ("od" in statement) != (od is not None) or (od is not None and sorted(od) != sorted(OD_TABLES)):
         raise ValueError(f"the OD tables {OD_TABLES} go with the statement's od section, and only with it")
     published_dir = make_dirs(published_dir, PUBLIC_DIR)
-    with _exclusive(published_dir):
+    with publish_lock(published_dir):
         target = published_dir / release_id
         if target.exists() or target.is_symlink():
             raise FileExistsError(f"release {release_id} already exists at {target}")
@@ -175,23 +175,23 @@ def publish(
         staging = published_dir / f"{STAGING_PREFIX}{release_id}"
         make_dirs(staging, PUBLIC_DIR)
         for table in TABLES:
-            _write(staging / f"{table}.csv", tables[table].to_csv(index=False, lineterminator="\n"))
+            write_durably(staging / f"{table}.csv", tables[table].to_csv(index=False, lineterminator="\n"))
         for table, frame in (od or {}).items():
-            _write(staging / f"{table}.csv", frame.to_csv(index=False, lineterminator="\n"))
-        _write(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
-        _write(staging / STATEMENT_MD, render_markdown(statement))
-        _write(staging / PAGE, render_index(tables, statement, stops))
+            write_durably(staging / f"{table}.csv", frame.to_csv(index=False, lineterminator="\n"))
+        write_durably(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
+        write_durably(staging / STATEMENT_MD, render_markdown(statement))
+        write_durably(staging / PAGE, render_index(tables, statement, stops))
         validate_published(staging)
-        _fsync(staging)
+        fsync_folder(staging)
         os.rename(staging, target)
-        _fsync(published_dir)
+        fsync_folder(published_dir)
         link = published_dir / f"{LINK_PREFIX}{release_id}"
         os.symlink(release_id, link)
         os.replace(link, published_dir / LATEST)
         pointer = published_dir / f"{LINK_PREFIX}{release_id}.json"
-        _write(pointer, json.dumps({"release_id": release_id}) + "\n")
+        write_durably(pointer, json.dumps({"release_id": release_id}) + "\n")
         os.replace(pointer, published_dir / LATEST_JSON)
-        _fsync(published_dir)
+        fsync_folder(published_dir)
     return target
 
 
@@ -205,7 +205,7 @@ def latest_release(published_dir: Path) -> Path:
 
 
 @contextmanager
-def _exclusive(folder: Path):
+def publish_lock(folder: Path):
     """One publisher at a time: an advisory lock on the folder itself (writes nothing)."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -224,14 +224,16 @@ def _remove_stale(published_dir: Path) -> None:
             shutil.rmtree(path)
 
 
-def _write(path: Path, text: str) -> None:
+def write_durably(path: Path, text: str) -> None:
+    """A public file written and fsynced before the caller renames its folder into place."""
     with open(create_file(path, PUBLIC_FILE), "w", encoding="utf-8", newline="") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
 
 
-def _fsync(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """Make a folder's entries (a rename, a new file) durable."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

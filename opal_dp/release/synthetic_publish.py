@@ -20,7 +20,7 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.permissions import PUBLIC_DIR, make_dirs
 from opal_dp.release.archetypes import ARCHETYPES
-from opal_dp.release.publish import LATEST, LINK_PREFIX, RELEASE_ID, STAGING_PREFIX, _exclusive, _fsync, _write
+from opal_dp.release.publish import LATEST, LINK_PREFIX, RELEASE_ID, STAGING_PREFIX, fsync_folder, publish_lock, write_durably
 from opal_dp.release.statement import STATEMENT_JSON, STATEMENT_MD, StatementError
 from opal_dp.release.synthetic_generator import CSV, PARQUET
 from opal_dp.release.synthetic_queries import MARGINAL_PREFIX
@@ -96,7 +96,7 @@ def publish_synthetic(published_dir: Path, staged: Path, statement: dict) -> Pat
         raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}, got {release_id!r}")
     make_dirs(published_dir, PUBLIC_DIR)
     root = make_dirs(published_dir / SYNTHETIC, PUBLIC_DIR)
-    with _exclusive(published_dir):
+    with publish_lock(published_dir):
         target = root / release_id
         if target.exists():
             raise FileExistsError(f"synthetic release {release_id} already exists at {target}")
@@ -107,12 +107,12 @@ def publish_synthetic(published_dir: Path, staged: Path, statement: dict) -> Pat
         for name in (PARQUET, CSV):
             shutil.copyfile(staged / name, staging / name)
             os.chmod(staging / name, 0o644)
-        _write(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
-        _write(staging / STATEMENT_MD, render_markdown(statement))
-        _fsync(staging)
+        write_durably(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
+        write_durably(staging / STATEMENT_MD, render_markdown(statement))
+        fsync_folder(staging)
         os.rename(staging, target)
         link = root / f"{LINK_PREFIX}{release_id}"
         os.symlink(release_id, link)
         os.replace(link, root / LATEST)
-        _fsync(root)
+        fsync_folder(root)
     return target

@@ -150,8 +150,8 @@ def test_killed_publish_leaves_latest_a_complete_release_and_reruns_charge_nothi
     rerun()
     seen = [assert_latest_is_complete()]
     for owner, attr, when, n in [
-        ("publish", "_write", "after", 2),  # staging half written
-        ("publish", "_fsync", "after", 2),  # release folder renamed into place, latest not yet repointed
+        ("publish", "write_durably", "after", 2),  # staging half written
+        ("publish", "fsync_folder", "after", 2),  # release folder renamed into place, latest not yet repointed
         ("os", "symlink", "after", 1),  # new link made, not yet renamed over latest
         ("os", "replace", "after", 1),  # latest repointed, final fsync not done
     ]:

@@ -222,7 +222,7 @@ def test_refuses_an_existing_or_bad_release_id(tmp_path):
 
 def test_failure_mid_write_keeps_latest(tmp_path, monkeypatch):
     publish_release(tmp_path, "r1")
-    real_write, calls = publish_module._write, []
+    real_write, calls = publish_module.write_durably, []
 
     def failing_write(path, text):
         calls.append(path)
@@ -231,7 +231,7 @@ def test_failure_mid_write_keeps_latest(tmp_path, monkeypatch):
             raise OSError("disk full")
         real_write(path, text)
 
-    monkeypatch.setattr(publish_module, "_write", failing_write)
+    monkeypatch.setattr(publish_module, "write_durably", failing_write)
     with pytest.raises(OSError, match="disk full"):
         publish_release(tmp_path, "r2")
     assert visible(tmp_path) == {"r1", "latest", "latest.json"} and os.readlink(tmp_path / "latest") == "r1"
@@ -256,15 +256,15 @@ def stop(*args):
     time.sleep(600)
 
 if hang == "write":
-    real, calls = module._write, []
-    def _write(path, text):
+    real, calls = module.write_durably, []
+    def write_durably(path, text):
         calls.append(path)
         if len(calls) == 2:
             with open(path, "w") as handle:
                 handle.write(text[: len(text) // 2])
             stop()
         real(path, text)
-    module._write = _write
+    module.write_durably = write_durably
 else:
     os.symlink = stop
 module.publish(root, tables, statement, "r2", load_stops())
