@@ -7,7 +7,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from opal_dp.network import MODES
-from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
+from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY, IngestedTrips
 from opal_dp.release.marginals import Marginal
 
 OTHER_WINDOW = -2  # a public-domain remainder row's time window in a released frame (published: "other")
@@ -160,16 +160,9 @@ class DesignComparison(pa.DataFrameModel):
         ordered = True
 
 
-class SyntheticTrips(pa.DataFrameModel):
+class SyntheticTrips(IngestedTrips):
     """Synthetic card-day trips (``release.synthetic_generator``): the raw input contract's columns, every
     card id a fresh synthetic one."""
-
-    card_id: Series[int] = pa.Field(gt=0)
-    mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
-    tap_on_time: Series[pd.Timestamp]
-    tap_on_stop: Series["int32"]
-    tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
-    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
 
     class Config:
         strict = True
