@@ -50,3 +50,17 @@ def strict_permissions_from_env() -> bool:
 
 def reference_dir() -> Path:
     return Path(str(files("opal_dp") / "reference"))
+
+
+WORKERS_ENV = "OPAL_DP_WORKERS"
+
+
+def workers_from_env() -> int:
+    """``$OPAL_DP_WORKERS``: processes for per-day work (``opal_dp.parallel``); default: the CPUs this process may
+    use. 1 runs everything in the calling process."""
+    value = os.environ.get(WORKERS_ENV, "").strip()
+    if not value:
+        return len(os.sched_getaffinity(0))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{WORKERS_ENV} must be a positive integer, got {value!r}")
+    return int(value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +36,26 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True) 
         return
     tmp = _write_temporary(frame, path, durable)
     os.replace(tmp, path)
+
+
+class PartitionStore:
+    """Where private intermediates live: ``<root>/<asset key...>/<partition dimensions...>.parquet``, one file per
+    partition (``<root>/<asset key...>.parquet`` for an unpartitioned asset). The Dagster IO manager and the
+    per-day workers (``opal_dp.parallel``) both read and write through it, so a worker can store its day itself."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, asset: Sequence[str], partition: str | None = None) -> Path:
+        folder = self.root.joinpath(*asset)
+        if partition is None:
+            return folder.with_suffix(".parquet")
+        *dirs, leaf = str(partition).split("|")
+        return folder.joinpath(*dirs, f"{leaf}.parquet")
+
+    def write(self, asset: Sequence[str], partition: str | None, frame: pd.DataFrame) -> None:
+        """Atomic, not fsynced: an intermediate lost to an OS crash is recomputed."""
+        write_parquet_atomic(frame, self.path(asset, partition), durable=False)
 
 
 def write_parquet_exclusive(frame: pd.DataFrame, path: Path) -> pd.DataFrame:

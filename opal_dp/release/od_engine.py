@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,8 @@ import pandas as pd
 from opal_dp.core import PrivacyCost, PrivacyLedger, PrivacyUnit
 from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.core.prefix_tree import NoisyTree, Taxonomy, TreeBudget, build_noisy_prefix_tree
+from opal_dp.parallel import map_calls
+from opal_dp.prep.sequences import from_frame
 from opal_dp.storage import read_parquet, remove_stale_temporaries, write_parquet_exclusive
 
 OD = "od"
@@ -80,20 +83,40 @@ def fingerprint(sequences: np.ndarray, key: bytes) -> str:
     return hmac.new(key, ordered.tobytes() + str(rows.shape).encode(), hashlib.sha256).hexdigest()
 
 
-def release_od_day(sequences: np.ndarray, day: str, plan: OdPlan, ledger: PrivacyLedger, root: Path, run_id: str,
-                   fingerprint_key: bytes, fresh: bool = False, bits=None) -> OdDraw:
-    """The noisy tree of ``day``'s card-day sequences, charged first (module docstring)."""
-    request = Request(plan.ledger_unit.value, plan.scope(day), day, day, plan.marginal(day), "add_remove",
-                      plan.cost(), plan.mechanism(), plan.bounds(), fingerprint(sequences, fingerprint_key))
-    (decision,) = ledger.begin_many([request], run_id=run_id, fresh=fresh)
-    path = root / decision.draw.release_ref
-    remove_stale_temporaries(path.parent)
-    if decision.kind == "reuse" or (decision.kind == "resume" and path.exists()):
-        tree = read_parquet(path)
-    else:
-        noisy: NoisyTree = build_noisy_prefix_tree(sequences, plan.taxonomy, plan.budget, bits)
-        tree = write_parquet_exclusive(pd.DataFrame(noisy.columns()), path)
-    if decision.kind != "reuse":
-        ledger.complete_many([decision.draw.id], run_id=run_id)
-    (draw,) = ledger.draws([decision.draw.id])
-    return OdDraw(tree, draw, decision.charge, decision.kind)
+def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: PrivacyLedger, root: Path, run_id: str,
+                    fingerprint_key: bytes, fresh: bool = False) -> Iterator[tuple[str, OdDraw]]:
+    """The noisy tree of each date's stored card-day sequences (``{date: path}``), charged first (module docstring).
+
+    Every date is asked of the ledger before any noise is drawn; the fingerprints and the trees are computed a
+    date per worker process (``opal_dp.parallel``), which reads its sequences and stores its tree itself. Yields
+    ``(date, OdDraw)`` in the given order, one tree in memory at a time."""
+    days = list(sequences)
+    prints = map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days])
+    requests = [Request(plan.ledger_unit.value, plan.scope(day), day, day, plan.marginal(day), "add_remove",
+                        plan.cost(), plan.mechanism(), plan.bounds(), print_) for day, print_ in zip(days, prints)]
+    decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
+    builds = []
+    for day, decision in zip(days, decisions):
+        path = root / decision.draw.release_ref
+        remove_stale_temporaries(path.parent)
+        if not (decision.kind == "reuse" or (decision.kind == "resume" and path.exists())):
+            builds.append((sequences[day], plan.taxonomy, plan.budget, path))
+    for _ in map_calls(build_tree, builds):
+        pass
+    ledger.complete_many([d.draw.id for d in decisions if d.kind != "reuse"], run_id=run_id)
+    draws = {draw.id: draw for draw in ledger.draws([d.draw.id for d in decisions])}
+    for day, decision in zip(days, decisions):
+        tree = read_parquet(root / decision.draw.release_ref)
+        yield day, OdDraw(tree, draws[decision.draw.id], decision.charge, decision.kind)
+
+
+def sequences_fingerprint(path: Path, key: bytes) -> str:
+    """``fingerprint`` of the sequences stored at ``path`` (in a worker)."""
+    return fingerprint(from_frame(read_parquet(path)), key)
+
+
+def build_tree(path: Path, taxonomy: Taxonomy, budget: TreeBudget, out: Path) -> None:
+    """The noisy tree of the sequences at ``path``, noise from the OS CSPRNG, stored once at ``out`` (in a
+    worker; a tree already there stands, as ``write_parquet_exclusive`` keeps it)."""
+    noisy: NoisyTree = build_noisy_prefix_tree(from_frame(read_parquet(path)), taxonomy, budget)
+    write_parquet_exclusive(pd.DataFrame(noisy.columns()), out)

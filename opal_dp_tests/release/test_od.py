@@ -12,9 +12,10 @@ from opal_dp.core.ledger import Request
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.core.units import PrivacyUnit
 from opal_dp.network import load_stops
-from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.prep.sequences import TripAlphabet, to_frame
+from opal_dp.storage import write_parquet_atomic
 from opal_dp.release.od import _isotonic, consistent_tree, inconsistent_parents, od_counts, sequences_of, top_sequences
-from opal_dp.release.od_engine import OdPlan, release_od_day
+from opal_dp.release.od_engine import OdPlan, release_od_days
 from opal_dp.release.od_publish import od_tables, validate_od
 
 TAXONOMY = Taxonomy(np.array([0, 3, 6]), np.array([3, 3, 4]))
@@ -91,6 +92,14 @@ def test_od_files_stay_in_the_public_domain(alphabet, tmp_path):
 
 def _plan(unit=PrivacyUnit.CARD_DAY) -> OdPlan:
     return OdPlan(unit, TreeBudget(1.0, 3), TAXONOMY)
+
+
+def release_od_day(seqs, day, plan, ledger, root, run_id, key, fresh=False):
+    """One date through ``release_od_days``, its sequences stored first as the pipeline stores them."""
+    path = root / "sequences" / run_id / f"{day}.parquet"
+    write_parquet_atomic(to_frame(np.asarray(seqs, dtype=np.int32)), path)
+    ((_, drawn),) = release_od_days({day: path}, plan, ledger, root, run_id, key, fresh)
+    return drawn
 
 
 def test_od_is_charged_on_the_marginals_scope_and_the_ledger_enforces_the_cap(tmp_path):

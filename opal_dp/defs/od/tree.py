@@ -9,14 +9,17 @@ import pandas as pd
 from opal_dp.core import LedgerError
 from opal_dp.defs.shared.automation import STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.io import PartitionFrames
+from opal_dp.defs.shared.io import PartitionFrames, StoredPartitions, stored
 from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, labels
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.prep.sequences import TripAlphabet, card_day_sequences, from_frame, to_frame
+from opal_dp.storage import PartitionStore
+from opal_dp.parallel import map_calls
+from opal_dp.prep.day_files import sequences_day
+from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od import consistent_tree, inconsistent_parents
-from opal_dp.release.od_engine import release_od_day
+from opal_dp.release.od_engine import release_od_days
 
 PRIVATE = "private_parquet"
 OD_TREE_COLUMNS = ("level", "parent", "symbol", "count", "terminal", "draw_id")
@@ -37,15 +40,14 @@ TREE_CHECKS = {
     **labels("microdata", "parquet"),
 )
 def trip_sequences(context: dg.AssetExecutionContext, binned_trips: PartitionFrames, privacy_budget: PrivacyBudget,
-                   reference: ReferenceNetwork) -> dg.Output[dict[str, pd.DataFrame]]:
+                   reference: ReferenceNetwork, storage: OpalStorage) -> dg.Output[StoredPartitions]:
     """Each card-day's trips as symbol ids in tap-on order, truncated to ``od_height`` (private microdata; built
-    from the stage that still has card ids, which is used for grouping only and not kept)."""
-    alphabet = TripAlphabet.from_stops(reference.stops())
-    out = {}
-    for day in context.partition_keys:
-        seqs = card_day_sequences(binned_trips[day], alphabet, privacy_budget.od_height)
-        out[day] = to_frame(seqs)
-        context.add_asset_metadata({"dagster/row_count": len(seqs)}, partition_key=day)
+    from the stage that still has card ids, which is used for grouping only and not kept). A day per worker."""
+    alphabet, days = TripAlphabet.from_stops(reference.stops()), list(context.partition_keys)
+    out = stored(PartitionStore(storage.private_dir), "trip_sequences", days)
+    calls = [(binned_trips.path(day), alphabet, privacy_budget.od_height, out[day]) for day in days]
+    for day, rows in zip(days, map_calls(sequences_day, calls)):
+        context.add_asset_metadata({"dagster/row_count": rows}, partition_key=day)
     return dg.Output(out)
 
 
@@ -69,14 +71,17 @@ def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionF
     plan = privacy_budget.od_plan(alphabet.groups)
     out, bad = {}, {name: 0 for name in TREE_CHECKS}
     try:
-        ledger = privacy_budget.ledger(storage) if privacy_budget.od_release else None
-        for day in context.partition_keys:
-            if ledger is None:
+        days = list(context.partition_keys)
+        if privacy_budget.od_release:
+            drawn_days = release_od_days({day: trip_sequences.path(day) for day in days}, plan,
+                                         privacy_budget.ledger(storage), storage.private_dir, context.run.run_id,
+                                         privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw)
+        else:
+            drawn_days = ((day, None) for day in days)
+        for day, drawn in drawn_days:
+            if drawn is None:
                 out[day] = pd.DataFrame({c: np.zeros(0, np.int64) for c in OD_TREE_COLUMNS})
                 continue
-            drawn = release_od_day(from_frame(trip_sequences[day]), day, plan, ledger, storage.private_dir,
-                                   context.run.run_id, privacy_budget.key(storage, "fingerprint"),
-                                   privacy_budget.fresh_draw)
             tree = consistent_tree(drawn.tree).assign(draw_id=drawn.draw.id)
             bad["od_parents_equal_children"] += inconsistent_parents(tree)
             symbol = tree["symbol"][tree["level"] > 0]

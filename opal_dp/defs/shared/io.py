@@ -5,7 +5,10 @@ The release store the ledger points at is written durably by the release engine.
 
 Assets return a mapping {partition key: DataFrame}, so one run can materialise a whole backfill
 (``BackfillPolicy.single_run``) and still store, and later load, each partition on its own. Inputs
-load lazily: a downstream run over 56 partitions never holds more than the frames it is using.
+load lazily: a downstream run over 56 partitions never holds more than the frames it is using. A step that
+streams (one day at a time, in worker processes: ``opal_dp.parallel``) writes each partition through the
+same ``PartitionStore`` as soon as it is computed and returns ``StoredPartitions``: then nothing is held
+until the step ends, and memory does not grow with the number of days.
 """
 
 
@@ -16,7 +19,7 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.storage import write_parquet_atomic
+from opal_dp.storage import PartitionStore
 
 
 class PartitionFrames(Mapping[str, pd.DataFrame]):
@@ -27,6 +30,10 @@ class PartitionFrames(Mapping[str, pd.DataFrame]):
 
     def __getitem__(self, key: str) -> pd.DataFrame:
         return pd.read_parquet(self._paths[str(key)])
+
+    def path(self, key: str) -> Path:
+        """Where the partition is stored (for a worker process that reads it itself)."""
+        return self._paths[str(key)]
 
     def __contains__(self, key: object) -> bool:
         """Registered and materialised (a partition that was never written is not "in" the mapping)."""
@@ -39,6 +46,15 @@ class PartitionFrames(Mapping[str, pd.DataFrame]):
         return len(self._paths)
 
 
+class StoredPartitions(dict):
+    """{partition key: path} of partitions a step has already written through the ``PartitionStore``."""
+
+
+def stored(store: PartitionStore, asset: str, keys: list[str]) -> StoredPartitions:
+    """Where a streaming step stores each of its partitions of ``asset`` (and what it then returns)."""
+    return StoredPartitions({key: store.path((asset,), key) for key in keys})
+
+
 def materialised(*frames: PartitionFrames) -> list[str]:
     """The partition keys (sorted) materialised in every one of ``frames``: what a roll-up can use when some
     registered partitions are late, failed or still running."""
@@ -47,23 +63,17 @@ def materialised(*frames: PartitionFrames) -> list[str]:
 
 
 class PartitionedParquetIOManager(dg.IOManager):
-    """Stores each partition at ``<root>/<asset key>/<dimension values...>.parquet``."""
+    """Stores each partition at its ``PartitionStore`` path."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-
-    def _path(self, asset_key: dg.AssetKey, partition: str | None) -> Path:
-        folder = self.root.joinpath(*asset_key.path)
-        if partition is None:
-            return folder.with_suffix(".parquet")
-        *dirs, leaf = str(partition).split("|")
-        return folder.joinpath(*dirs, f"{leaf}.parquet")
+        self.store = PartitionStore(Path(root))
 
     def handle_output(self, context: dg.OutputContext, obj: object) -> None:
+        asset = context.asset_key.path
         if not context.has_asset_partitions:
             if not isinstance(obj, pd.DataFrame):
                 raise TypeError(f"{context.asset_key.to_user_string()}: expected a DataFrame, got {type(obj)}")
-            write_parquet_atomic(obj, self._path(context.asset_key, None), durable=False)
+            self.store.write(asset, None, obj)
             return
         keys = {str(k) for k in context.asset_partition_keys}
         if not isinstance(obj, Mapping) or {str(k) for k in obj} != keys:
@@ -71,14 +81,19 @@ class PartitionedParquetIOManager(dg.IOManager):
                 f"{context.asset_key.to_user_string()}: expected a mapping with exactly the run's "
                 f"partitions {sorted(keys)}, got {sorted(map(str, obj)) if isinstance(obj, Mapping) else type(obj)}"
             )
+        if isinstance(obj, StoredPartitions):
+            missing = [k for k in sorted(keys) if obj[k] != self.store.path(asset, k) or not obj[k].exists()]
+            if missing:
+                raise RuntimeError(f"{context.asset_key.to_user_string()}: partitions {missing} were not stored")
+            return
         for key, frame in obj.items():
-            write_parquet_atomic(frame, self._path(context.asset_key, str(key)), durable=False)
+            self.store.write(asset, str(key), frame)
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame | PartitionFrames:
-        key = context.asset_key
+        key = context.asset_key.path
         if not context.has_asset_partitions:
-            return pd.read_parquet(self._path(key, None))
-        return PartitionFrames({str(k): self._path(key, str(k)) for k in context.asset_partition_keys})
+            return pd.read_parquet(self.store.path(key, None))
+        return PartitionFrames({str(k): self.store.path(key, str(k)) for k in context.asset_partition_keys})
 
 
 @dg.io_manager(required_resource_keys={"storage"},

@@ -5,8 +5,6 @@ contribution bounding, which is the only step that uses it, and dropped there.
 """
 
 
-from datetime import date
-
 import dagster as dg
 import numpy as np
 import pandas as pd
@@ -14,14 +12,16 @@ import pandas as pd
 from opal_dp.core import PrivacyUnit
 from opal_dp.defs.shared.automation import BOUNDING, RAW_FILES, STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.io import PartitionFrames
+from opal_dp.defs.shared.io import PartitionFrames, StoredPartitions, stored
 from opal_dp.defs.shared.metadata import SINGLE_RUN, column_schema, labels
 from opal_dp.defs.shared.partitions import date_and_mode, date_mode, service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
-from opal_dp.prep.bounding import bound_day, select_card_days
-from opal_dp.prep.ingest import RawInputError, ingest_file, raw_file_for
+from opal_dp.storage import PartitionStore
+from opal_dp.parallel import map_calls
+from opal_dp.prep.bounding import select_card_days
+from opal_dp.prep.day_files import bin_day, bound_day_file, ingest_day, split_day
+from opal_dp.prep.ingest import RawInputError, raw_file_for
 from opal_dp.prep.schemas import (
     BinnedTrips,
     CardBinnedTrips,
@@ -59,27 +59,28 @@ CARD_DAYS, OVER_BOUND = "card_days", "trips_over_bound"
     backfill_policy=SINGLE_RUN,
 )
 def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork, storage: OpalStorage):
-    """Read each day's raw file; rows read = accepted + rejected, per file, always (recorded per day)."""
-    stops = reference.stops()
-    accepted, rejected = {}, {}
-    for day in context.partition_keys:
-        try:
-            result = ingest_file(raw_file_for(storage.raw_dir, day), stops)
-        except RawInputError as err:
-            raise dg.Failure(description=str(err)) from err
-        accepted[day], rejected[day] = result.accepted, result.rejected
-        context.add_asset_metadata({
-            "file": result.source_file,
-            "rows_read": result.rows_read,
-            "rows_accepted": len(result.accepted),
-            "rows_rejected": len(result.rejected),
-            "ignored_columns": ", ".join(result.ignored_columns),
-            "dagster/row_count": len(result.accepted),
-        }, asset_key="ingested_trips", partition_key=day)
-        context.add_asset_metadata({
-            "dagster/row_count": len(result.rejected),
-            "reasons": dg.MetadataValue.json(result.rejected["reason"].value_counts().to_dict()),
-        }, asset_key="rejected_trips", partition_key=day)
+    """Read each day's raw file; rows read = accepted + rejected, per file, always (recorded per day). Days run
+    in worker processes, each storing its own partitions (``prep.day_files``)."""
+    stops, store, days = reference.stops(), PartitionStore(storage.private_dir), list(context.partition_keys)
+    accepted, rejected = stored(store, "ingested_trips", days), stored(store, "rejected_trips", days)
+    try:
+        files = [raw_file_for(storage.raw_dir, day) for day in days]
+        calls = [(path, stops, accepted[day], rejected[day]) for path, day in zip(files, days)]
+        for day, result in zip(days, map_calls(ingest_day, calls)):
+            context.add_asset_metadata({
+                "file": result.source_file,
+                "rows_read": result.rows_read,
+                "rows_accepted": result.rows_accepted,
+                "rows_rejected": result.rows_rejected,
+                "ignored_columns": ", ".join(result.ignored_columns),
+                "dagster/row_count": result.rows_accepted,
+            }, asset_key="ingested_trips", partition_key=day)
+            context.add_asset_metadata({
+                "dagster/row_count": result.rows_rejected,
+                "reasons": dg.MetadataValue.json(result.reasons),
+            }, asset_key="rejected_trips", partition_key=day)
+    except RawInputError as err:
+        raise dg.Failure(description=str(err)) from err
     yield dg.Output(accepted, "ingested_trips")
     yield dg.Output(rejected, "rejected_trips")
 
@@ -107,15 +108,15 @@ def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork, stora
     partitions_def=service_dates,
     backfill_policy=SINGLE_RUN,
 )
-def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFrames, reference: ReferenceNetwork):
-    """Coarsen each day's trips to the published bins (seed §4.1 steps 2-3)."""
-    stops = reference.stops()
-    binned, cards = {}, {}
-    for day in context.partition_keys:
-        binned[day] = bin_trips(ingested_trips[day], stops)
-        cards[day] = card_days_of(binned[day])
-        context.add_asset_metadata({"dagster/row_count": len(binned[day])}, asset_key="binned_trips", partition_key=day)
-        context.add_asset_metadata({"dagster/row_count": len(cards[day])}, asset_key=CARD_DAYS, partition_key=day)
+def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFrames, reference: ReferenceNetwork,
+                 storage: OpalStorage):
+    """Coarsen each day's trips to the published bins (seed §4.1 steps 2-3), a day per worker process."""
+    stops, store, days = reference.stops(), PartitionStore(storage.private_dir), list(context.partition_keys)
+    binned, cards = stored(store, "binned_trips", days), stored(store, CARD_DAYS, days)
+    calls = [(ingested_trips.path(day), stops, binned[day], cards[day]) for day in days]
+    for day, (trips, card_count) in zip(days, map_calls(bin_day, calls)):
+        context.add_asset_metadata({"dagster/row_count": trips}, asset_key="binned_trips", partition_key=day)
+        context.add_asset_metadata({"dagster/row_count": card_count}, asset_key=CARD_DAYS, partition_key=day)
     yield dg.Output(binned, "binned_trips")
     yield dg.Output(cards, CARD_DAYS)
 
@@ -159,15 +160,16 @@ def bounded_trips(
     unit, bounds, key = privacy_budget.unit, privacy_budget.bounds, privacy_budget.key(storage, "bounding")
     days = list(context.partition_keys)
     kept_days = _card_period_days(privacy_budget, card_days, days, key) if unit is PrivacyUnit.CARD_PERIOD else None
-    kept, over = {}, {}
-    for day in days:
-        cards = None if kept_days is None else kept_days.get(day, np.zeros(0, np.int64))
-        result = bound_day(binned_trips[day], date.fromisoformat(day), unit, bounds, key, cards)
-        kept[day], over[day] = result.kept, result.over_bound
-        context.add_asset_metadata({"dagster/row_count": len(result.kept), "trips_over_bound (internal, not DP)":
-                                    len(result.over_bound), "share_dropped_by_bounding (internal, not DP)":
+    store = PartitionStore(storage.private_dir)
+    kept, over = stored(store, "bounded_trips", days), stored(store, OVER_BOUND, days)
+    calls = [(binned_trips.path(day), day, unit, bounds, key,
+              None if kept_days is None else kept_days.get(day, np.zeros(0, np.int64)), kept[day], over[day])
+             for day in days]
+    for day, result in zip(days, map_calls(bound_day_file, calls)):
+        context.add_asset_metadata({"dagster/row_count": result.kept, "trips_over_bound (internal, not DP)":
+                                    result.over_bound, "share_dropped_by_bounding (internal, not DP)":
                                     result.share_dropped}, asset_key="bounded_trips", partition_key=day)
-        context.add_asset_metadata({"dagster/row_count": len(result.over_bound)}, asset_key=OVER_BOUND,
+        context.add_asset_metadata({"dagster/row_count": result.over_bound}, asset_key=OVER_BOUND,
                                    partition_key=day)
     metadata = {  # the same for every partition of the run
         "privacy_unit": unit.value,
@@ -207,14 +209,13 @@ def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames,
     **labels("microdata", "parquet"),
 )
 def trip_partitions(
-    context: dg.AssetExecutionContext, bounded_trips: PartitionFrames
-) -> dg.Output[dict[str, pd.DataFrame]]:
-    """(date, mode) partitions of the bounded trips: the pieces the release draws and the ledger charges."""
-    parts, by_day = {}, {}
-    for key in map(str, context.partition_keys):
-        day, mode = date_and_mode(key)
-        if day not in by_day:
-            by_day = {day: bounded_trips[day]}  # keys are date-major: one day in memory at a time
-        parts[key] = split_by_mode(by_day[day], mode)
-        context.add_asset_metadata({"dagster/row_count": len(parts[key])}, partition_key=key)
+    context: dg.AssetExecutionContext, bounded_trips: PartitionFrames, storage: OpalStorage
+) -> dg.Output[StoredPartitions]:
+    """(date, mode) partitions of the bounded trips: the pieces the release draws and the ledger charges. One
+    call per partition, in worker processes, each reading only its mode's rows of its day."""
+    keys = list(map(str, context.partition_keys))
+    parts = stored(PartitionStore(storage.private_dir), "trip_partitions", keys)
+    calls = [(bounded_trips.path(date_and_mode(key)[0]), date_and_mode(key)[1], parts[key]) for key in keys]
+    for key, rows in zip(keys, map_calls(split_day, calls)):
+        context.add_asset_metadata({"dagster/row_count": rows}, partition_key=key)
     return dg.Output(parts)

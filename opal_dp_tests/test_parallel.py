@@ -1,0 +1,112 @@
+"""Per-day work in worker processes: the same results as in process, in the calls' order, errors raised in the
+caller; and the private stages' file-to-file functions give the same partitions either way."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opal_dp.core.units import ContributionBounds, PrivacyUnit
+from opal_dp.parallel import map_calls
+from opal_dp.prep.day_files import bin_day, bound_day_file, ingest_day, sequences_day, split_day
+from opal_dp.prep.ingest import RawInputError
+from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.settings import WORKERS_ENV, workers_from_env
+from opal_dp_tests.conftest import write_csv
+
+DAYS = ["2016-07-25", "2016-07-26", "2016-07-27"]
+
+
+def square_and_pid(x: int) -> tuple[int, int]:
+    return x * x, os.getpid()
+
+
+def fail_on_three(x: int) -> int:
+    if x == 3:
+        raise ValueError(f"bad {x}")
+    return x
+
+
+def test_results_come_back_in_call_order_from_other_processes():
+    results = list(map_calls(square_and_pid, [(x,) for x in range(20)], workers=2))
+    assert [r for r, _ in results] == [x * x for x in range(20)]
+    assert {pid for _, pid in results} - {os.getpid()}  # the work ran elsewhere
+
+
+def test_one_worker_runs_in_this_process():
+    assert {pid for _, pid in map_calls(square_and_pid, [(1,), (2,)], workers=1)} == {os.getpid()}
+
+
+def test_an_error_in_a_worker_is_raised_to_the_caller():
+    with pytest.raises(ValueError, match="bad 3"):
+        list(map_calls(fail_on_three, [(x,) for x in range(6)], workers=2))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_bad_worker_count_is_refused(monkeypatch, value):
+    monkeypatch.setenv(WORKERS_ENV, value)
+    with pytest.raises(ValueError, match=WORKERS_ENV):
+        workers_from_env()
+
+
+def _raw_days(folder: Path) -> list[Path]:
+    folder.mkdir()
+    rng = np.random.default_rng(7)
+    paths = []
+    for day in DAYS:
+        rows = []
+        for i in range(400):
+            on = pd.Timestamp(day) + pd.Timedelta(minutes=int(rng.integers(0, 1400)))
+            mode, stop, off_stop = [("bus", 1, 3), ("train", 10, 12), ("ferry", 20, 21)][i % 3]
+            rows.append({"card_id": int(rng.integers(1, 60)), "mode": mode, "tap_on_time": on.isoformat(sep=" "),
+                         "tap_on_stop": stop, "tap_off_time": (on + pd.Timedelta(minutes=20)).isoformat(sep=" "),
+                         "tap_off_stop": off_stop})
+        rows.append({"card_id": "x", "mode": "bus"})  # one rejected row per day
+        paths.append(write_csv(folder, day, rows))
+    return paths
+
+
+def _stages(tmp: Path, raw: list[Path], stops: pd.DataFrame, workers: int) -> dict[str, list[pd.DataFrame]]:
+    """ingest -> bin -> bound (card_day) -> split and sequences, each stage over the days with ``workers``."""
+    p = {name: [tmp / name / f"{d}.parquet" for d in DAYS] for name in
+         ("accepted", "rejected", "binned", "cards", "kept", "over", "bus", "sequences")}
+    key, bounds = b"k" * 32, ContributionBounds(max_trips_per_card_day=2, max_per_bin=1)
+    alphabet = TripAlphabet.from_stops(stops)
+    summaries = list(map_calls(ingest_day, [(r, stops, a, j) for r, a, j in zip(raw, p["accepted"], p["rejected"])],
+                               workers))
+    assert all(s.rows_read == s.rows_accepted + s.rows_rejected == 401 and s.rows_rejected >= 1 for s in summaries)
+    list(map_calls(bin_day, [(a, stops, b, c) for a, b, c in zip(p["accepted"], p["binned"], p["cards"])], workers))
+    list(map_calls(bound_day_file, [(b, d, PrivacyUnit.CARD_DAY, bounds, key, None, k, o)
+                                    for b, d, k, o in zip(p["binned"], DAYS, p["kept"], p["over"])], workers))
+    list(map_calls(split_day, [(k, "bus", s) for k, s in zip(p["kept"], p["bus"])], workers))
+    list(map_calls(sequences_day, [(b, alphabet, 3, s) for b, s in zip(p["binned"], p["sequences"])], workers))
+    return {name: [pd.read_parquet(path) for path in paths] for name, paths in p.items()}
+
+
+def _multiset(frame: pd.DataFrame) -> Counter:
+    return Counter(map(tuple, frame.astype(str).to_numpy()))
+
+
+def test_worker_processes_store_the_same_partitions_as_one_process(tmp_path, stops):
+    raw = _raw_days(tmp_path / "raw")
+    inline = _stages(tmp_path / "inline", raw, stops, workers=1)
+    spread = _stages(tmp_path / "spread", raw, stops, workers=2)
+    for name in ("accepted", "binned", "cards"):  # deterministic stages: equal frames
+        for a, b in zip(inline[name], spread[name]):
+            pd.testing.assert_frame_equal(a, b)
+    for name in ("kept", "over", "bus", "sequences"):  # rows in CSPRNG-random order: equal multisets
+        for a, b in zip(inline[name], spread[name]):
+            assert len(a) and _multiset(a) == _multiset(b)
+    assert sum(map(len, inline["kept"])) < sum(map(len, inline["accepted"]))  # the bounds did bind
+
+
+def test_a_raw_file_error_in_a_worker_names_the_file(tmp_path, stops):
+    bad = tmp_path / "trips_2016-07-25.csv"
+    bad.write_text("card_id,mode\n1,bus\n")
+    with pytest.raises(RawInputError, match="trips_2016-07-25.csv.*missing required column"):
+        list(map_calls(ingest_day, [(bad, stops, tmp_path / "a.parquet", tmp_path / "r.parquet")] * 2, workers=2))
