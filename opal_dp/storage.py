@@ -124,9 +124,10 @@ def _write_temporary(frame: pd.DataFrame, path: Path, durable: bool) -> Path:
 
 def _write_table(frame: pd.DataFrame, where) -> None:
     table = _table(frame)
-    # Private intermediates favour speed over size: no compression, dictionaries only for categoricals.
+    # Private intermediates favour speed over size: no compression, dictionaries only for categoricals, and no
+    # column statistics (min/max of dictionary strings cost most of a write; nothing prunes on them).
     categorical = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
-    pq.write_table(table, where, compression="none", use_dictionary=categorical)
+    pq.write_table(table, where, compression="none", use_dictionary=categorical, write_statistics=False)
 
 
 def _parquet_bytes(frame: pd.DataFrame) -> bytes:
