@@ -1,6 +1,7 @@
 """``python -m benchmarks.quarter``: a quarter (13 weeks, about 180 M trips) through the same pipeline, week by
 week, as the agency runs it: one ``run_release`` per week (that week's private stages and releases, then the
-roll-up that republishes every date so far), in one process, on one persistent Dagster instance and one ledger.
+roll-up that republishes every date so far), in one process, on one persistent Dagster instance and one ledger;
+then, with nothing else running, the floor of each week's files (``benchmarks.floor``).
 
 The parent measures each week's wall time and samples the RSS of the process and its per-day workers
 (``benchmarks.memory``); the child writes each week's start and end, so each week gets its own peak. Bounded
@@ -21,6 +22,7 @@ import time
 from datetime import date, timedelta
 from pathlib import Path
 
+from benchmarks.floor import run_floor
 from benchmarks.memory import tree_rss_bytes
 from opal_dp import settings
 from opal_dp.prep.ingest import raw_files
@@ -72,6 +74,12 @@ def run_quarter(raw_dir: Path, out: Path, weeks: int) -> dict:
             "trips": sum(w["trips"] for w in done), "wall_s": sum(w["wall_s"] for w in done)}
 
 
+def floor_by_week(raw_dir: Path, weeks: int) -> list[float]:
+    """The floor (``benchmarks.floor``: read, bin, count, noise; nothing written) of each week's raw files."""
+    files = raw_files(raw_dir)
+    return [run_floor([files[day] for day in week]).seconds for week in weeks_of(sorted(files), weeks)]
+
+
 def _child(data: Path, progress: Path, weeks: int) -> None:
     """Each week in turn: ``run_release`` over its dates on a persistent instance; one JSON line per week."""
     import dagster as dg
@@ -97,11 +105,12 @@ def _child(data: Path, progress: Path, weeks: int) -> None:
 
 
 def _report(result: dict) -> str:
-    lines = ["| week | dates | trips | wall s | s / M trips | peak RSS GB (process + workers) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| week | dates | trips | wall s | s / M trips | floor s | wall / floor | peak RSS GB (process + workers) |",
+             "|---|---|---|---|---|---|---|---|"]
     for w in result["weeks"]:
         lines.append(f"| {w['week']} | {w['first']}..{w['last']} | {w['trips']:,} | {w['wall_s']:.1f} | "
-                     f"{w['wall_s'] / (w['trips'] / 1e6):.2f} | {w['peak_rss_bytes'] / 1e9:.2f} |")
+                     f"{w['wall_s'] / (w['trips'] / 1e6):.2f} | {w['floor_s']:.2f} | {w['wall_s'] / w['floor_s']:.1f}x | "
+                     f"{w['peak_rss_bytes'] / 1e9:.2f} |")
     lines.append(f"\n{result['trips']:,} trips in {len(result['weeks'])} weeks, {result['wall_s']:.0f} s in all; "
                  f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB (largest single process "
                  f"{result['peak_rss_single_process_bytes'] / 1e9:.2f} GB); exit code {result['exit_code']}.")
@@ -119,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weeks", type=int, default=13)
     args = parser.parse_args(argv)
     result = run_quarter(args.raw, args.out, args.weeks)
+    for week, floor in zip(result["weeks"], floor_by_week(args.raw, args.weeks)):  # after the pipeline: no contention
+        week["floor_s"] = floor
     (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     print(_report(result))
     return 0 if result["exit_code"] == 0 and len(result["weeks"]) == args.weeks else 1

@@ -17,7 +17,7 @@ is read here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -80,7 +80,16 @@ def differencing(releases: Releases, mechanisms: Mapping[str, AccountableMechani
                 "released": released, "cells_sum": cells_sum, "residual": released - cells_sum,
                 "threshold": threshold,
             }))
-    table = pd.concat(out, ignore_index=True)
+    return _largest_first(pd.concat(out, ignore_index=True))
+
+
+def differencing_in_chunks(chunks: Iterable[Releases], mechanisms: Mapping[str, AccountableMechanism]) -> pd.DataFrame:
+    """``differencing`` over releases loaded a chunk of partitions at a time (a day's, say): each residual involves
+    one partition only, so this is the same table, without every partition in memory at once."""
+    return _largest_first(pd.concat([differencing(chunk, mechanisms) for chunk in chunks], ignore_index=True))
+
+
+def _largest_first(table: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["residual", "partition"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
@@ -133,25 +142,35 @@ def duplicated_pairs(
     off_key = group(off, 0) * width + off[COUNT].to_numpy()
     order = np.argsort(off_key, kind="stable")
     off_sorted = off_key[order]
-    matches = []
+    # A pair as one integer (mode, on_loc, off_loc); each offset's matches are aggregated at once, so what is held
+    # is one offset's matches as integers, not every offset's as rows of labels.
+    places = pd.Index(pd.unique(np.concatenate([on[LOC].to_numpy(object), off[LOC].to_numpy(object)])))
+    modes = pd.Index(pd.unique(on["mode"].to_numpy(object)))
+    on_pair = (modes.get_indexer(on["mode"]).astype(np.int64) * len(places)
+               + places.get_indexer(on[LOC])) * len(places)
+    off_place = places.get_indexer(off[LOC]).astype(np.int64)
+    on_count, off_count = on[COUNT].to_numpy(), off[COUNT].to_numpy()
+    parts = []
     for offset in range(max_offset + 1):
-        centre = group(on, offset) * width + on[COUNT].to_numpy()
+        centre = group(on, offset) * width + on_count
         lo = np.searchsorted(off_sorted, centre - math.floor(bound), "left")
         hi = np.searchsorted(off_sorted, centre + math.floor(bound), "right")
         n = hi - lo
         on_idx = np.repeat(np.arange(len(on)), n)
         off_idx = order[np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)]
-        matches.append(pd.DataFrame({
-            "mode": on["mode"].to_numpy()[on_idx], "on_loc": on[LOC].to_numpy()[on_idx],
-            "off_loc": off[LOC].to_numpy()[off_idx], "offset": offset,
-            "abs_diff": np.abs(on[COUNT].to_numpy()[on_idx] - off[COUNT].to_numpy()[off_idx]),
+        codes, which = np.unique(on_pair[on_idx] + off_place[off_idx], return_inverse=True)
+        diff = np.abs(on_count[on_idx] - off_count[off_idx])
+        largest = np.zeros(len(codes), np.int64)
+        np.maximum.at(largest, which, diff)
+        agreeing = np.bincount(which, minlength=len(codes))
+        squares = np.bincount(which, weights=diff.astype(float) ** 2, minlength=len(codes))
+        parts.append(pd.DataFrame({
+            "mode": modes.to_numpy()[codes // len(places) ** 2], "on_loc": places.to_numpy()[codes // len(places) % len(places)],
+            "off_loc": places.to_numpy()[codes % len(places)], "offset": offset, "agreeing": agreeing,
+            "max_abs_diff": largest, "rms_diff": np.sqrt(squares / np.maximum(agreeing, 1)),
         }))
     pair = ["mode", "on_loc", "off_loc", "offset"]
-    found = (
-        pd.concat(matches, ignore_index=True).assign(sq_diff=lambda f: f["abs_diff"].astype(float) ** 2)
-        .groupby(pair).agg(agreeing=("abs_diff", "size"), max_abs_diff=("abs_diff", "max"), ms_diff=("sq_diff", "mean"))
-        .reset_index().assign(rms_diff=lambda f: np.sqrt(f.pop("ms_diff")))
-    )
+    found = pd.concat(parts, ignore_index=True).sort_values(pair, ignore_index=True)
     found = found.loc[found["agreeing"] >= min_windows]
     if found.empty:
         return pd.DataFrame({c: [] for c in columns})
@@ -162,13 +181,17 @@ def duplicated_pairs(
                              kind="stable").reset_index(drop=True)
 
 
+_EXPANDED = 1 << 20
+
+
 def _co_released(found: pd.DataFrame, on: pd.DataFrame, off: pd.DataFrame, on_slot: np.ndarray,
                  off_slot: np.ndarray) -> np.ndarray:
     """Per candidate pair: the (date, window)s where both its cells are released, agreeing or not.
 
     Each pair is expanded over the released tap-on cells of its mode and location (``on_slot`` is the
     cell's (mode, date) slot and window as one integer); a window counts when the tap-off cell of the
-    pair's location ``offset`` windows later is released too. Integer keys throughout, no joins.
+    pair's location ``offset`` windows later is released too. Integer keys throughout, no joins; the pairs are
+    expanded a chunk at a time, so memory does not grow with the number of dates.
     """
     places = pd.Index(pd.unique(np.concatenate([on[LOC].to_numpy(object), off[LOC].to_numpy(object)])))
     modes = pd.Index(pd.unique(on["mode"].to_numpy(object)))
@@ -178,14 +201,20 @@ def _co_released(found: pd.DataFrame, on: pd.DataFrame, off: pd.DataFrame, on_sl
     order = np.argsort(on_place, kind="stable")
     wanted = modes.get_indexer(found["mode"]) * n_places + places.get_indexer(found["on_loc"])
     lo, hi = np.searchsorted(on_place[order], wanted, "left"), np.searchsorted(on_place[order], wanted, "right")
-    n = hi - lo
-    pair_idx = np.repeat(np.arange(len(found)), n)
-    cell_idx = order[np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)]
-    keys = (on_slot[cell_idx] + found["offset"].to_numpy()[pair_idx]) * n_places + places.get_indexer(
-        found["off_loc"])[pair_idx]
-    position = np.minimum(np.searchsorted(released_off, keys), len(released_off) - 1)
-    both = released_off[position] == keys
-    return np.bincount(pair_idx[both], minlength=len(found))
+    offset, off_place = found["offset"].to_numpy(), places.get_indexer(found["off_loc"])
+    counts, cumulative, start = np.zeros(len(found), np.int64), np.cumsum(hi - lo), 0
+    while start < len(found):  # pairs a chunk at a time: at most _EXPANDED (pair, cell) rows in memory
+        before = cumulative[start - 1] if start else 0
+        stop = max(int(np.searchsorted(cumulative, before + _EXPANDED, "right")), start + 1)
+        n = hi[start:stop] - lo[start:stop]
+        pair_idx = np.repeat(np.arange(start, stop), n)
+        cell_idx = order[np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo[start:stop], n)]
+        keys = (on_slot[cell_idx] + offset[pair_idx]) * n_places + off_place[pair_idx]
+        position = np.minimum(np.searchsorted(released_off, keys), len(released_off) - 1)
+        both = released_off[position] == keys
+        counts[start:stop] = np.bincount(pair_idx[both] - start, minlength=stop - start)
+        start = stop
+    return counts
 
 
 def pair_noise_rms(mechanisms: Mapping[str, AccountableMechanism]) -> float:

@@ -7,11 +7,12 @@ from opal_dp.defs.shared.automation import ROLLUP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
+from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.release.marginals import MARGINALS
 from opal_dp.risk.attacks import (
     AUTO_TAP_OFF_MODES,
     any_marginal,
-    differencing,
+    differencing_in_chunks,
     duplicated_pairs,
     duplication_effect,
     pair_noise_bound,
@@ -44,11 +45,18 @@ def disclosure_risk(
     at all, zeros included (``DomainMeasurement.release_probability``)."""
     mechanisms = privacy_budget.plan().mechanisms
     keys = materialised(*released.values())
-    releases = {name: {key: frames[key] for key in keys} for name, frames in released.items()}
+    by_day: dict[str, list[str]] = {}
+    for key in keys:
+        by_day.setdefault(date_and_mode(key)[0], []).append(key)
 
-    residuals = differencing(releases, mechanisms)
+    def load(chosen: list[str]) -> dict[str, dict[str, pd.DataFrame]]:
+        return {name: {key: frames[key] for key in chosen} for name, frames in released.items()}
+
+    # A day's partitions in memory at a time; the pairs attack needs every date, but of two small modes only.
+    residuals = differencing_in_chunks(map(load, by_day.values()), mechanisms)
     flagged = residuals.loc[residuals["residual"] >= residuals["threshold"]]
-    pairs = duplicated_pairs(releases, mechanisms, false_alarm=PAIR_FALSE_ALARM)
+    pairs = duplicated_pairs(load([k for k in keys if date_and_mode(k)[1] in AUTO_TAP_OFF_MODES]), mechanisms,
+                             false_alarm=PAIR_FALSE_ALARM)
     effect = duplication_effect(mechanisms)
     presence = presence_probability(mechanisms)
     if len(flagged):
@@ -59,7 +67,7 @@ def disclosure_risk(
     return dg.MaterializeResult(
         metadata={
             "release_design": privacy_budget.release_design,
-            "partitions": len(releases[MARGINALS[0].name]),
+            "partitions": len(keys),
             "differencing_bins_checked": len(residuals),
             "differencing_exposed_bins": len(flagged),
             "differencing_max_residual": int(residuals["residual"].max()) if len(residuals) else 0,
