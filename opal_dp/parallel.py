@@ -5,7 +5,9 @@ only small summaries, so the caller never holds a day's trips: memory is bounded
 the number of days. ``$OPAL_DP_WORKERS`` (``opal_dp.settings``) says how many processes; with one, or one call,
 everything runs in the calling process, in order, as it does in a daemonic process (a Celery worker's
 child: there the executor spreads the steps). Workers fork from a forkserver that has imported the prep
-modules, and the pool lives as long as the process, so a run pays its start once.
+modules, and the pool lives as long as the process, so a run pays its start once. As with any forkserver or spawn
+pool, a *script* that releases at top level needs the ``if __name__ == "__main__":`` guard (a worker re-imports
+the script's ``__main__``); the CLI, the benchmarks and Dagster's entry points have it.
 """
 
 from __future__ import annotations
