@@ -14,7 +14,6 @@ from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, labels
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.storage import PartitionStore
 from opal_dp.parallel import map_calls
 from opal_dp.prep.day_files import sequences_day
 from opal_dp.prep.sequences import TripAlphabet
@@ -44,7 +43,7 @@ def trip_sequences(context: dg.AssetExecutionContext, binned_trips: PartitionFra
     """Each card-day's trips as symbol ids in tap-on order, truncated to ``od_height`` (private microdata; built
     from the stage that still has card ids, which is used for grouping only and not kept). A day per worker."""
     alphabet, days = TripAlphabet.from_stops(reference.stops()), list(context.partition_keys)
-    out = stored(PartitionStore(storage.private_dir), "trip_sequences", days)
+    out = stored(storage, "trip_sequences", days)
     calls = [(binned_trips.path(day), alphabet, privacy_budget.od_height, out[day]) for day in days]
     for day, rows in zip(days, map_calls(sequences_day, calls)):
         context.add_asset_metadata({"dagster/row_count": rows}, partition_key=day)

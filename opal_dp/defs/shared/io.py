@@ -50,8 +50,10 @@ class StoredPartitions(dict):
     """{partition key: path} of partitions a step has already written through the ``PartitionStore``."""
 
 
-def stored(store: PartitionStore, asset: str, keys: list[str]) -> StoredPartitions:
-    """Where a streaming step stores each of its partitions of ``asset`` (and what it then returns)."""
+def stored(storage: OpalStorage, asset: str, keys: list[str]) -> StoredPartitions:
+    """Where a streaming step stores each of its partitions of ``asset`` (the IO manager's places; what the step
+    then returns)."""
+    store = PartitionStore(Path(storage.private_dir))
     return StoredPartitions({key: store.path((asset,), key) for key in keys})
 
 

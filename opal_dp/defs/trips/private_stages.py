@@ -17,7 +17,6 @@ from opal_dp.defs.shared.metadata import SINGLE_RUN, column_schema, labels
 from opal_dp.defs.shared.partitions import date_and_mode, date_mode, service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.storage import PartitionStore
 from opal_dp.parallel import map_calls
 from opal_dp.prep.bounding import select_card_days
 from opal_dp.prep.day_files import bin_day, bound_day_file, ingest_day, split_day
@@ -61,8 +60,8 @@ CARD_DAYS, OVER_BOUND = "card_days", "trips_over_bound"
 def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork, storage: OpalStorage):
     """Read each day's raw file; rows read = accepted + rejected, per file, always (recorded per day). Days run
     in worker processes, each storing its own partitions (``prep.day_files``)."""
-    stops, store, days = reference.stops(), PartitionStore(storage.private_dir), list(context.partition_keys)
-    accepted, rejected = stored(store, "ingested_trips", days), stored(store, "rejected_trips", days)
+    stops, days = reference.stops(), list(context.partition_keys)
+    accepted, rejected = stored(storage, "ingested_trips", days), stored(storage, "rejected_trips", days)
     try:
         files = [raw_file_for(storage.raw_dir, day) for day in days]
         calls = [(path, stops, accepted[day], rejected[day]) for path, day in zip(files, days)]
@@ -111,8 +110,8 @@ def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork, stora
 def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFrames, reference: ReferenceNetwork,
                  storage: OpalStorage):
     """Coarsen each day's trips to the published bins (seed §4.1 steps 2-3), a day per worker process."""
-    stops, store, days = reference.stops(), PartitionStore(storage.private_dir), list(context.partition_keys)
-    binned, cards = stored(store, "binned_trips", days), stored(store, CARD_DAYS, days)
+    stops, days = reference.stops(), list(context.partition_keys)
+    binned, cards = stored(storage, "binned_trips", days), stored(storage, CARD_DAYS, days)
     calls = [(ingested_trips.path(day), stops, binned[day], cards[day]) for day in days]
     for day, (trips, card_count) in zip(days, map_calls(bin_day, calls)):
         context.add_asset_metadata({"dagster/row_count": trips}, asset_key="binned_trips", partition_key=day)
@@ -160,8 +159,7 @@ def bounded_trips(
     unit, bounds, key = privacy_budget.unit, privacy_budget.bounds, privacy_budget.key(storage, "bounding")
     days = list(context.partition_keys)
     kept_days = _card_period_days(privacy_budget, card_days, days, key) if unit is PrivacyUnit.CARD_PERIOD else None
-    store = PartitionStore(storage.private_dir)
-    kept, over = stored(store, "bounded_trips", days), stored(store, OVER_BOUND, days)
+    kept, over = stored(storage, "bounded_trips", days), stored(storage, OVER_BOUND, days)
     calls = [(binned_trips.path(day), day, unit, bounds, key,
               None if kept_days is None else kept_days.get(day, np.zeros(0, np.int64)), kept[day], over[day])
              for day in days]
@@ -214,7 +212,7 @@ def trip_partitions(
     """(date, mode) partitions of the bounded trips: the pieces the release draws and the ledger charges. One
     call per partition, in worker processes, each reading only its mode's rows of its day."""
     keys = list(map(str, context.partition_keys))
-    parts = stored(PartitionStore(storage.private_dir), "trip_partitions", keys)
+    parts = stored(storage, "trip_partitions", keys)
     calls = [(bounded_trips.path(date_and_mode(key)[0]), date_and_mode(key)[1], parts[key]) for key in keys]
     for key, rows in zip(keys, map_calls(split_day, calls)):
         context.add_asset_metadata({"dagster/row_count": rows}, partition_key=key)
