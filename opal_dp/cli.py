@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--no-sample", action="store_true", help="do not generate the bundled sample")
     release.add_argument("--data-dir", type=Path, help="data directory (default: $OPAL_DP_DATA_DIR or ./data)")
     release.add_argument("--verbose", action="store_true", help="print Dagster's event log too")
+    release.add_argument("--workers", type=int, metavar="N",
+                         help="processes for the per-day work (default: $OPAL_DP_WORKERS or the machine's CPUs; "
+                              "1 runs it in this process)")
     release.add_argument("--strict", action="store_true",
                          help="refuse to run if group or others can read the raw or private folder or the Dagster "
                               "home (default: warn; also $OPAL_DP_STRICT_PERMISSIONS=1)")
@@ -232,6 +235,10 @@ def _release(args: argparse.Namespace) -> None:
     for category in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=category)
     storage = _storage(args)
+    if args.workers is not None:
+        if args.workers < 1:
+            raise SystemExit(f"--workers must be at least 1, got {args.workers}")
+        os.environ[settings.WORKERS_ENV] = str(args.workers)  # read by opal_dp.parallel in this process
     try:
         check_folders([storage.raw_dir, storage.private_dir, *filter(None, [os.environ.get("DAGSTER_HOME")])],
                       strict=args.strict or settings.strict_permissions_from_env())
