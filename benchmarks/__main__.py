@@ -15,7 +15,7 @@ from benchmarks.pipeline import run_pipeline
 from benchmarks.synthetic import run_synthetic
 from benchmarks.units import run_comparison, run_design_comparison
 from opal_dp.core import PrivacyUnit
-from opal_dp.synth.trips import DEFAULT_SEED
+from opal_dp.simulate.trips import DEFAULT_SEED
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 NOTES = [

@@ -27,7 +27,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import location_labels, stop_labels
 from opal_dp.prep.schemas import WINDOW_MINUTES, WINDOWS_PER_DAY
-from opal_dp.release.marginals import MARGINALS, Marginal
+from opal_dp.release.marginals.tables import MARGINALS, Marginal
 
 WINDOW_US = WINDOW_MINUTES * 60 * 1_000_000
 N_WINDOWS = WINDOWS_PER_DAY + 1  # index 0 is the unknown window (-1), as in marginals.histogram

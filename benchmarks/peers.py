@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks.floor import N_MODES, TAPS, Labels, bin_day, day_histograms
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.marginals.tables import MARGINALS
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The internal comparisons at benchmark scale, one day in memory at a time, at the default nominal budget and
-bounds: trip, card_day and card_period on the same fortnight (``opal_dp.release.unit_comparison``), and the two
-release designs under the trip unit (``opal_dp.release.design_comparison``)."""
+bounds: trip, card_day and card_period on the same fortnight (``opal_dp.reports.unit_comparison``), and the two
+release designs under the trip unit (``opal_dp.reports.design_comparison``)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import bin_trips, split_by_mode
 from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.ingest import ingest_file, raw_files
-from opal_dp.release.design_comparison import compare_designs
-from opal_dp.release.marginals import MARGINALS, histograms, true_cells
-from opal_dp.release.plan import DESIGNS, build_plan
-from opal_dp.release.unit_comparison import compare_units
+from opal_dp.reports.design_comparison import compare_designs
+from opal_dp.release.marginals.tables import MARGINALS, histograms, true_cells
+from opal_dp.release.marginals.plan import DESIGNS, build_plan
+from opal_dp.reports.unit_comparison import compare_units
 
 DEFAULT_DELTA = 1 / 8_000_000
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}

@@ -30,8 +30,8 @@ from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ra
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.ingest import raw_files
-from opal_dp.release.plan import DESIGNS, MECHANISMS
-from opal_dp.release.public_domain import OTHER
+from opal_dp.release.marginals.plan import DESIGNS, MECHANISMS
+from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.publish import LATEST, latest_release
 
 BUDGET = "privacy_budget"
@@ -245,7 +245,7 @@ def _release(args: argparse.Namespace) -> None:
     except (ExposedDataError, ValueError) as err:  # ValueError: a bad $OPAL_DP_STRICT_PERMISSIONS
         raise SystemExit(str(err)) from None
     if not args.no_sample:
-        from opal_dp.synth.sample import ensure_sample
+        from opal_dp.simulate.sample import ensure_sample
 
         ensure_sample(storage.raw_dir)
     days = sorted(raw_files(storage.raw_dir))

@@ -41,7 +41,7 @@ from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
 from opal_dp.network import MODES
 from opal_dp.prep.bounding import bound_day
-from opal_dp.release.marginals import BY_NAME, histograms
+from opal_dp.release.marginals.tables import BY_NAME, histograms
 
 MARGINAL = BY_NAME["tap_on_time_loc"]
 DAY = date(2016, 7, 25)

@@ -1,4 +1,4 @@
-"""Empirical privacy audit of the public-domain design's measurements (``opal_dp.release.public_domain``).
+"""Empirical privacy audit of the public-domain design's measurements (``opal_dp.release.marginals.public_domain``).
 
 What is audited. A tap's three tables are each measured once by ``public_domain.noisy`` (every cell of the
 public domain plus noise from the table's law, zeros included); least squares and rounding then read only
@@ -33,7 +33,7 @@ from opal_dp.core.accounting import zcdp_epsilon
 from opal_dp.core.mechanism import Relation
 from opal_dp.core.sensitivity import Sensitivity
 from opal_dp.core.sparse_noise import ThresholdNoise
-from opal_dp.release.public_domain import DesignNoise, noisy
+from opal_dp.release.marginals.public_domain import DesignNoise, noisy
 
 BUSY = 50
 """Other trips in each touched cell of the ``interior`` pair."""

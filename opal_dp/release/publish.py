@@ -41,11 +41,12 @@ from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
-from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
-from opal_dp.release.od_publish import OD_TABLES, validate_od
-from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, sum_problems
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
+from opal_dp.release.od.publish import OD_TABLES, validate_od
+from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, sum_problems
 from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
-from opal_dp.release.statement import STATEMENT_JSON, STATEMENT_MD, open_data_partition, render_markdown
+from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, open_data_partition
+from opal_dp.release.statement.markdown import render_markdown
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")

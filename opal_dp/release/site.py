@@ -24,7 +24,7 @@ from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_points, window_label
 from opal_dp.prep.schemas import UNKNOWN_LABEL, WINDOWS_PER_DAY
-from opal_dp.release.statement import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, TAILS
+from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, TAILS
 
 PAGE = "index.html"
 TABLE_NOTES = {  # published table -> what a row counts

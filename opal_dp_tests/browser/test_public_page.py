@@ -17,7 +17,7 @@ import pytest
 from opal_dp.release.publish import LATEST, files_of
 from opal_dp.release.site import PAGE
 from opal_dp.settings import DATA_DIR_ENV
-from opal_dp.synth.trips import generate_days
+from opal_dp.simulate.trips import generate_days
 from opal_dp_tests.browser.chromium import (
     BROWSER_MARKS,
     CHROMIUM,

@@ -16,7 +16,7 @@ from opal_dp.defs.shared.storage import default_storage
 from opal_dp.defs.synthetic.assets import synthetic_card_ids_are_fresh, synthetic_dir
 from opal_dp.network import load_stops
 from opal_dp.prep.ingest import ingest_file
-from opal_dp.release.synthetic_generator import CSV, PARQUET
+from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 DAYS = ["2016-07-25", "2016-07-26"]

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from opal_dp.core import DiscreteLaplace, PrivacyLedger, SeededBits
-from opal_dp.release.engine import release_partitions
-from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.plan import build_plan
-from opal_dp.release.statement import (
+from opal_dp.release.marginals.engine import release_partitions
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.statement.markdown import render_markdown
+from opal_dp.release.statement.build import (
     PACKAGES,
     TRUE_COUNTS,
     StatementError,
     ledger_evidence,
     open_data_partition,
     privacy_statement,
-    render_markdown,
 )
 from opal_dp_tests.release.test_engine import partition
 

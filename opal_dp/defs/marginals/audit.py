@@ -12,7 +12,7 @@ from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
 from opal_dp.defs.shared.automation import ROLLUP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
-from opal_dp.release import public_domain as pd_design
+from opal_dp.release.marginals import public_domain as pd_design
 
 AUDIT_RUNS = 10**6
 @dg.asset(group_name="report", automation_condition=ROLLUP, **labels("internal"))

@@ -18,19 +18,19 @@ from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.binning import location_labels
 from opal_dp.prep.sequences import TripAlphabet
-from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
-from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
-from opal_dp.release.od_publish import od_gate, od_statement, od_tables
-from opal_dp.release.public_domain import Domain, domain
+from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
+from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
+from opal_dp.release.od.publish import od_gate, od_statement, od_tables
+from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
-from opal_dp.release.statement import (
+from opal_dp.release.statement.markdown import render_markdown
+from opal_dp.release.statement.build import (
     LedgerEvidence,
     StatementError,
     ledger_evidence,
     privacy_statement,
-    render_markdown,
 )
-from opal_dp.storage import read_parquet
+from opal_dp.private_files import read_parquet
 
 
 def complete_partitions(

@@ -18,10 +18,10 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.trips.private_stages import OVER_BOUND
 from opal_dp.prep.binning import location_labels
 from opal_dp.prep.binning import split_by_mode
-from opal_dp.release.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
-from opal_dp.release.engine import release_partitions
-from opal_dp.release.marginals import BY_NAME, MARGINALS, true_cells
-from opal_dp.release.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
+from opal_dp.release.marginals.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
+from opal_dp.release.marginals.engine import release_partitions
+from opal_dp.release.marginals.tables import BY_NAME, MARGINALS, true_cells
+from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
 
 RELEASE_PREFIX = "release"
 TRUE_CELLS, RELEASE_DRAWS = "true_cells", "release_draws"

@@ -14,14 +14,14 @@ from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.permissions import make_dirs, reserve_private
-from opal_dp.release.design_comparison import compare_designs
-from opal_dp.release.design_comparison import comparison_plot as design_plot
-from opal_dp.release.marginals import MARGINALS, histograms_from_cells
-from opal_dp.release.plan import DESIGNS
-from opal_dp.release.schemas import DesignComparison
-from opal_dp.release.schemas import UnitComparison, UtilitySummary
-from opal_dp.release.unit_comparison import comparison_plot, compare_units
-from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
+from opal_dp.reports.design_comparison import compare_designs
+from opal_dp.reports.design_comparison import comparison_plot as design_plot
+from opal_dp.release.marginals.tables import MARGINALS, histograms_from_cells
+from opal_dp.release.marginals.plan import DESIGNS
+from opal_dp.release.marginals.schemas import DesignComparison
+from opal_dp.release.marginals.schemas import UnitComparison, UtilitySummary
+from opal_dp.reports.unit_comparison import comparison_plot, compare_units
+from opal_dp.reports.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
 

@@ -10,7 +10,7 @@ from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.prep.sequences import TripAlphabet, from_frame
-from opal_dp.release.od_evaluation import evaluate, evaluation_plot
+from opal_dp.reports.od_evaluation import evaluate, evaluation_plot
 
 QUERIES = 2_000  # per (epsilon, tree, query length); the benchmark runs the paper's 40,000
 

@@ -14,9 +14,9 @@ from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, Privacy
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.od_engine import OdPlan
-from opal_dp.release.plan import DESIGNS, MECHANISMS, ReleasePlan, build_plan, parse_period
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.od.engine import OdPlan
+from opal_dp.release.marginals.plan import DESIGNS, MECHANISMS, ReleasePlan, build_plan, parse_period
 
 DEFAULT_DELTA = 1 / 8_000_000
 SECRET_FILE = "secret.key"
@@ -31,7 +31,7 @@ class PrivacyBudget(dg.ConfigurableResource):
     Defaults reproduce the 2016 release: unit ``trip``, relation ``replace_one``, epsilon_j = 1,1,1,1,2,2 and
     delta_j = 1/8,000,000, so one full release costs (8, 6/8,000,000) per scope. Card units default to
     add/remove and the bounds below; ``card_period`` to the thresholded discrete Gaussian in zCDP.
-    ``release_design``: ``sbh`` (default, the 2016 design) or ``public_domain`` (``opal_dp.release.plan``); it
+    ``release_design``: ``sbh`` (default, the 2016 design) or ``public_domain`` (``opal_dp.release.marginals.plan``); it
     composes with any unit, relation, bounds and mechanism.
 
     The ledger's cap per scope is ledger state: ``cap_epsilon``/``cap_delta`` only set it when the ledger is

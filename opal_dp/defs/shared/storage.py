@@ -19,7 +19,7 @@ class OpalStorage(dg.ConfigurableResource):
     ``data_dir`` is a local path, a ``file://`` URI (the same local folder), or any fsspec URI (``s3://``,
     ``gs://``, ``memory://``...): the paths below are then universal-pathlib paths on that filesystem. Local
     folders are plain ``pathlib`` paths, so nothing changes for local users; what stores release draws
-    (``opal_dp.storage``) works on any of them.
+    (``opal_dp.private_files``) works on any of them.
     ``ledger_url``: a ``postgresql://`` URI for the privacy ledger (``$OPAL_DP_LEDGER_URL``); default: the
     SQLite file ``private/ledger.sqlite``."""
 

@@ -21,11 +21,11 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.trips.private_stages import CARD_DAYS
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.bounding import keep_mask, select_card_days
-from opal_dp.release import synthetic_queries as sq
-from opal_dp.release.schemas import SyntheticScores, SyntheticTrips
-from opal_dp.release.synthetic_score import evaluate, score_plot
-from opal_dp.release.synthetic_generator import PARQUET, generate, write_synthetic
-from opal_dp.release.synthetic_publish import publish_synthetic, synthetic_statement
+from opal_dp.release.synthetic import queries as sq
+from opal_dp.release.marginals.schemas import SyntheticScores, SyntheticTrips
+from opal_dp.reports.synthetic_score import evaluate, score_plot
+from opal_dp.release.synthetic.generator import PARQUET, generate, write_synthetic
+from opal_dp.release.synthetic.publish import publish_synthetic, synthetic_statement
 
 GROUP = "synthetic"
 MANIFEST = "release.json"

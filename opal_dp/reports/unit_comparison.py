@@ -26,8 +26,8 @@ from opal_dp.core import ContributionBounds, PrivacyUnit
 from opal_dp.network import MODES
 from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
-from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.plan import build_plan
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.marginals.plan import build_plan
 
 CELLS = [m for m in MARGINALS if m.by_time and m.by_loc]
 LARGE = 100

@@ -18,7 +18,7 @@ Per (date, mode) partition and tap:
    29,000 cells per partition and tap this costs tens of milliseconds, and its running time does not depend
    on the data.
 3. **Consistency (post-processing).** Weighted least squares and the rounding with remainders of
-   ``opal_dp.release.consistency``; ``tau`` is the public publication threshold.
+   ``opal_dp.release.marginals.consistency``; ``tau`` is the public publication threshold.
 4. **Published rows.** ``time-loc``: listed cells, ``(T, other)`` and ``(other, L)`` remainders; ``time`` and
    ``loc``: the one-way counts. Zero counts are not written. Every file adds up (``release-format.md``).
 
@@ -46,10 +46,10 @@ from opal_dp.core.sparse_noise import GaussianNoise, LaplaceNoise, ThresholdNois
 from opal_dp.network import MODES
 from opal_dp.prep.binning import stop_labels, window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
-from opal_dp.release.consistency import Rounded, least_squares, round_with_remainders
-from opal_dp.release.marginals import TAPS
-from opal_dp.release.schemas import OTHER_WINDOW
-from opal_dp.release.statement import open_data_partition
+from opal_dp.release.marginals.consistency import Rounded, least_squares, round_with_remainders
+from opal_dp.release.marginals.tables import TAPS
+from opal_dp.release.marginals.schemas import OTHER_WINDOW
+from opal_dp.release.statement.build import open_data_partition
 
 OTHER = "other"
 AGGREGATED = "-"

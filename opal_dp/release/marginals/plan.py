@@ -44,8 +44,8 @@ from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
 from opal_dp.network import MODES, load_stops
-from opal_dp.release import public_domain as pd_design
-from opal_dp.release.marginals import MARGINALS, TAPS
+from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.release.marginals.tables import MARGINALS, TAPS
 
 MECHANISMS = ("laplace", "gaussian")
 DESIGNS = ("sbh", "public_domain")

@@ -32,7 +32,7 @@ from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.core.prefix_tree import NoisyTree, Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.parallel import map_calls
 from opal_dp.prep.sequences import from_frame
-from opal_dp.storage import read_parquet, remove_stale_temporaries, write_parquet_exclusive
+from opal_dp.private_files import read_parquet, remove_stale_temporaries, write_parquet_exclusive
 
 OD = "od"
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.prep.binning import window_label
-from opal_dp.release.marginals import COUNT, LOC, TIME, Marginal
+from opal_dp.release.marginals.tables import COUNT, LOC, TIME, Marginal
 
 SANITY_SHARE = 0.001
 

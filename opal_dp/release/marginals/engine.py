@@ -36,10 +36,10 @@ import pandas as pd
 
 from opal_dp.core import HistogramMechanism, PrivacyLedger
 from opal_dp.core.ledger import Charge, Decision, Draw, LedgerError, Request
-from opal_dp.release import public_domain as pd_design
-from opal_dp.release.marginals import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
-from opal_dp.release.plan import ReleasePlan
-from opal_dp.storage import read_parquet, remove_stale_temporaries, write_parquet_exclusive
+from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.release.marginals.tables import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
+from opal_dp.release.marginals.plan import ReleasePlan
+from opal_dp.private_files import read_parquet, remove_stale_temporaries, write_parquet_exclusive
 
 
 class PartialTap(LedgerError):

@@ -40,9 +40,9 @@ from opal_dp.core.gaussian_threshold import sigma_for
 from opal_dp.network import MODES
 from opal_dp.prep.binning import bin_trips, location_labels, stop_labels
 from opal_dp.prep.bounding import CARD, keep_mask
-from opal_dp.release.archetypes import HOURS, Districts, districts
-from opal_dp.release.marginals import BY_NAME, COUNT, MARGINALS, histograms
-from opal_dp.release.plan import build_plan
+from opal_dp.release.synthetic.archetypes import HOURS, Districts, districts
+from opal_dp.release.marginals.tables import BY_NAME, COUNT, MARGINALS, histograms
+from opal_dp.release.marginals.plan import build_plan
 
 COLUMNS = ("date", "mode", "hour", "on_district", "off_district", "card_day_trips")
 SBH_TRIPS_PRIOR = {1: 0.25, 2: 0.55, 3: 0.1, 4: 0.1}

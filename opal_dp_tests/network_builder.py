@@ -7,7 +7,7 @@ stops scattered around real NSW postcodes. Train lines are listed as paths of
 their neighbours along the path. Stop ids follow TfNSW's scheme of postcode + suffix:
 ``postcode * 100 + k`` for train/ferry/light rail, ``postcode * 1000 + 100 + k`` for bus.
 
-Run once with ``python -m opal_dp.synth.network_builder`` and commit the CSV it writes.
+Run once with ``python -m opal_dp_tests.network_builder`` and commit the CSV it writes.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pandera.typing import Series
 
 from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY, IngestedTrips
-from opal_dp.release.marginals import Marginal
+from opal_dp.release.marginals.tables import Marginal
 
 OTHER_WINDOW = -2  # a public-domain remainder row's time window in a released frame (published: "other")
 

@@ -24,8 +24,8 @@ import pandas as pd
 
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
-from opal_dp.release.checks import noise_sum_bound
-from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME
+from opal_dp.release.marginals.checks import noise_sum_bound
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME
 from opal_dp.core import HistogramMechanism as AccountableMechanism
 
 Releases = Mapping[str, Mapping[str, pd.DataFrame]]

@@ -46,8 +46,8 @@ from opal_dp.core.gaussian_threshold import sigma_for
 from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
-from opal_dp.release.archetypes import ARCHETYPES, HOURS, Districts, card_days, districts, trip_features
-from opal_dp.storage import read_parquet, remove_stale_temporaries, write_parquet_exclusive
+from opal_dp.release.synthetic.archetypes import ARCHETYPES, HOURS, Districts, card_days, districts, trip_features
+from opal_dp.private_files import read_parquet, remove_stale_temporaries, write_parquet_exclusive
 
 QUERIES = ("counts", "time_origin", "od")
 RHO_SHARES = {"counts": 0.1, "time_origin": 0.45, "od": 0.45}

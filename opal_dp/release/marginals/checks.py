@@ -22,9 +22,9 @@ import pandera.pandas as pa
 from opal_dp.core.accounting import Guarantee
 from opal_dp.core.ledger import Charge, Draw
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
-from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
-from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, Domain
-from opal_dp.release.schemas import schema_for
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
+from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, Domain
+from opal_dp.release.marginals.schemas import schema_for
 
 # Values of P(|sum of noise| > bound) we tolerate before the plausibility warning fires.
 PLAUSIBILITY_FALSE_ALARM = 1e-6

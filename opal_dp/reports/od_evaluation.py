@@ -22,7 +22,7 @@ import pandas as pd
 from scipy import sparse
 
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
-from opal_dp.release.od import consistent_tree, sequences_of
+from opal_dp.release.od.generate import consistent_tree, sequences_of
 
 EPSILONS = (0.5, 0.75, 1.0, 1.25, 1.5)
 SANITY = 0.001

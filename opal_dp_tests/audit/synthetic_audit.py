@@ -29,7 +29,7 @@ from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import bin_trips
 from opal_dp.prep.bounding import keep_mask
 from opal_dp.prep.ingest import RAW_COLUMNS
-from opal_dp.release import synthetic_queries as sq
+from opal_dp.release.synthetic import queries as sq
 
 DAY = date(2016, 7, 25)  # a Monday
 AUDIT_DELTA = 0.01

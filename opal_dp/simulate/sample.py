@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, timedelta
 from pathlib import Path
 
-from opal_dp.synth.trips import DEFAULT_SEED, day_path, generate_days
+from opal_dp.simulate.trips import DEFAULT_SEED, day_path, generate_days
 
 SAMPLE_DATES = tuple(date(2016, 7, 25) + timedelta(days=i) for i in range(7)) + tuple(
     date(2016, 8, 8) + timedelta(days=i) for i in range(7)

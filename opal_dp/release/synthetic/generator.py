@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 from opal_dp.network import MODES
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.ingest import MAX_DURATION, RAW_COLUMNS
-from opal_dp.release.archetypes import POSTCODES_PER_DISTRICT
-from opal_dp.release.synthetic_queries import COUNT, SyntheticRelease
+from opal_dp.release.synthetic.archetypes import POSTCODES_PER_DISTRICT
+from opal_dp.release.synthetic.queries import COUNT, SyntheticRelease
 
 THRESHOLD_SIGMAS = 2.0
 SPEED_KMH = {"bus": 18.0, "ferry": 22.0, "light_rail": 15.0, "train": 45.0}

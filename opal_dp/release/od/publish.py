@@ -17,7 +17,7 @@ import pandas as pd
 
 from opal_dp.core import PrivacyLedger
 from opal_dp.prep.sequences import TripAlphabet
-from opal_dp.release.od import consistent_tree, inconsistent_parents, od_counts, top_sequences
+from opal_dp.release.od.generate import consistent_tree, inconsistent_parents, od_counts, top_sequences
 
 OD_TABLES = ("od", "od-sequences")
 OD_COLUMNS = ["date", "mode", "origin", "destination", "count"]

@@ -1,4 +1,4 @@
-"""CLI: ``python -m opal_dp.synth`` writes synthetic raw trip files, one per service day."""
+"""CLI: ``python -m opal_dp.simulate`` writes synthetic raw trip files, one per service day."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from opal_dp import settings
-from opal_dp.synth.trips import DEFAULT_SEED, FORMATS, generate_days
+from opal_dp.simulate.trips import DEFAULT_SEED, FORMATS, generate_days
 
 
 def _dates(args: argparse.Namespace) -> list[date]:
@@ -23,7 +23,7 @@ def _dates(args: argparse.Namespace) -> list[date]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m opal_dp.synth",
+        prog="python -m opal_dp.simulate",
         description="Generate synthetic Opal smart-card trips as daily raw files trips_YYYY-MM-DD.<format>.",
     )
     parser.add_argument("--scale", type=float, default=1.0,

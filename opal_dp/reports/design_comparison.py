@@ -36,12 +36,12 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from opal_dp.release.engine import draw, draw_tap
-from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TAPS, TIME, histograms
-from opal_dp.release.plan import DESIGNS, ReleasePlan
-from opal_dp.release.public_domain import OTHER
-from opal_dp.release.schemas import OTHER_WINDOW
-from opal_dp.release.unit_comparison import LARGE
+from opal_dp.release.marginals.engine import draw, draw_tap
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TAPS, TIME, histograms
+from opal_dp.release.marginals.plan import DESIGNS, ReleasePlan
+from opal_dp.release.marginals.public_domain import OTHER
+from opal_dp.release.marginals.schemas import OTHER_WINDOW
+from opal_dp.reports.unit_comparison import LARGE
 
 Released = Mapping[str, pd.DataFrame]  # marginal name -> released frame of one partition
 COLUMNS = ["design", "share_of_trips_in_listed_cells", "listed_cells", "mean_relative_error", "median_relative_error",
