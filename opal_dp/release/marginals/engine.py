@@ -1,16 +1,8 @@
 """Release the six marginals of (date, mode) partitions under a release plan, charged to the privacy ledger.
 
-Order of operations, which is the privacy argument for the ledger:
-1. compute the six true histograms of each partition's bounded trips (exactly the mechanisms' input) and
-   a keyed fingerprint of them;
-2. ask the ledger about every (partition, marginal) *before any noise is drawn*: reuse a stored draw of the
-   same input (no noise, no charge), resume a charged draw, join an open charge of the same scope
-   histogram, or charge anew (failing here, before any noise, if a scope's cap would be exceeded); the
-   ledger records where each new draw will be stored;
-3. draw, store each draw at its recorded place (exclusively: if another run stored it first, theirs
-   stands and ours is discarded unseen), and only then mark the draws complete.
-A run killed between 2 and 3 leaves charged draws; the rerun resumes them, loading any that were stored,
-so the ledger is never under-charged and a charge never holds two draws of one part.
+The six true histograms of each partition's bounded trips (exactly the mechanisms' input) and a keyed
+fingerprint of them make one ledger request per (partition, marginal); ``release.charged`` charges them all before
+any noise is drawn, then draws or loads, stores and completes (the protocol every product shares).
 
 Public-domain design: the three tables of a tap (joint and both one-ways) are one measurement, made consistent
 together, but three ledger draws (each table has its own charge, as in SBH, so the statement and the publish gate
@@ -28,18 +20,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from opal_dp.core import HistogramMechanism, PrivacyLedger
-from opal_dp.core.ledger import Charge, Decision, Draw, LedgerError, Request
+from opal_dp.core.ledger import Charge, Draw, LedgerError, Request
+from opal_dp.release.charged import Pending, Serve, release_charged, serve_each
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.release.marginals.tables import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
 from opal_dp.release.marginals.plan import ReleasePlan
-from opal_dp.private_files import read_parquet, remove_stale_temporaries, write_parquet_exclusive
+from opal_dp.private_files import read_parquet, write_parquet_exclusive
 
 
 class PartialTap(LedgerError):
@@ -102,70 +95,52 @@ def release_partitions(
             mech = plan.mechanisms[name]
             requests.append(Request(plan.unit.value, plan.scope(day, mode), key, day, name, plan.relation.value,
                                     mech.cost(), mechanism_id(mech), bounds, prints))
-    decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
-    remove_stale_temporaries(root / "releases")
     if plan.design == "public_domain":
-        frames = _serve_taps(requests, decisions, partitions, plan, root)
+        serve = _serve_taps(partitions, plan)
     else:
-        frames = {}
-        for request, decision in zip(requests, decisions):
-            path = root / decision.draw.release_ref
-            if _stored(decision, path):
-                frames[request.part, request.marginal] = read_parquet(path)
-            else:
-                drawn = draw(truths[request.part][request.marginal], plan.mechanisms[request.marginal])
-                frames[request.part, request.marginal] = write_parquet_exclusive(drawn, path)
-    ledger.complete_many([d.draw.id for d in decisions if d.kind != "reuse"], run_id=run_id)
-    stored = {d.id: d for d in ledger.draws([d.draw.id for d in decisions])}
+        serve = serve_each(lambda r: draw(truths[r.part][r.marginal], plan.mechanisms[r.marginal]))
     out: dict[str, dict[str, ReleasedMarginal]] = {key: {} for key in truths}
-    for request, decision in zip(requests, decisions):
-        out[request.part][request.marginal] = ReleasedMarginal(
-            BY_NAME[request.marginal], frames[request.part, request.marginal], truths[request.part][request.marginal],
-            stored[decision.draw.id], decision.charge, decision.kind,
-        )
+    for s in release_charged(requests, serve, ledger, root, run_id, fresh):
+        r = s.request
+        out[r.part][r.marginal] = ReleasedMarginal(BY_NAME[r.marginal], s.value, truths[r.part][r.marginal], s.draw,
+                                                   s.charge, s.decision)
     return out
 
 
-def _stored(decision: Decision, path: Path) -> bool:
-    return decision.kind == "reuse" or (decision.kind == "resume" and path.exists())
-
-
-def _serve_taps(
-    requests: list[Request], decisions: list[Decision], partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan,
-    root: Path,
-) -> dict[tuple[str, str], pd.DataFrame]:
+def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan) -> Serve:
     """The public-domain design's draws, a whole tap at a time (module docstring)."""
-    taps: dict[tuple[str, str], list[tuple[Request, Decision]]] = {}
-    for request, decision in zip(requests, decisions):
-        taps.setdefault((request.part, BY_NAME[request.marginal].tap), []).append((request, decision))
-    stored = {}
-    for (part, tap), members in taps.items():  # refuse any partial tap before any noise is drawn
-        paths = [root / d.draw.release_ref for _, d in members]
-        stored[part, tap] = [_stored(d, path) for (_, d), path in zip(members, paths)]
-        runs = {d.draw.run_id for _, d in members}
-        whole = all(stored[part, tap]) and len(runs) == 1
-        if (any(stored[part, tap]) and not whole) or len(members) != len(pd_design.TABLES):
-            raise PartialTap(
-                f"{part} tap-{tap}: the public-domain tables {', '.join(r.marginal for r, _ in members)} are one "
-                f"measurement, but only some of them are stored draws of one run ({sum(stored[part, tap])} of "
-                f"{len(members)}, runs {sorted(runs)}); drawing the others again would break their consistency and "
-                "measure the same counts twice. Nothing was drawn. Release this partition with a fresh draw "
-                "(privacy_budget.fresh_draw), which is charged anew."
-            )
-    frames = {}
-    for (part, tap), members in taps.items():
-        paths = [root / d.draw.release_ref for _, d in members]
-        if all(stored[part, tap]):
-            frames.update({(r.part, r.marginal): read_parquet(path) for (r, _), path in zip(members, paths)})
-            continue
-        drawn = draw_tap(partitions[part], plan, part.split("|")[1], tap)
-        ours = [drawn[BY_NAME[r.marginal].table] for r, _ in members]
-        stood = [write_parquet_exclusive(frame, path) for frame, path in zip(ours, paths)]
-        if any(a is not b for a, b in zip(ours, stood)) and any(a is b for a, b in zip(ours, stood)):
-            raise PartialTap(f"{part} tap-{tap}: another run stored some of its tables concurrently; the stored tap "
-                             "is not one measurement")
-        frames.update({(r.part, r.marginal): frame for (r, _), frame in zip(members, stood)})
-    return frames
+
+    def serve(pending: Sequence[Pending]) -> list[pd.DataFrame]:
+        taps: dict[tuple[str, str], list[Pending]] = {}
+        for p in pending:
+            taps.setdefault((p.request.part, BY_NAME[p.request.marginal].tap), []).append(p)
+        for (part, tap), members in taps.items():  # refuse any partial tap before any noise is drawn
+            stored = [p.stored for p in members]
+            runs = {p.decision.draw.run_id for p in members}
+            whole = all(stored) and len(runs) == 1
+            if (any(stored) and not whole) or len(members) != len(pd_design.TABLES):
+                raise PartialTap(
+                    f"{part} tap-{tap}: the public-domain tables {', '.join(p.request.marginal for p in members)} are "
+                    f"one measurement, but only some of them are stored draws of one run ({sum(stored)} of "
+                    f"{len(members)}, runs {sorted(runs)}); drawing the others again would break their consistency and "
+                    "measure the same counts twice. Nothing was drawn. Release this partition with a fresh draw "
+                    "(privacy_budget.fresh_draw), which is charged anew."
+                )
+        frames: dict[tuple[str, str], pd.DataFrame] = {}
+        for (part, tap), members in taps.items():
+            if all(p.stored for p in members):
+                frames.update({(p.request.part, p.request.marginal): read_parquet(p.path) for p in members})
+                continue
+            drawn = draw_tap(partitions[part], plan, part.split("|")[1], tap)
+            ours = [drawn[BY_NAME[p.request.marginal].table] for p in members]
+            stood = [write_parquet_exclusive(frame, p.path) for frame, p in zip(ours, members)]
+            if any(a is not b for a, b in zip(ours, stood)) and any(a is b for a, b in zip(ours, stood)):
+                raise PartialTap(f"{part} tap-{tap}: another run stored some of its tables concurrently; the stored "
+                                 "tap is not one measurement")
+            frames.update({(p.request.part, p.request.marginal): frame for p, frame in zip(members, stood)})
+        return [frames[p.request.part, p.request.marginal] for p in pending]
+
+    return serve
 
 
 def draw_tap(partition: pd.DataFrame, plan: ReleasePlan, mode: str, tap: str) -> dict[str, pd.DataFrame]:

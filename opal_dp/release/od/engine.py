@@ -1,4 +1,4 @@
-"""The OD prefix tree of one date, charged to the privacy ledger under the protocol of ``release.engine``: ask the
+"""The OD prefix tree of one date, charged to the privacy ledger under the protocol of ``release.charged``: ask the
 ledger before any noise is drawn (reuse a stored tree of the same input, resume, or charge), build and store the
 noisy tree at the recorded place, then complete the draw.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,8 @@ from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.core.prefix_tree import NoisyTree, Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.parallel import map_calls
 from opal_dp.prep.sequences import from_frame
-from opal_dp.private_files import read_parquet, remove_stale_temporaries, write_parquet_exclusive
+from opal_dp.private_files import read_parquet, write_parquet_exclusive
+from opal_dp.release.charged import Pending, release_charged
 
 OD = "od"
 
@@ -94,20 +95,16 @@ def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: Privacy
     prints = map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days])
     requests = [Request(plan.ledger_unit.value, plan.scope(day), day, day, plan.marginal(day), "add_remove",
                         plan.cost(), plan.mechanism(), plan.bounds(), print_) for day, print_ in zip(days, prints)]
-    decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
-    builds = []
-    for day, decision in zip(days, decisions):
-        path = root / decision.draw.release_ref
-        remove_stale_temporaries(path.parent)
-        if not (decision.kind == "reuse" or (decision.kind == "resume" and path.exists())):
-            builds.append((sequences[day], plan.taxonomy, plan.budget, path))
-    for _ in map_calls(build_tree, builds):
-        pass
-    ledger.complete_many([d.draw.id for d in decisions if d.kind != "reuse"], run_id=run_id)
-    draws = {draw.id: draw for draw in ledger.draws([d.draw.id for d in decisions])}
-    for day, decision in zip(days, decisions):
-        tree = read_parquet(root / decision.draw.release_ref)
-        yield day, OdDraw(tree, draws[decision.draw.id], decision.charge, decision.kind)
+
+    def serve(pending: Sequence[Pending]) -> list[Path]:
+        """Build every tree not yet stored, a date per worker (each stores its own), and hand back the paths."""
+        builds = [(sequences[p.request.part], plan.taxonomy, plan.budget, p.path) for p in pending if not p.stored]
+        for _ in map_calls(build_tree, builds):
+            pass
+        return [p.path for p in pending]
+
+    for served in release_charged(requests, serve, ledger, root, run_id, fresh):
+        yield served.request.part, OdDraw(read_parquet(served.value), served.draw, served.charge, served.decision)
 
 
 def sequences_fingerprint(path: Path, key: bytes) -> str:

@@ -47,7 +47,7 @@ from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.synthetic.archetypes import ARCHETYPES, HOURS, Districts, card_days, districts, trip_features
-from opal_dp.private_files import read_parquet, remove_stale_temporaries, write_parquet_exclusive
+from opal_dp.release.charged import release_charged, serve_each
 
 QUERIES = ("counts", "time_origin", "od")
 RHO_SHARES = {"counts": 0.1, "time_origin": 0.45, "od": 0.45}
@@ -214,10 +214,8 @@ def release_queries(
     fingerprint_key: bytes,
     fresh: bool = False,
 ) -> SyntheticRelease:
-    """Charge, draw and store the queries over ``truths`` ({date: {query: counts}}), as ``release.engine``
-    does for the marginals: the ledger decides every (date, query) before any noise is drawn (reuse, resume,
-    join or charge; ``BudgetExceeded`` here, before any noise), each draw is stored exclusively at its
-    ``release_ref``, and only then are the draws completed."""
+    """Charge, draw and store the queries over ``truths`` ({date: {query: counts}}) under the protocol every
+    product shares (``release.charged``): every (date, query) is charged before any noise is drawn."""
     outside = sorted(set(truths) - set(plan.period))
     if outside:
         raise ValueError(f"dates {outside} are outside the synthetic period {plan.scope}")
@@ -229,18 +227,14 @@ def release_queries(
                                     plan.relation.value, plan.cost(query), json.dumps(plan.describe(query),
                                                                                       sort_keys=True),
                                     plan.bounds_json(), prints))
-    decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
-    remove_stale_temporaries(root / "releases")
     noisy: dict[str, dict[str, pd.DataFrame]] = {day: {} for day in truths}
-    for request, decision in zip(requests, decisions):
-        query = request.marginal.removeprefix(MARGINAL_PREFIX)
-        path = root / decision.draw.release_ref
-        if decision.kind == "reuse" or (decision.kind == "resume" and path.exists()):
-            noisy[request.part][query] = read_parquet(path)
-        else:
-            noisy[request.part][query] = write_parquet_exclusive(draw(truths[request.part][query], plan, query), path)
-    ledger.complete_many([d.draw.id for d in decisions if d.kind != "reuse"], run_id=run_id)
-    draws = tuple(ledger.draws([d.draw.id for d in decisions]))
-    charges = tuple({d.charge.id: d.charge for d in decisions}.values())
-    return SyntheticRelease(noisy, plan.bounds.max_trips_per_card_day, dict(plan.sigma),
-                            plan.domain.districts.names, draws, charges)
+    serve = serve_each(lambda r: draw(truths[r.part][_query(r)], plan, _query(r)))
+    served = release_charged(requests, serve, ledger, root, run_id, fresh)
+    for s in served:
+        noisy[s.request.part][_query(s.request)] = s.value
+    return SyntheticRelease(noisy, plan.bounds.max_trips_per_card_day, dict(plan.sigma), plan.domain.districts.names,
+                            tuple(s.draw for s in served), tuple({s.charge.id: s.charge for s in served}.values()))
+
+
+def _query(request: Request) -> str:
+    return request.marginal.removeprefix(MARGINAL_PREFIX)
