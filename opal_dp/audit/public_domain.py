@@ -69,7 +69,7 @@ def claim(noise: DesignNoise, table: str) -> tuple[float, float]:
     """The (epsilon, delta) a table's measurement must meet: its charged epsilon with delta 0 (Laplace), or its
     charged rho converted at ``GAUSSIAN_DELTA`` (Gaussian)."""
     budget = noise.budget[table]
-    if noise.mechanism == "laplace":
+    if noise.mechanism.pure:
         return budget, 0.0
     return zcdp_epsilon(budget, GAUSSIAN_DELTA), GAUSSIAN_DELTA
 

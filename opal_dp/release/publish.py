@@ -45,7 +45,7 @@ from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Margin
 from opal_dp.release.od.publish import OD_TABLES, validate_od
 from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, sum_problems
 from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
-from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, open_data_partition
+from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, open_data_partition, stated_design
 from opal_dp.release.statement.markdown import render_markdown
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
@@ -259,7 +259,7 @@ def validate_published(folder: Path) -> None:
     if (folder / STATEMENT_MD).read_text(encoding="utf-8") != render_markdown(statement):
         raise PublishedFormatError(f"{folder / STATEMENT_MD} does not render {STATEMENT_JSON}")
     partitions = {(k["date"], k["mode"]) for k in statement["partitions"]["keys"]}
-    remainders = statement.get("design", {}).get("name", "sbh") == "public_domain"
+    remainders = stated_design(statement).consistent
     for table in TABLES:
         _validate_table(folder / f"{table}.csv", table, partitions, remainders)
     if remainders:

@@ -24,7 +24,7 @@ from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_points, window_label
 from opal_dp.prep.schemas import UNKNOWN_LABEL, WINDOWS_PER_DAY
-from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, TAILS
+from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, TAILS, stated_design
 
 PAGE = "index.html"
 TABLE_NOTES = {  # published table -> what a row counts
@@ -142,7 +142,7 @@ def _about(published: Mapping[str, pd.DataFrame], days: Mapping[str, list[str]],
         "day and location. The location is the postcode for bus and the stop name for train, ferry and light rail; "
         f"<code>-1</code> means unknown (a trip without a tap-off). This release covers {len(dates)} "
         f"date{'s' * (len(dates) > 1)}, {span}: {covered}.</p>\n"
-        + (_remainders(statement["design"]) if statement.get("design", {}).get("name") == "public_domain" else
+        + (_remainders(statement["design"]) if stated_design(statement).consistent else
            "<p>Every count carries random noise, and a count is published only if its noisy value reaches a "
            f"threshold (the smallest published count is {' or '.join(map(str, floors))}, by table): a combination "
            "missing from a file had no trips or too few. Each file gets its own noise, so the files do not add up "

@@ -38,7 +38,8 @@ import pandas as pd
 
 from opal_dp.release.marginals.engine import draw, draw_tap
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TAPS, TIME, histograms
-from opal_dp.release.marginals.plan import DESIGNS, ReleasePlan
+from opal_dp.release.marginals.plan import ReleasePlan
+from opal_dp.release.options import Design
 from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
 from opal_dp.reports.unit_comparison import LARGE
@@ -52,7 +53,7 @@ COLUMNS = ["design", "share_of_trips_in_listed_cells", "listed_cells", "mean_rel
 def release_in_memory(partition: pd.DataFrame, plan: ReleasePlan, mode: str) -> dict[str, pd.DataFrame]:
     """The six released tables of one partition's bounded trips under ``plan``, drawn in memory with the
     engine's own draws: nothing stored, nothing charged to the ledger, so never to be published."""
-    if plan.design == "public_domain":
+    if plan.design.consistent:
         out = {}
         for tap in TAPS:
             tables = draw_tap(partition, plan, mode, tap)
@@ -65,10 +66,8 @@ def release_in_memory(partition: pd.DataFrame, plan: ReleasePlan, mode: str) -> 
 class DesignTally:
     """The figures of one design, accumulated one partition at a time (module docstring)."""
 
-    def __init__(self, design: str, mechanisms: Mapping[str, object]) -> None:
-        if design not in DESIGNS:
-            raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
-        self.design, self.mechanisms = design, mechanisms
+    def __init__(self, design: Design | str, mechanisms: Mapping[str, object]) -> None:
+        self.design, self.mechanisms = Design.parse(design), mechanisms
         self.trips = self.in_listed = self.listed = self.false = self.residual = 0
         self.days: set[str] = set()
         self.errors: list[np.ndarray] = []
@@ -104,7 +103,7 @@ class DesignTally:
         days = max(len(self.days), 1)
         names = [m.name for m in MARGINALS if m.by_time and m.by_loc]
         joints = [self.mechanisms[name] for name in names]
-        public = self.design == "public_domain"
+        public = self.design.consistent
         lone = max(m.release_probability(1) for m in joints)  # the §3 presence attack's figure
         return {
             "design": self.design,

@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    out = args.out or settings.data_dir_from_env() / "raw"
+    out = args.out or Path(settings.data_dir_from_env()) / "raw"
     started = time.perf_counter()
     rows = 0
     days = _dates(args)

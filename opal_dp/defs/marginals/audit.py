@@ -26,7 +26,7 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
     bounding and samplers are those of the release.
     """
     plan = privacy_budget.plan()
-    if plan.design == "public_domain":
+    if plan.design.consistent:
         distinct = {json.dumps(noise.describe(), sort_keys=True): tap for tap, noise in plan.noise.items()}
         reports = {f"tap_{tap}_{table}": audit_table(plan.noise[tap], table, plan.relation, runs=AUDIT_RUNS)
                    for tap in sorted(distinct.values()) for table in pd_design.TABLES}  # taps noised alike: once

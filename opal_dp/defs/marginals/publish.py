@@ -22,6 +22,7 @@ from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problem
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.marginals.public_domain import Domain, domain
+from opal_dp.release.options import Design
 from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.build import (
@@ -87,7 +88,7 @@ def _gate(
                 cap = caps[charge.unit]
                 mechanism = json.loads(charge.mechanism)
                 public = None  # the ledger's design chooses the checks, not this run's configuration
-                if mechanism.get("design") == "public_domain":
+                if Design.parse(mechanism.get("design", Design.SBH)).consistent:
                     mode = date_and_mode(key)[1]
                     public = domains.setdefault((mode, m.tap), domain(stops, mode, m.tap))
                 yield ReleaseUnderCheck(key, m, frame, truths[m.name], mechanism, draw, charge,

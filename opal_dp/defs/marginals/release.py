@@ -169,7 +169,7 @@ def _record_per_partition(context, released_by_key: dict, spend: dict, plan, pro
             mine = [f"{check}: {p}" for check, found in problems.items() for p in found
                     if p.startswith(f"{key} {name}:")]
             suppressed = {"bins_suppressed (internal, not DP)": len(result.truth) - len(result.frame)} \
-                if plan.design == "sbh" else {}  # the public-domain design lists cells absent from the data too
+                if not plan.design.consistent else {}  # the public-domain design lists cells absent from the data too
             context.add_asset_metadata({
                 "dagster/row_count": len(result.frame),
                 **suppressed,

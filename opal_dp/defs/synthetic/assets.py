@@ -161,7 +161,7 @@ def synthetic_report(
                                     reference.stops(), rng)
     scores = SyntheticScores.validate(scores)
     plot = score_plot(scores, distribution)
-    path = make_dirs(storage.private_dir / "reports") / "synthetic_score.png"
+    path = make_dirs(storage.reports_dir) / "synthetic_score.png"
     reserve_private(path).write_bytes(plot)
     return dg.Output(scores, metadata={
         "scores (internal, not DP)": dg.MetadataValue.md(scores.to_markdown(index=False, floatfmt=".4g")),

@@ -25,6 +25,7 @@ from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
 from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, Domain
 from opal_dp.release.marginals.schemas import schema_for
+from opal_dp.release.options import Design
 
 # Values of P(|sum of noise| > bound) we tolerate before the plausibility warning fires.
 PLAUSIBILITY_FALSE_ALARM = 1e-6
@@ -47,13 +48,13 @@ class ReleaseUnderCheck:
     domain: Domain | None = None  # public-domain design: the public cells of this partition's (mode, tap)
 
     @property
-    def design(self) -> str:
-        return self.mechanism.get("design", "sbh")
+    def design(self) -> Design:
+        return Design.parse(self.mechanism.get("design", Design.SBH))
 
     @property
     def remainders(self) -> bool:
         """Whether this table may hold remainder rows (the public-domain design's joint)."""
-        return self.design == "public_domain" and self.marginal.by_time and self.marginal.by_loc
+        return self.design.consistent and self.marginal.by_time and self.marginal.by_loc
 
 
 def no_new_points(r: ReleaseUnderCheck) -> str | None:

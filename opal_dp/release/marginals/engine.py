@@ -95,7 +95,7 @@ def release_partitions(
             mech = plan.mechanisms[name]
             requests.append(Request(plan.unit.value, plan.scope(day, mode), key, day, name, plan.relation.value,
                                     mech.cost(), mechanism_id(mech), bounds, prints))
-    if plan.design == "public_domain":
+    if plan.design.consistent:
         serve = _serve_taps(partitions, plan)
     else:
         serve = serve_each(lambda r: draw(truths[r.part][r.marginal], plan.mechanisms[r.marginal]))

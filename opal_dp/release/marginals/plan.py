@@ -46,15 +46,9 @@ from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
 from opal_dp.network import MODES, load_stops
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.release.marginals.tables import MARGINALS, TAPS
+from opal_dp.release.options import Design, Mechanism
 
-MECHANISMS = ("laplace", "gaussian")
-DESIGNS = ("sbh", "public_domain")
 FALSE_CELLS_PER_DAY = 5.0
-
-
-def default_mechanism(unit: PrivacyUnit) -> str:
-    """SBH for one trip or one card-day; the thresholded Gaussian where one card spans many partitions."""
-    return "gaussian" if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD else "laplace"
 
 
 @dataclass(frozen=True)
@@ -63,9 +57,9 @@ class ReleasePlan:
     relation: Relation
     bounds: ContributionBounds
     period: tuple[str, ...]  # card_period: the period's dates (ISO), sorted; else empty
-    mechanism: str
+    mechanism: Mechanism
     mechanisms: Mapping[str, HistogramMechanism | pd_design.DomainMeasurement]
-    design: str = "sbh"
+    design: Design = Design.SBH
     noise: Mapping[str, pd_design.DesignNoise] = field(default_factory=dict)  # public_domain: by tap
     domains: Mapping[tuple[str, str], pd_design.Domain] = field(default_factory=dict)  # public_domain: (mode, tap)
     tau: int | None = None  # public_domain: the publication threshold
@@ -116,23 +110,20 @@ def build_plan(
     delta: Mapping[str, float],
     *,
     relation: Relation | str | None = None,
-    mechanism: str | None = None,
+    mechanism: Mechanism | str | None = None,
     bounds: ContributionBounds = ContributionBounds(),
     period: tuple[str, ...] = (),
     laplace: DiscreteLaplace | None = None,
     gaussian: DiscreteGaussian | None = None,
-    design: str = "sbh",
+    design: Design | str = Design.SBH,
     stops: pd.DataFrame | None = None,
 ) -> ReleasePlan:
     """The plan for ``unit`` at the nominal per-marginal budget (module docstring). ``stops``: the public stop
     list the public-domain design takes its domains from (default: the shipped reference list)."""
-    if design not in DESIGNS:
-        raise ValueError(f"release design must be one of {DESIGNS}, got {design!r}")
+    design = Design.parse(design)
     unit = PrivacyUnit(unit)
     relation = unit.default_relation if relation is None else Relation(relation)
-    mechanism = default_mechanism(unit) if mechanism is None else mechanism
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    mechanism = Mechanism.default_for(unit) if mechanism is None else Mechanism.parse(mechanism)
     if unit is PrivacyUnit.CARD_PERIOD and not period:
         raise ValueError("the card_period unit needs its period (the dates it covers)")
     names = [m.name for m in MARGINALS]
@@ -140,10 +131,10 @@ def build_plan(
         raise ValueError(f"epsilon and delta must give exactly the marginals {names}")
     sens = sensitivity(unit, relation, bounds, len(period) if unit is PrivacyUnit.CARD_PERIOD else None)
     period = tuple(period) if unit is PrivacyUnit.CARD_PERIOD else ()
-    if design == "public_domain":
+    if design is Design.PUBLIC_DOMAIN:
         return _public_domain_plan(unit, relation, bounds, period, mechanism, sens, epsilon, delta,
                                    load_stops() if stops is None else stops)
-    if mechanism == "laplace":
+    if mechanism.pure:
         noise = laplace or DiscreteLaplace()
         mechanisms = {name: StabilityHistogram(epsilon[name], delta[name], sens, noise) for name in names}
     else:
@@ -158,11 +149,11 @@ def build_plan(
 
 
 def _public_domain_plan(
-    unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, period: tuple[str, ...], mechanism: str,
+    unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, period: tuple[str, ...], mechanism: Mechanism,
     sens, epsilon: Mapping[str, float], delta: Mapping[str, float], stops: pd.DataFrame,
 ) -> ReleasePlan:
     """The public-domain design's plan (module docstring): one ``DesignNoise`` per tap, one tau for all."""
-    if mechanism == "laplace":
+    if mechanism.pure:
         budget = dict(epsilon)
     else:
         total_epsilon = math.fsum(epsilon.values())
@@ -183,4 +174,4 @@ def _public_domain_plan(
     mechanisms = {name: pd_design.DomainMeasurement(table, noise[tap], tau, false_cells, digest)
                   for tap, tables in by_tap.items() for table, name in tables.items()}
     return ReleasePlan(unit, relation, bounds, period, mechanism, {m.name: mechanisms[m.name] for m in MARGINALS},
-                       "public_domain", noise, domains, tau)
+                       Design.PUBLIC_DOMAIN, noise, domains, tau)

@@ -49,13 +49,13 @@ from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals.consistency import Rounded, least_squares, round_with_remainders
 from opal_dp.release.marginals.tables import TAPS
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
+from opal_dp.release.options import Mechanism
 from opal_dp.release.statement.build import open_data_partition
 
 OTHER = "other"
 AGGREGATED = "-"
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
-MECHANISMS = ("laplace", "gaussian")
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def true_blocks(partition: pd.DataFrame, dom: Domain) -> list[np.ndarray]:
 class DesignNoise:
     """The noise of the three measurements of a block, by published table: ``time-loc``, ``time``, ``loc``."""
 
-    mechanism: str
+    mechanism: Mechanism
     sensitivity: Sensitivity
     budget: Mapping[str, float]  # epsilon (laplace) or rho (gaussian) per table
     laws: Mapping[str, ThresholdNoise]
@@ -139,30 +139,29 @@ class DesignNoise:
 
     def cost(self, table: str) -> PrivacyCost:
         """What measuring ``table`` costs one unit: pure epsilon-DP (delta 0) or rho-zCDP (delta 0)."""
-        if self.mechanism == "laplace":
+        if self.mechanism.pure:
             return PrivacyCost.approx_dp(self.budget[table], 0.0)
         return PrivacyCost.zcdp(self.budget[table], 0.0)
 
     def describe(self) -> dict:
-        name = "scale" if self.mechanism == "laplace" else "sigma"
+        name = "scale" if self.mechanism.pure else "sigma"
         return {"mechanism": self.mechanism, "noise": f"discrete_{self.mechanism}", name: dict(self.parameters),
                 "sensitivity": self.sensitivity.describe(),
                 "cost": {table: self.cost(table).describe() for table in TABLES}}
 
 
 def calibrate(
-    mechanism: str, sens: Sensitivity, budget: Mapping[str, float], bits: BitSource | None = None
+    mechanism: Mechanism | str, sens: Sensitivity, budget: Mapping[str, float], bits: BitSource | None = None
 ) -> DesignNoise:
     """Noise for ``budget`` per table: epsilon (``laplace``, pure DP) or rho (``gaussian``, zCDP)."""
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    mechanism = Mechanism.parse(mechanism)
     if sorted(budget) != sorted(TABLES) or not all(math.isfinite(v) and v > 0 for v in budget.values()):
         raise ValueError(f"budget must give a finite positive value for each of {TABLES}, got {dict(budget)}")
     bits = SecureBits() if bits is None else bits
     laws: dict[str, ThresholdNoise] = {}
     parameters, variances = {}, {}
     for table, value in budget.items():
-        if mechanism == "laplace":
+        if mechanism.pure:
             scale = sens.l1 / value
             laws[table] = LaplaceNoise(scale, bits)
             q = math.exp(-1 / scale)
@@ -325,7 +324,7 @@ class DomainMeasurement:
 
     def describe(self) -> dict:
         value, parameter = self.noise.budget[self.table], self.noise.parameters[self.table]
-        pure = self.noise.mechanism == "laplace"
+        pure = self.noise.mechanism.pure
         return {
             "mechanism": self.name, "design": "public_domain", "table": self.table,
             "noise": f"discrete_{self.noise.mechanism}", **({"epsilon": value} if pure else {"rho": value}),

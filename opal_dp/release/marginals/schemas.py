@@ -9,6 +9,7 @@ from pandera.typing import Series
 from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY, IngestedTrips
 from opal_dp.release.marginals.tables import Marginal
+from opal_dp.release.options import Design
 
 OTHER_WINDOW = -2  # a public-domain remainder row's time window in a released frame (published: "other")
 
@@ -112,8 +113,8 @@ class UtilitySummary(pa.DataFrameModel):
         strict = True
 
 
-def schema_for(marginal: Marginal, design: str = "sbh") -> type[pa.DataFrameModel]:
-    if design == "public_domain" and marginal.by_time and marginal.by_loc:
+def schema_for(marginal: Marginal, design: Design | str = Design.SBH) -> type[pa.DataFrameModel]:
+    if Design.parse(design).consistent and marginal.by_time and marginal.by_loc:
         return TimeLocRemainderRelease
     return {(True, False): TimeRelease, (False, True): LocRelease, (True, True): TimeLocRelease}[
         (marginal.by_time, marginal.by_loc)
@@ -140,7 +141,7 @@ class UnitComparison(pa.DataFrameModel):
 class DesignComparison(pa.DataFrameModel):
     """The two release designs on the same data, unit and budget (internal report, not DP)."""
 
-    design: Series[str] = pa.Field(isin=["sbh", "public_domain"], unique=True)
+    design: Series[str] = pa.Field(isin=[d.value for d in Design], unique=True)
     share_of_trips_in_listed_cells: Series[float] = pa.Field(ge=0, le=1, nullable=True)
     listed_cells: Series[int] = pa.Field(ge=0)
     mean_relative_error: Series[float] = pa.Field(ge=0, nullable=True)

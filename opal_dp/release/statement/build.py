@@ -27,6 +27,7 @@ from opal_dp.core import sbh as laplace_tail
 from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.options import Design
 
 SCHEMA_VERSION = 3  # 3: the release design ("design"); a statement without it is an SBH release
 STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
@@ -81,6 +82,11 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int])
         other_units={u: sorted(d) for u, d in other.items()},
         resets=ledger.resets(),
     )
+
+
+def stated_design(statement: Mapping) -> Design:
+    """The release design a published statement names (a statement without one is an SBH release)."""
+    return Design.parse(statement.get("design", {}).get("name", Design.SBH))
 
 
 def open_data_partition(key: str) -> tuple[str, str]:
@@ -160,9 +166,9 @@ def privacy_statement(
 
 def _design(params: Mapping[str, dict], tables: Mapping[str, pd.DataFrame] | None) -> dict:
     """The release design, from the charged mechanisms; the public-domain design's tau, false cells and totals."""
-    name = _one({p.get("design", "sbh") for p in params.values()}, "release designs")
-    out = {"name": name, **DESIGNS[name]}
-    if name == "public_domain":
+    name = Design.parse(_one({p.get("design", Design.SBH) for p in params.values()}, "release designs"))
+    out = {"name": name.value, **DESIGNS[name]}
+    if name.consistent:
         if tables is None:
             raise StatementError("a public-domain statement states its totals from time.csv: give the tables")
         time = tables["time"].astype({c: str for c in ("mode", "date", "tap")})
@@ -265,7 +271,7 @@ def _not_protected(unit: PrivacyUnit, other_units: Mapping[str, Sequence[str]], 
                      "this statement's per-card figures hold only if the other releases are disregarded.")
     items.append(
         "Presence: a published bin proves its count after bounding was > 0. A unit alone in an otherwise empty "
-        "bin is published with the presence probability given per marginal (at most delta/L0)." if design == "sbh"
+        "bin is published with the presence probability given per marginal (at most delta/L0)." if not Design.parse(design).consistent
         else "Presence: a listed cell does not prove its count was > 0 (empty cells are listed too, see the expected "
         "false cells per day); a unit alone in an otherwise empty cell gets it listed with the presence probability "
         "given per marginal, and that event is covered by the guarantee above."

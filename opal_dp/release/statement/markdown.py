@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from opal_dp.release.od.publish import od_markdown
+from opal_dp.release.options import Design
 
 def render_markdown(statement: Mapping) -> str:
     """PRIVACY.md: the same statement for people, with a loud warning if the noise was seeded."""
@@ -27,7 +28,7 @@ def render_markdown(statement: Mapping) -> str:
         design["description"],
         "",
     ]
-    if design["name"] == "public_domain":
+    if Design.parse(design["name"]).consistent:
         lines += [
             f"Pure differential privacy (delta = 0): **{'yes' if design['pure_dp'] else 'no (zCDP, converted)'}**. "
             f"Publication threshold tau = **{design['tau']}**; expected cells listed although their true count is "
