@@ -23,6 +23,7 @@ from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells,
 from opal_dp.release.od_publish import od_gate, od_statement, od_tables
 from opal_dp.release.public_domain import Domain, domain
 from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
+from opal_dp.release.site_catalogue import PageSettings
 from opal_dp.release.statement import (
     LedgerEvidence,
     StatementError,
@@ -168,7 +169,8 @@ def published_release(
              storage, statement)
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od)
+    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od,
+                     PageSettings.from_env())
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder)),
