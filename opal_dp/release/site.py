@@ -66,6 +66,8 @@ svg.chart,svg.map{display:block;width:100%;max-width:640px;height:auto}
 svg text{font-size:13px;fill:#333}svg text.axis-title{font-weight:bold}
 svg text.halo{stroke:#fff;stroke-width:3px;paint-order:stroke;fill:#111}
 svg.key{display:inline-block;vertical-align:middle}
+svg text.place{font-size:15px}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em}
 .legend span{display:inline-block;width:.8em;height:.8em;border-radius:50%;margin:0 .3em 0 .6em}
 .note{color:#555;font-size:.9em}
 .visually-hidden{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}

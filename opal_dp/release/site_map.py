@@ -23,7 +23,7 @@ KM_PER_DEGREE = 111.32  # of latitude
 CENTRE_KM = 10.0  # the city-centre view is this wide
 LABELS = 6  # busiest places labelled in each view
 SCALE_STEPS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
-CHAR_WIDTH, LABEL_HEIGHT = 7.0, 14.0  # of a 13 px label, for keeping labels apart
+CHAR_WIDTH, LABEL_HEIGHT = 8.2, 16.0  # of a 15 px label, for keeping labels apart
 
 
 @dataclass(frozen=True)
