@@ -90,6 +90,7 @@ def _trend_chart(mode: str, totals: pd.DataFrame, calendar: list) -> str:
     width, height = f["width"] - f["left"] - f["right"], f["height"] - f["top"] - f["bottom"]
     step, top = nice_axis(max(float(np.nanmax(totals[["on", "off"]].to_numpy())), 4.0))
     slot = width / len(calendar)
+    half = min(4.0, max(slot / 3, 1.5))  # a marker's half width: smaller when many dates share the axis
     index = {d.strftime("%Y%m%d"): i for i, d in enumerate(calendar)}
 
     def x(i: int) -> float:
@@ -119,8 +120,8 @@ def _trend_chart(mode: str, totals: pd.DataFrame, calendar: list) -> str:
             label = (f"{d:%a %d %b %Y} ({'weekend' if is_weekend(d) else 'weekday'}), {TAP_NAMES[tap]}s: "
                      f"{v:,.0f} ± {err:,.0f}")
             fill = COLOURS[mode] if tap == "on" else "#fff"
-            shape = (f'<rect x="{x(i) - 4:.1f}" y="{y(v) - 4:.1f}" width="8" height="8"' if is_weekend(d) else
-                     f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="4.5"')
+            shape = (f'<rect x="{x(i) - half:.1f}" y="{y(v) - half:.1f}" width="{2 * half:.1f}" height="{2 * half:.1f}"'
+                     if is_weekend(d) else f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="{half + 0.5:.1f}"')
             out.append(f'{shape} fill="{fill}" stroke="{COLOURS[mode]}" stroke-width="2"><title>{e(label)}</title>'
                        f'{"</rect>" if is_weekend(d) else "</circle>"}')
     out.append(f'<line x1="{f["left"]}" x2="{f["left"] + width}" y1="{y(0):.1f}" y2="{y(0):.1f}" stroke="#444"/>')
