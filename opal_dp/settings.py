@@ -67,3 +67,11 @@ def workers_from_env() -> int:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{WORKERS_ENV} must be a positive integer, got {value!r}")
     return int(value)
+
+
+# The public page's catalogue entry (``opal_dp.release.site_catalogue.PageSettings``): who publishes, whom to
+# contact, under which licence (SPDX id; default CC-BY-4.0), how often a release comes out (default weekly).
+PUBLISHER_ENV = "OPAL_DP_PUBLISHER"
+CONTACT_ENV = "OPAL_DP_CONTACT"
+LICENCE_ENV = "OPAL_DP_LICENCE"
+UPDATE_FREQUENCY_ENV = "OPAL_DP_UPDATE_FREQUENCY"

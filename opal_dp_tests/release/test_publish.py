@@ -178,6 +178,7 @@ def _replace(old: str, new: str, count: int = 1):
         ("index.html", _replace('class="epsilon" data-value="8.0"', 'class="epsilon" data-value="0.8"'), "guarantee"),
         ("index.html", _replace('class="delta"', 'class="d"'), "guarantee"),
         ("index.html", _replace('href="PRIVACY.md"', 'title="PRIVACY.md"', -1), "link to exactly"),
+        ("index.html", _replace('data-bytes="', 'data-bytes="1'), "sizes"),
     ],
 )
 def test_validation_rejects_malformed_files(tmp_path, file, corrupt, message):

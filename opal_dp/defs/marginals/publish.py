@@ -24,6 +24,7 @@ from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.options import Design
 from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
+from opal_dp.release.site_catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.build import (
     LedgerEvidence,
@@ -169,7 +170,8 @@ def published_release(
              storage, statement)
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od)
+    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od,
+                     PageSettings.from_env())
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder)),

@@ -13,7 +13,7 @@ costs the unit (sum epsilon_j, sum delta_j):
   accountant the six charges give exactly (sum epsilon_j, sum delta_j) for the scope; composition over many
   partitions of a period is where zCDP is worth it (rho adds up, the conversion is paid once).
 
-Design. ``sbh`` (the 2016 design above) or ``public_domain`` (``release.public_domain``): noise on every cell of
+Design. ``sbh`` (the 2016 design above) or ``public_domain`` (``release.marginals.public_domain``): noise on every cell of
 the public domain, the three tables of a tap measured together and made consistent. Its Laplace charges are pure
 epsilon_j-DP (delta 0); its Gaussian takes the largest total rho whose conversion at sum delta_j stays within
 sum epsilon_j (no threshold events to pay for), split in proportion to epsilon_j. Its publication threshold tau

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import date
 
 from opal_dp.release.od.publish import od_markdown
 from opal_dp.release.options import Design
+from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
+
 
 def render_markdown(statement: Mapping) -> str:
     """PRIVACY.md: the same statement for people, with a loud warning if the noise was seeded."""
@@ -19,9 +22,13 @@ def render_markdown(statement: Mapping) -> str:
             "> ANYONE WHO KNOWS THE SEED CAN REMOVE THE NOISE. FOR TESTS ONLY - NEVER PUBLISH IT.**",
             "",
         ]
+    lines += [f"**{plain_guarantee(s)}**", ""]
+    if synthetic_sample(s):
+        lines += [f"> **{SYNTHETIC_SAMPLE}**", ""]
     design = s["design"]
     lines += [
-        f"Created {s['release']['created_at']}.",
+        f"Created {s['release']['created_at']}. The full detail of every scope, partition and draw is in "
+        "privacy.json.",
         "",
         f"## Release design: {design['name']}",
         "",
@@ -75,9 +82,7 @@ def render_markdown(statement: Mapping) -> str:
         "",
         "| scope | epsilon | delta | rho | charges | composition |",
         "|---|---|---|---|---|---|",
-        *(f"| {sc['scope']} | {sc['epsilon']:.4g} | {sc['delta']:.3g} | "
-          f"{'-' if sc['rho'] is None else format(sc['rho'], '.4g')} | {sc['charges']} | {sc['composition']} |"
-          for sc in g["scopes"]),
+        *_scope_rows(g["scopes"]),
         "",
         "## Presence probability",
         "",
@@ -107,11 +112,11 @@ def render_markdown(statement: Mapping) -> str:
         "",
         "## Partitions",
         "",
-        ", ".join(f"{k['date']} {k['mode']}" for k in s["partitions"]["keys"]) + ".",
+        *_partition_lines(s["partitions"]["keys"]),
         "",
         "## Ledger",
         "",
-        f"Ledger {ledger['id']}; draws {', '.join(map(str, ledger['draws']))}.",
+        f"Ledger {ledger['id']}; {len(ledger['draws'])} draws: {_runs(ledger['draws'])}.",
         "",
         f"Cap in force per {g['per']}: epsilon = {cap['epsilon']:g}, delta = {cap['delta']:.6g} "
         f"({cap['action']} {cap['set_at']}: {cap['reason']}). {ledger['meaning']}",
@@ -128,7 +133,8 @@ def render_markdown(statement: Mapping) -> str:
                     for r in ledger["acknowledged_resets"]), ""]
     if s["also_released_under_other_units"]:
         lines += ["## Also released under other units", "",
-                  *(f"- {u}: {', '.join(d)}" for u, d in s["also_released_under_other_units"].items()), ""]
+                  *(f"- {u}: {_date_runs([date.fromisoformat(x) for x in d])}"
+                    for u, d in s["also_released_under_other_units"].items()), ""]
     if "od" in s:
         lines += od_markdown(s["od"])
     lines += [
@@ -153,6 +159,44 @@ def render_markdown(statement: Mapping) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _scope_rows(scopes: Sequence[Mapping]) -> list[str]:
+    """Rows of the per-scope table, scopes with identical figures on one row (each scope is in privacy.json)."""
+    groups: dict[tuple, list[str]] = {}
+    for sc in scopes:
+        figures = (f"{sc['epsilon']:.4g}", f"{sc['delta']:.3g}", _num(sc["rho"]), str(sc["charges"]), sc["composition"])
+        groups.setdefault(figures, []).append(sc["scope"].replace("|", "\\|"))
+    return [
+        f"| {names[0] if len(names) == 1 else f'{len(names)} scopes, {names[0]} ... {names[-1]}'} | "
+        + " | ".join(figures) + " |"
+        for figures, names in groups.items()
+    ]
+
+
+def _partition_lines(keys: Sequence[Mapping]) -> list[str]:
+    """One line per mode: its published dates as runs of consecutive days."""
+    by_mode: dict[str, list[date]] = {}
+    for k in keys:
+        by_mode.setdefault(k["mode"], []).append(date(int(k["date"][:4]), int(k["date"][4:6]), int(k["date"][6:])))
+    return [f"- {mode}: {_date_runs(days)}" for mode, days in by_mode.items()]
+
+
+def _date_runs(days: Sequence[date]) -> str:
+    """``8 dates, 2016-07-25 to 2016-08-01``: how many, then runs of consecutive days."""
+    runs = _runs(sorted(d.toordinal() for d in days), lambda n: date.fromordinal(n).isoformat(), " to ")
+    return f"{len(days)} date{'s' * (len(days) > 1)}, {runs}"
+
+
+def _runs(numbers: Sequence[int], show=str, dash: str = "-") -> str:
+    """Sorted integers as runs of consecutive ones: ``1-4, 7, 9-10``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(show(a) if a == b else f"{show(a)}{dash}{show(b)}" for a, b in runs)
 
 
 def _num(value: float | None) -> str:
