@@ -69,7 +69,7 @@ def workers_from_env() -> int:
     return int(value)
 
 
-# The public page's catalogue entry (``opal_dp.release.site_catalogue.PageSettings``): who publishes, whom to
+# The public page's catalogue entry (``opal_dp.release.page.catalogue.PageSettings``): who publishes, whom to
 # contact, under which licence (SPDX id; default CC-BY-4.0), how often a release comes out (default weekly).
 PUBLISHER_ENV = "OPAL_DP_PUBLISHER"
 CONTACT_ENV = "OPAL_DP_CONTACT"

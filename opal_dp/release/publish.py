@@ -44,8 +44,8 @@ from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
 from opal_dp.release.od.publish import OD_TABLES, validate_od
 from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, sum_problems
-from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
-from opal_dp.release.site_catalogue import PageSettings
+from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
+from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, open_data_partition, stated_design
 from opal_dp.release.statement.markdown import render_markdown
 

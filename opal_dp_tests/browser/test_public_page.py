@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.release.publish import LATEST, files_of
-from opal_dp.release.site import PAGE
+from opal_dp.release.page.render import PAGE
 from opal_dp.settings import DATA_DIR_ENV, PUBLISHER_ENV
 from opal_dp.simulate.trips import generate_days
 from opal_dp_tests.browser.chromium import (

@@ -14,8 +14,8 @@ from opal_dp.core import sbh
 from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
 from opal_dp.release.publish import FILES, to_open_data
-from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
-from opal_dp.release.site_catalogue import PageSettings
+from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
+from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp_tests.conftest import TINY_STOPS

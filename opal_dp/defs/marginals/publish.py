@@ -24,7 +24,7 @@ from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.options import Design
 from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
-from opal_dp.release.site_catalogue import PageSettings
+from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.build import (
     LedgerEvidence,

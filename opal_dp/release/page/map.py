@@ -16,7 +16,7 @@ import pandas as pd
 
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_points
-from opal_dp.release.site_common import COLOURS, MODE_NAMES, e, place
+from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, place
 
 WIDTH, PAD, MAX_RADIUS, MIN_RADIUS = 560, 20, 14.0, 3.0
 KM_PER_DEGREE = 111.32  # of latitude

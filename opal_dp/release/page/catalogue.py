@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from opal_dp import settings
-from opal_dp.release.site_common import e, iso
+from opal_dp.release.page.common import e, iso
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD
 
 LICENCES = {  # SPDX identifier -> full name

@@ -8,7 +8,7 @@ inline CSS and SVG, no script, nothing fetched, links relative to the release fo
 ``external_references`` lists anything in a page that would load or link from elsewhere; the publisher refuses a
 page that has any. Values show on hover through SVG ``<title>`` elements; the layout reads on a 390 px phone.
 
-Error bars and ± figures are 95% bounds on the noise of a sum of published counts (``site_common.per_day``).
+Error bars and ± figures are 95% bounds on the noise of a sum of published counts (``page.common.per_day``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from opal_dp.network import MODES
-from opal_dp.release.site_catalogue import (
+from opal_dp.release.page.catalogue import (
     TABLE_NOTES,
     TITLE,
     PageSettings,
@@ -29,9 +29,9 @@ from opal_dp.release.site_catalogue import (
     dictionary_section,
     files_section,
 )
-from opal_dp.release.site_charts import time_of_day_section, trend_section
-from opal_dp.release.site_common import COLOURS, MODE_NAMES, e, marginal_of, per_day, place, rows_of
-from opal_dp.release.site_map import map_section
+from opal_dp.release.page.charts import time_of_day_section, trend_section
+from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, marginal_of, per_day, place, rows_of
+from opal_dp.release.page.map import map_section
 from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, stated_design
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
 

@@ -7,7 +7,7 @@ element, and each chart has a title for screen readers and axis titles.
 
 Tap-off totals leave out the ``-1`` rows (trips without a recorded tap-off), so tap-on minus tap-off shows how
 many trips had none. Each figure is a sum of published counts; its ± is the 95% bound on the noise of that sum
-(``site_common.per_day``); counts that were suppressed count as 0 and are not covered.
+(``page.common.per_day``); counts that were suppressed count as 0 and are not covered.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.statement.build import CONFIDENCE
-from opal_dp.release.site_common import (
+from opal_dp.release.page.common import (
     COLOURS,
     MODE_NAMES,
     TAP_NAMES,
