@@ -257,7 +257,7 @@ def _release(args: argparse.Namespace) -> None:
     os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.dagster_home)))
     log_file = storage.logs_dir / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     make_dirs(log_file.parent)
-    print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or 'sbh'} from {storage.raw_dir}; full log: {log_file}")
+    print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or Design.SBH} from {storage.raw_dir}; full log: {log_file}")
     with dg.DagsterInstance.get() as instance:
         results = run_release(instance, budget=budget_config(args, days), data_dir=storage.data_dir,
                               log_file=None if args.verbose else log_file, progress=not args.verbose,

@@ -22,6 +22,7 @@ from opal_dp.release.marginals.checks import BLOCKING_CHECKS, DESIGN_CHECKS, Rel
 from opal_dp.release.marginals.engine import release_partitions
 from opal_dp.release.marginals.tables import BY_NAME, MARGINALS, true_cells
 from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
+from opal_dp.release.options import Design
 
 RELEASE_PREFIX = "release"
 TRUE_CELLS, RELEASE_DRAWS = "true_cells", "release_draws"
@@ -145,7 +146,7 @@ def release_marginals(
             frames[marginal.name],
             marginal.name,
             metadata={  # the same for every partition of the run
-                "release_design": plan.design,
+                "release_design": plan.design.value,
                 "privacy_unit": plan.unit.value,
                 "relation": plan.relation.value,
                 **{k: dg.MetadataValue.json(v) if isinstance(v, dict) else v
@@ -182,7 +183,7 @@ def _record_per_partition(context, released_by_key: dict, spend: dict, plan, pro
         context.add_asset_metadata({"dagster/row_count": len(released)}, asset_key=RELEASE_DRAWS, partition_key=key)
 
 
-def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dict]], design: str):
+def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dict]], design: Design):
     """A result for every check spec; a check of another release design passes as skipped, saying why."""
     for marginal in MARGINALS:
         prefix = f"{marginal.name}:"

@@ -229,9 +229,9 @@ CHECKS: dict[str, Callable[[ReleaseUnderCheck], str | None]] = {
 }
 PARTITION_CHECKS: dict[str, Callable[[list[ReleaseUnderCheck]], str | None]] = {"sums_exact": sums_exact}
 COMMON = ("canonical_order", "schema_valid", "budget_recorded", "no_identifiers")
-DESIGN_CHECKS: dict[str, tuple[str, ...]] = {
-    "sbh": ("no_new_points", "counts_above_threshold", *COMMON),
-    "public_domain": ("within_public_domain", "listed_counts_reach_tau", *COMMON, "sums_exact"),
+DESIGN_CHECKS: dict[Design, tuple[str, ...]] = {
+    Design.SBH: ("no_new_points", "counts_above_threshold", *COMMON),
+    Design.PUBLIC_DOMAIN: ("within_public_domain", "listed_counts_reach_tau", *COMMON, "sums_exact"),
 }
 BLOCKING_CHECKS: dict[str, Callable] = {**CHECKS, **PARTITION_CHECKS}
 """Every blocking check of any design, by name (the Dagster check specs); ``DESIGN_CHECKS`` says which apply."""
@@ -249,7 +249,7 @@ def blocking_problems(releases: Iterable[ReleaseUnderCheck]) -> dict[str, list[s
     designs = {r.design for r in releases}
     if len(designs) > 1:
         raise ValueError(f"the releases under check come from several designs {sorted(designs)}")
-    names = DESIGN_CHECKS[designs.pop() if designs else "sbh"]
+    names = DESIGN_CHECKS[designs.pop() if designs else Design.SBH]
     problems: dict[str, list[str]] = {name: [] for name in names}
     for name in names:
         if name in PARTITION_CHECKS:
