@@ -46,7 +46,7 @@ class PrivacySettings(BaseModel):
     refused, and ``python -m opal_dp.cli ledger raise-cap`` is the only way to change it.
     ``fresh_draw`` asks for new noise over an input that was already released: it is charged.
 
-    OD release (``release.od_engine``): ``od_release`` (default on), one noisy prefix tree per date at
+    OD release (``release.od.engine``): ``od_release`` (default on), one noisy prefix tree per date at
     ``od_epsilon`` (pure DP per card-day), height ``od_height``, the ``od_top_sequences`` most frequent sanitized
     sequences published. Its cost is part of every unit's default cap (``od_cost``), so that the tree composes
     with the marginals on the same ledger scopes.
@@ -70,7 +70,7 @@ class PrivacySettings(BaseModel):
     od_height: int = 4
     od_top_sequences: int = 100
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
-    synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic_queries``), charged to card_period
+    synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic.queries``), charged to card_period
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
 
     @model_validator(mode="after")
@@ -127,7 +127,7 @@ class PrivacySettings(BaseModel):
         return math.fsum(self.epsilon.values()), math.fsum(self.delta.values())
 
     def od_cost(self, unit: PrivacyUnit) -> float:
-        """What the OD trees add to one scope of ``unit`` (``release.od_engine``): nothing to a trip scope,
+        """What the OD trees add to one scope of ``unit`` (``release.od.engine``): nothing to a trip scope,
         ``od_epsilon`` to a date, ``od_epsilon`` per date to a period."""
         if not self.od_release or unit is PrivacyUnit.TRIP:
             return 0.0

@@ -1,7 +1,7 @@
 """Score synthetic trips as the NIST DeID2 challenge scored them, against the true trips and two baselines.
 
 Rows compared (one per trip, raw input contract -> public coarsening): ``date``, ``mode``, tap-on ``hour``,
-``on_district``, ``off_district`` (``release.archetypes``) and ``card_day_trips`` (trips of the row's
+``on_district``, ``off_district`` (``release.synthetic.archetypes``) and ``card_day_trips`` (trips of the row's
 card-day, ``m`` standing for m or more).
 
 - ``k_marginal``: the SDNist k-marginal score, ``1000 - 500 * mean_M L1(p_M, q_M)`` over 3-way marginals M,
@@ -14,9 +14,9 @@ card-day, ``m`` standing for m or more).
 Baselines on the same (epsilon, delta) per card over the period, both internal (nothing charged, never
 published):
 - ``one_way``: each column's one-way histogram per date (the date is part of every bin, as in
-  ``release.synthetic_queries``), discrete Gaussian of the same total rho split evenly, sampled
+  ``release.synthetic.queries``), discrete Gaussian of the same total rho split evenly, sampled
   independently;
-- ``sbh``: our marginal release (``release.plan`` for ``card_period``, sbh design) of the bounded trips, and
+- ``sbh``: our marginal release (``release.marginals.plan`` for ``card_period``, sbh design) of the bounded trips, and
   trips drawn from it: tap-on (window, location) from the tap-on time x location table, tap-off likewise
   and independently. It carries no card information: ``card_day_trips`` is drawn from the public prior
   ``SBH_TRIPS_PRIOR`` (most card-days are a return journey).

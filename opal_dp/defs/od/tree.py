@@ -1,6 +1,6 @@
 """OD release, private and DP stages: card-day sequences (private) and the noisy prefix tree of each date (DP,
-charged to the ledger, made consistent). Thin wrappers over ``prep.sequences``, ``release.od_engine`` and
-``release.od``; publishing is in ``defs.marginals.publish`` (one atomic publication)."""
+charged to the ledger, made consistent). Thin wrappers over ``prep.sequences``, ``release.od.engine`` and
+``release.od.generate``; publishing is in ``defs.marginals.publish`` (one atomic publication)."""
 
 import dagster as dg
 import numpy as np

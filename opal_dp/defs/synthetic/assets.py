@@ -1,6 +1,6 @@
-"""Synthetic card-day trips (issue 14): thin wrappers over ``release.synthetic_queries`` (the only step that
-reads private trips), ``release.synthetic_generator`` (post-processing of the stored DP draws) and
-``release.synthetic_publish``. Opt-in: the ``synthetic`` job, or ``python -m opal_dp.cli release --synthetic``."""
+"""Synthetic card-day trips (issue 14): thin wrappers over ``release.synthetic.queries`` (the only step that
+reads private trips), ``release.synthetic.generator`` (post-processing of the stored DP draws) and
+``release.synthetic.publish``. Opt-in: the ``synthetic`` job, or ``python -m opal_dp.cli release --synthetic``."""
 
 import base64
 import json
@@ -47,7 +47,7 @@ def synthetic_release(
     context: dg.AssetExecutionContext, binned_trips: PartitionFrames, card_days: PartitionFrames,
     privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
 ) -> dg.MaterializeResult:
-    """The card-level DP queries of every binned day (``release.synthetic_queries``), charged to the ledger's
+    """The card-level DP queries of every binned day (``release.synthetic.queries``), charged to the ledger's
     card_period scope of the period; records which draws stand for them."""
     days = sorted(binned_trips)
     if not days:

@@ -162,7 +162,7 @@ class DesignComparison(pa.DataFrameModel):
 
 
 class SyntheticTrips(IngestedTrips):
-    """Synthetic card-day trips (``release.synthetic_generator``): the raw input contract's columns, every
+    """Synthetic card-day trips (``release.synthetic.generator``): the raw input contract's columns, every
     card id a fresh synthetic one."""
 
     class Config:

@@ -15,7 +15,7 @@ first rule that matches wins, so every card-day has exactly one archetype:
 5. ``off_peak``: every other weekday card-day (two or more trips, one mode, first trip outside the peak).
 
 The rules read nothing but the card-day's own trips and the date, so adding or removing one card changes
-the archetype of that card's card-days only: the sensitivities of ``release.synthetic_queries`` hold.
+the archetype of that card's card-days only: the sensitivities of ``release.synthetic.queries`` hold.
 
 Public coarsening of a trip: its mode, the hour of its tap-on (``tap_on_window // 4``), and the *district*
 of its tap-on and tap-off stop: the band of 20 postcodes it lies in (``postcode // 20``, e.g. 2000-2019),

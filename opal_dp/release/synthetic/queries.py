@@ -10,7 +10,7 @@ Queries, each a histogram over a **public domain** (every cell, zero or not: no 
 own), per service date, with the date part of every cell:
 
 - ``counts``: card-days per (archetype, trips) for trips 1..m. Every card-day lies in exactly one cell
-  (``release.archetypes``), so one card changes at most D cells, each by 1 (its card-days are on distinct
+  (``release.synthetic.archetypes``), so one card changes at most D cells, each by 1 (its card-days are on distinct
   dates): ``l2² = D``. The per-archetype count is the sum over trips (post-processing).
 - ``time_origin``: kept trips per (archetype, mode, tap-on hour, tap-on district);
 - ``od``: kept trips per (archetype, mode, tap-on district, tap-off district or none).
