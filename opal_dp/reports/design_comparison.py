@@ -30,7 +30,6 @@ tables are in the engine's form (``time_window``, ``loc``, ``count``; public-dom
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -43,6 +42,7 @@ from opal_dp.release.options import Design
 from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
 from opal_dp.reports.unit_comparison import LARGE
+from opal_dp.reports.plots import figure, png
 
 Released = Mapping[str, pd.DataFrame]  # marginal name -> released frame of one partition
 COLUMNS = ["design", "share_of_trips_in_listed_cells", "listed_cells", "mean_relative_error", "median_relative_error",
@@ -181,12 +181,7 @@ def _rmse(squares: list[np.ndarray]) -> float:
 
 def comparison_plot(table: pd.DataFrame) -> bytes:
     """PNG: trips in listed cells, one-way RMSE and false cells per day, per design."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), dpi=90)
+    fig, axes = figure(3, (11, 3.2))
     axes[0].bar(table["design"], table["share_of_trips_in_listed_cells"], color="#1c7ed6")
     axes[0].set_ylim(0, 1)
     axes[0].set_title("trips in listed cells")
@@ -199,9 +194,4 @@ def comparison_plot(table: pd.DataFrame) -> bytes:
     axes[1].set_title("one-way RMSE, all true bins")
     axes[2].bar(table["design"], table["false_cells_per_day"], color="#5f3dc4")
     axes[2].set_title("false cells per day")
-    fig.suptitle("Internal, not DP: the two release designs on the same data")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return png(fig, "Internal, not DP: the two release designs on the same data")

@@ -14,7 +14,6 @@ Nothing here is charged or released: trees are drawn in memory and thrown away.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +22,7 @@ from scipy import sparse
 
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.release.od.generate import consistent_tree, sequences_of
+from opal_dp.reports.plots import figure, png
 
 EPSILONS = (0.5, 0.75, 1.0, 1.25, 1.5)
 SANITY = 0.001
@@ -110,13 +110,8 @@ def evaluate(sequences: np.ndarray, taxonomy: Taxonomy, *, epsilons: Sequence[fl
 
 def evaluation_plot(table: pd.DataFrame) -> bytes:
     """PNG: average relative error against epsilon, hybrid vs plain, one panel per height."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     heights = sorted(table["height"].unique())
-    fig, axes = plt.subplots(1, len(heights), figsize=(4.5 * len(heights), 3.2), dpi=90, squeeze=False)
+    fig, axes = figure(len(heights), (4.5 * len(heights), 3.2), squeeze=False)
     for ax, height in zip(axes[0], heights):
         part = table[table["height"] == height]
         top = part["max_query_length"].max()
@@ -128,9 +123,4 @@ def evaluation_plot(table: pd.DataFrame) -> bytes:
         ax.set_xlabel("epsilon")
         ax.set_ylabel("average relative error")
         ax.legend(fontsize=7)
-    fig.suptitle("Internal, not DP: OD prefix tree count queries (seed §5.1)")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return png(fig, "Internal, not DP: OD prefix tree count queries (seed §5.1)")

@@ -24,7 +24,6 @@ published):
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +42,7 @@ from opal_dp.prep.bounding import CARD, keep_mask
 from opal_dp.release.synthetic.archetypes import HOURS, Districts, districts
 from opal_dp.release.marginals.tables import BY_NAME, COUNT, MARGINALS, histograms
 from opal_dp.release.marginals.plan import build_plan
+from opal_dp.reports.plots import figure, png
 
 COLUMNS = ("date", "mode", "hour", "on_district", "off_district", "card_day_trips")
 SBH_TRIPS_PRIOR = {1: 0.25, 2: 0.55, 3: 0.1, 4: 0.1}
@@ -226,12 +226,7 @@ def evaluate(
 
 def score_plot(scores: pd.DataFrame, distribution: pd.DataFrame) -> bytes:
     """PNG: k-marginal score per method; trips per card-day, true and by method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), dpi=90)
+    fig, axes = figure(2, (10, 3.4))
     axes[0].bar(scores["method"], scores["k_marginal"], color="#1c7ed6")
     axes[0].axhline(800, color="#868e96", linestyle="--", linewidth=1)
     axes[0].set_ylim(0, 1000)
@@ -243,9 +238,4 @@ def score_plot(scores: pd.DataFrame, distribution: pd.DataFrame) -> bytes:
                     width=width, label=column)
     axes[1].set_title("share of card-days by trips (m = m or more)")
     axes[1].legend(fontsize=7)
-    fig.suptitle("Internal, not DP: synthetic card-day trips vs the true trips")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return png(fig, "Internal, not DP: synthetic card-day trips vs the true trips")

@@ -15,7 +15,6 @@ once with production noise. The figures, per unit, over all (date, mode) partiti
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 
@@ -28,6 +27,7 @@ from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.marginals.plan import build_plan
+from opal_dp.reports.plots import figure, png
 
 CELLS = [m for m in MARGINALS if m.by_time and m.by_loc]
 LARGE = 100
@@ -108,20 +108,10 @@ class _Tally:
 
 def comparison_plot(table: pd.DataFrame) -> bytes:
     """PNG: share of trips in released cells and median relative error per unit."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), dpi=90)
+    fig, axes = figure(2, (9, 3.2))
     axes[0].bar(table["unit"], table["share_of_trips_in_released_cells"], color="#1c7ed6")
     axes[0].set_ylim(0, 1)
     axes[0].set_title("trips in released cells")
     axes[1].bar(table["unit"], table["median_relative_error"], color="#d9480f")
     axes[1].set_title(f"median relative error, cells >= {LARGE}")
-    fig.suptitle("Internal, not DP: the three privacy units on the same data")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return png(fig, "Internal, not DP: the three privacy units on the same data")

@@ -9,7 +9,6 @@ listed counts with a sanity bound,
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable
 
 import numpy as np
@@ -17,6 +16,7 @@ import pandas as pd
 
 from opal_dp.prep.binning import window_label
 from opal_dp.release.marginals.tables import COUNT, LOC, TIME, Marginal
+from opal_dp.reports.plots import figure, png
 
 SANITY_SHARE = 0.001
 
@@ -57,26 +57,16 @@ def summarise(rows: Iterable[dict]) -> pd.DataFrame:
 def busiest_location_plot(truth: pd.DataFrame, released: pd.DataFrame, title: str) -> bytes:
     """PNG: true vs released counts per 15-minute window at the busiest location of a time x loc
     marginal."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     busiest = truth.groupby(LOC, observed=True)[COUNT].sum().idxmax()
     windows = np.arange(96)
     series = {}
     for name, frame in (("true", truth), ("released", released)):
         at = frame.loc[frame[LOC] == busiest].set_index(TIME)[COUNT]
         series[name] = at.reindex(windows, fill_value=0).to_numpy()
-    fig, ax = plt.subplots(figsize=(9, 3.2), dpi=90)
+    fig, ax = figure(1, (9, 3.2))
     ax.plot(windows, series["true"], label="true count", color="#444444")
     ax.plot(windows, series["released"], label="released (0 = suppressed)", color="#d9480f", alpha=0.8)
     ax.set_xticks(windows[::8], [window_label(w) for w in windows[::8]])
-    ax.set_title(f"{title} - {busiest}")
     ax.set_ylabel("trips")
     ax.legend()
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return png(fig, f"Internal, not DP: {title} - {busiest}")

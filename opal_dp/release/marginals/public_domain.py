@@ -145,7 +145,7 @@ class DesignNoise:
 
     def describe(self) -> dict:
         name = "scale" if self.mechanism.pure else "sigma"
-        return {"mechanism": self.mechanism, "noise": f"discrete_{self.mechanism}", name: dict(self.parameters),
+        return {"mechanism": self.mechanism.value, "noise": f"discrete_{self.mechanism}", name: dict(self.parameters),
                 "sensitivity": self.sensitivity.describe(),
                 "cost": {table: self.cost(table).describe() for table in TABLES}}
 
