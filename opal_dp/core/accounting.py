@@ -26,7 +26,8 @@ the smallest of them (the route is named in ``Guarantee.composition``):
   rounded up), and the zCDP pieces' total is added by basic composition, the delta split between the
   two chosen on a grid.
 
-With no zCDP piece and no ``delta_target`` the result is basic composition at delta = sum delta_i.
+With no zCDP piece the result is basic composition at delta = sum delta_i unless a route at
+``delta_target`` improves its epsilon by more than ``PREFER_BASIC``.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def within(costs: Sequence[PrivacyCost], epsilon: float, delta: float, rel_tol: 
 
 
 Pieces = tuple[tuple[PrivacyCost, int], ...]
+PREFER_BASIC = 1e-3
+"""Relative epsilon gain below which basic composition (at delta = sum delta_i) is stated rather than a tight
+route at ``delta_target``."""
 
 
 @lru_cache(maxsize=4096)
@@ -148,7 +152,10 @@ def _compose(pieces: Pieces, delta_target: float | None) -> Guarantee:
         if approx:
             candidates.append(Guarantee(_pld_epsilon(approx, zcdp, delta_target), delta_target, rho,
                                         "pld: dp-accounting PLD of the (epsilon, delta) pieces, plus the zCDP total"))
-    return min(candidates, key=lambda g: g.epsilon)  # the first of equal ones: basic composition
+    best = min(candidates, key=lambda g: g.epsilon)
+    if not zcdp and candidates[0].epsilon <= best.epsilon * (1 + PREFER_BASIC):
+        return candidates[0]  # basic composition states a smaller delta for a negligibly larger epsilon
+    return best
 
 
 def _rdp_epsilon(pieces: Pieces, delta: float) -> float:

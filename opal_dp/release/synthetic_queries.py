@@ -43,6 +43,7 @@ from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relatio
 from opal_dp.core.accounting import PrivacyCost, zcdp_rho_for
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.gaussian_threshold import sigma_for
+from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
@@ -213,22 +214,25 @@ def release_queries(
     run_id: str,
     fingerprint_key: bytes,
     fresh: bool = False,
+    input_versions: Mapping[str, str] | None = None,
 ) -> SyntheticRelease:
     """Charge, draw and store the queries over ``truths`` ({date: {query: counts}}), as ``release.engine``
     does for the marginals: the ledger decides every (date, query) before any noise is drawn (reuse, resume,
     join or charge; ``BudgetExceeded`` here, before any noise), each draw is stored exclusively at its
-    ``release_ref``, and only then are the draws completed."""
+    ``release_ref``, and only then are the draws completed. ``input_versions`` as in
+    ``release.engine.release_partitions``."""
     outside = sorted(set(truths) - set(plan.period))
     if outside:
         raise ValueError(f"dates {outside} are outside the synthetic period {plan.scope}")
     requests = []
+    prints = {day: fingerprint(truths[day], fingerprint_key) for day in truths}
+    versions = input_versions if input_versions is not None else stand_ins({d: plan.scope for d in truths}, prints)
     for day in sorted(truths):
-        prints = fingerprint(truths[day], fingerprint_key)
         for query in QUERIES:
             requests.append(Request(plan.unit.value, plan.scope, day, day, MARGINAL_PREFIX + query,
                                     plan.relation.value, plan.cost(query), json.dumps(plan.describe(query),
                                                                                       sort_keys=True),
-                                    plan.bounds_json(), prints))
+                                    plan.bounds_json(), prints[day], versions[day]))
     decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
     remove_stale_temporaries(root / "releases")
     noisy: dict[str, dict[str, pd.DataFrame]] = {day: {} for day in truths}
