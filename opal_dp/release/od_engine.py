@@ -94,7 +94,7 @@ def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: Privacy
     ``(date, OdDraw)`` in the given order, one tree in memory at a time. ``input_versions`` as in
     ``release.engine.release_partitions``."""
     days = list(sequences)
-    prints = map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days])
+    prints = list(map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days]))
     versions = (input_versions if input_versions is not None else
                 stand_ins({day: plan.scope(day) for day in days}, dict(zip(days, prints))))
     requests = [Request(plan.ledger_unit.value, plan.scope(day), day, day, plan.marginal(day), "add_remove",

@@ -11,6 +11,7 @@ import pandas as pd
 from pydantic import model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
+from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.defs.shared.storage import OpalStorage
@@ -65,6 +66,9 @@ class PrivacyBudget(dg.ConfigurableResource):
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
     synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic_queries``), charged to card_period
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
+    person_horizon_days: int = DEFAULT_HORIZON_DAYS  # the person account (``core.ledger``): set when the ledger
+    person_cap_epsilon: float = DEFAULT_PERSON_CAP[0]  # is created, then ledger state (``ledger raise-cap --person``)
+    person_cap_delta: float = DEFAULT_PERSON_CAP[1]
 
     @model_validator(mode="after")
     def _validate(self) -> "PrivacyBudget":
@@ -159,7 +163,9 @@ class PrivacyBudget(dg.ConfigurableResource):
         caps[self.unit.value] = wanted
         ledger = PrivacyLedger(storage.ledger_location, caps,
                                published=published_ledger_draws(storage.published_dir),
-                               acknowledge_reset=self.acknowledge_ledger_reset)
+                               acknowledge_reset=self.acknowledge_ledger_reset,
+                               person_cap=(self.person_cap_epsilon, self.person_cap_delta),
+                               horizon_days=self.person_horizon_days)
         cap = ledger.cap(self.unit)
         for label, configured, held in (("cap_epsilon", self.cap_epsilon, cap.epsilon),
                                         ("cap_delta", self.cap_delta, cap.delta)):
