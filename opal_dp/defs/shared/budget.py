@@ -66,9 +66,9 @@ class PrivacyBudget(dg.ConfigurableResource):
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
     synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic_queries``), charged to card_period
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
-    person_horizon_days: int = DEFAULT_HORIZON_DAYS  # the person account (``core.ledger``): set when the ledger
-    person_cap_epsilon: float = DEFAULT_PERSON_CAP[0]  # is created, then ledger state (``ledger raise-cap --person``)
-    person_cap_delta: float = DEFAULT_PERSON_CAP[1]
+    person_horizon_days: int | None = None  # the person account (``core.ledger``; default 365 days, (20, 1e-6)):
+    person_cap_epsilon: float | None = None  # used when the ledger is created, then ledger state that only
+    person_cap_delta: float | None = None  # ``ledger raise-cap --person`` changes
 
     @model_validator(mode="after")
     def _validate(self) -> "PrivacyBudget":
@@ -164,16 +164,21 @@ class PrivacyBudget(dg.ConfigurableResource):
         ledger = PrivacyLedger(storage.ledger_location, caps,
                                published=published_ledger_draws(storage.published_dir),
                                acknowledge_reset=self.acknowledge_ledger_reset,
-                               person_cap=(self.person_cap_epsilon, self.person_cap_delta),
-                               horizon_days=self.person_horizon_days)
-        cap = ledger.cap(self.unit)
+                               person_cap=(self.person_cap_epsilon or DEFAULT_PERSON_CAP[0],
+                                           self.person_cap_delta or DEFAULT_PERSON_CAP[1]),
+                               horizon_days=self.person_horizon_days or DEFAULT_HORIZON_DAYS)
+        cap, person = ledger.cap(self.unit), ledger.person_cap()
         for label, configured, held in (("cap_epsilon", self.cap_epsilon, cap.epsilon),
-                                        ("cap_delta", self.cap_delta, cap.delta)):
+                                        ("cap_delta", self.cap_delta, cap.delta),
+                                        ("person_cap_epsilon", self.person_cap_epsilon, person.epsilon),
+                                        ("person_cap_delta", self.person_cap_delta, person.delta),
+                                        ("person_horizon_days", self.person_horizon_days, person.horizon_days)):
             if configured is not None and configured != held:
                 raise dg.Failure(
-                    description=f"privacy_budget.{label} = {configured} but the ledger's cap for {self.unit.value} is "
-                                f"{held} (set {cap.set_at}, {cap.action}). The cap is ledger state: raise it with "
-                                "`python -m opal_dp.cli ledger raise-cap`, which records the reason."
+                    description=f"privacy_budget.{label} = {configured} but the ledger holds {held} (unit cap for "
+                                f"{self.unit.value} set {cap.set_at}, {cap.action}; person cap set {person.set_at}, "
+                                f"{person.action}). Caps are ledger state: raise one with `python -m opal_dp.cli ledger "
+                                "raise-cap` (--unit U or --person), which records the reason."
                 )
         return ledger
 

@@ -1,0 +1,47 @@
+"""The person-level section of a release's statement, from the ledger's person account (``core.ledger``).
+
+Over any horizon of service dates, one person's loss across every card-level file published is at most the
+person cap; the section states that cap, what the worst horizon window covering the release's dates has
+spent (every card-level charge touching it, of every product, this release included), and this release's
+own share (the composition of its card-level charges). A trip-unit release has no person-level bound: its
+charges are outside the person account, and the section says so first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from opal_dp.core.accounting import compose
+from opal_dp.core.ledger import CARD_UNITS, Charge, PrivacyLedger
+
+
+def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Collection[Charge]) -> dict:
+    """The ``person`` section for a release over ``dates`` made of ``charges`` (its own ledger charges)."""
+    spend = ledger.person_window(dates)
+    cap = spend.cap
+    mine = [c for c in charges if c.unit in CARD_UNITS]
+    share = compose([c.cost for c in mine], delta_target=cap.delta)
+    trips = ledger.trip_charges(min(dates), max(dates))
+    if mine:
+        sentence = (f"Over any {cap.horizon_days} consecutive days of releases, one person's total privacy loss across "
+                    f"every file published is at most (epsilon = {cap.epsilon:g}, delta = {cap.delta:g}); the "
+                    f"{cap.horizon_days} days around this release have spent (epsilon = {spend.guarantee.epsilon:.4g}, "
+                    f"delta = {spend.guarantee.delta:.3g}) of it, and this release adds (epsilon = "
+                    f"{share.epsilon:.4g}, delta = {share.delta:.3g}).")
+    else:
+        sentence = ("This release protects single trips: it has no person-level bound (a card's trips are not "
+                    f"bounded). Card-level files on these dates count against a person cap of (epsilon = "
+                    f"{cap.epsilon:g}, delta = {cap.delta:g}) over any {cap.horizon_days} days; this release is not "
+                    "part of it.")
+    return {
+        "sentence": sentence,
+        "horizon_days": cap.horizon_days,
+        "cap": {"epsilon": cap.epsilon, "delta": cap.delta, "set_at": cap.set_at, "action": cap.action,
+                "reason": cap.reason},
+        "window": {"first": spend.window[0], "last": spend.window[1]},
+        "spent": spend.guarantee.describe(),
+        "charges": sorted(c.id for c in spend.charges),
+        "this_release": share.describe(),
+        "this_release_charges": sorted(c.id for c in mine),
+        "trip_unit_charges": sorted(c.id for c in trips),
+    }
