@@ -508,14 +508,19 @@ class PrivacyLedger:
         costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (unit, scope))] + list(extra)
         return compose(costs, delta_target=self._cap(conn, unit).delta)
 
+    def _near(self, conn: Any, first: str, last: str) -> list[Charge]:
+        """The card-level charges some horizon window touching [first, last] can hold."""
+        h = self._person_cap(conn).horizon_days
+        return self._charges(conn, f"unit IN ({', '.join('?' * len(CARD_UNITS))}) AND last_date >= ? AND "
+                             "first_date <= ? ORDER BY id", (*CARD_UNITS, _shift(first, -(h - 1)), _shift(last, h - 1)))
+
     def _windows(self, conn: Any, first: str, last: str) -> list[tuple[tuple[str, str], list[Charge]]]:
         """Every horizon window that touches [first, last] and could be a worst one, with the card-level
         charges touching it. A window's charges only grow when its start moves to the earliest last date among
         them (or to ``last``), so windows starting at those dates are enough."""
         h = self._person_cap(conn).horizon_days
         lo, hi = _shift(first, -(h - 1)), last
-        near = self._charges(conn, f"unit IN ({', '.join('?' * len(CARD_UNITS))}) AND last_date >= ? AND "
-                             "first_date <= ? ORDER BY id", (*CARD_UNITS, lo, _shift(last, h - 1)))
+        near = self._near(conn, first, last)
         starts = sorted({c.last_date for c in near if lo <= c.last_date <= hi} | {last})
         out, seen = [], set()
         for start in starts:
@@ -624,11 +629,9 @@ class PrivacyLedger:
         if r.unit not in CARD_UNITS:
             return
         cap = self._person_cap(conn)
-        windows = self._windows(conn, first, last)
-        everything = {c.id: c for _, members in windows for c in members}
-        if within([c.cost for c in everything.values()] + [r.cost], cap.epsilon, cap.delta, REL_TOL):
-            return  # the union of all windows fits, so every window does
-        for (start, end), members in windows:
+        if within([c.cost for c in self._near(conn, first, last)] + [r.cost], cap.epsilon, cap.delta, REL_TOL):
+            return  # everything any window touching the charge can hold fits, so every window does
+        for (start, end), members in self._windows(conn, first, last):
             costs = [c.cost for c in members]
             if within(costs + [r.cost], cap.epsilon, cap.delta, REL_TOL):
                 continue
