@@ -126,9 +126,8 @@ class PrivacyBudget(dg.ConfigurableResource):
         return self.od_epsilon * days
 
     def _default_cap(self) -> tuple[float, float]:
-        """One full release of a scope of the configured unit, OD trees included. A card_period's zCDP composition
-        converts the trees' pure epsilon to rho = epsilon**2/2 and composes them with the marginals: that total,
-        not the plain sum, is what the ledger will compute."""
+        """One full release of a scope of the configured unit, OD trees included: for a card_period, the larger of
+        the plain sum and what the ledger's accountant (``core.accounting.compose``) will compute."""
         eps, delta = self.nominal
         extra = self.od_cost(self.unit)
         if not extra or self.unit is not PrivacyUnit.CARD_PERIOD:
