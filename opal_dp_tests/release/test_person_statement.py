@@ -57,3 +57,28 @@ def test_privacy_md_opens_with_the_person_sentence(tmp_path) -> None:
     trip = statement(*released(tmp_path / "trip"))
     assert trip["person"]["sentence"].startswith("This release protects single trips: it has no person-level bound")
     assert render_markdown(trip).splitlines()[2] == trip["person"]["sentence"]
+
+
+def test_the_marginals_engine_charges_a_part_of_a_replaced_raw_file_anew(tmp_path) -> None:
+    """The reviewer's scenario through ``release_partitions``: card_day, bus drawn from raw version A, the raw file
+    replaced (version B), train drawn: six new charges, not six free joins."""
+    from opal_dp.core import DiscreteLaplace, SeededBits
+    from opal_dp.release.engine import release_partitions
+    from opal_dp.release.marginals import MARGINALS
+    from opal_dp.release.plan import build_plan
+    from opal_dp_tests.release.test_engine import partition
+
+    ledger = PrivacyLedger(tmp_path / "l.sqlite", WIDE)
+    plan = build_plan("card_day", {m.name: m.default_epsilon for m in MARGINALS}, {m.name: 1e-9 for m in MARGINALS},
+                      laplace=DiscreteLaplace(SeededBits(1)))
+    day = "2016-07-25"
+    bus = release_partitions({f"{day}|bus": partition(3000, 0)}, plan, ledger, tmp_path, "r1", b"k" * 32,
+                             input_versions={day: "raw-A"})
+    train = release_partitions({f"{day}|train": partition(3000, 1)}, plan, ledger, tmp_path, "r2", b"k" * 32,
+                               input_versions={day: "raw-B"})
+    assert {r.decision for r in bus[f"{day}|bus"].values()} == {"charge"}
+    assert {r.decision for r in train[f"{day}|train"].values()} == {"charge"}
+    assert len(ledger.charges("card_day")) == 12 and ledger.spend("card_day", day).epsilon > 15.9
+    ferry = release_partitions({f"{day}|ferry": partition(3000, 2)}, plan, ledger, tmp_path, "r3", b"k" * 32,
+                               input_versions={day: "raw-B"})
+    assert {r.decision for r in ferry[f"{day}|ferry"].values()} == {"join"}
