@@ -148,10 +148,15 @@ def _compose(pieces: Pieces, delta_target: float | None) -> Guarantee:
         candidates.append(Guarantee(approx_epsilon + zcdp_part, delta_target, rho,
                                     "basic: (epsilon, delta) pieces added to the zCDP total converted by OpenDP"))
     if left > 0:
-        candidates.append(Guarantee(_rdp_epsilon(pieces, left), delta_target, rho, "rdp: dp-accounting RDP accountant"))
+        routes = [(lambda: _rdp_epsilon(pieces, left), "rdp: dp-accounting RDP accountant")]
         if approx:
-            candidates.append(Guarantee(_pld_epsilon(approx, zcdp, delta_target), delta_target, rho,
-                                        "pld: dp-accounting PLD of the (epsilon, delta) pieces, plus the zCDP total"))
+            routes.append((lambda: _pld_epsilon(approx, zcdp, delta_target),
+                           "pld: dp-accounting PLD of the (epsilon, delta) pieces, plus the zCDP total"))
+        for route, name in routes:
+            try:
+                candidates.append(Guarantee(route(), delta_target, rho, name))
+            except (OverflowError, FloatingPointError):  # a huge epsilon: this route states nothing, the others stand
+                continue
     best = min(candidates, key=lambda g: g.epsilon)
     if not zcdp and candidates[0].epsilon <= best.epsilon * (1 + PREFER_BASIC):
         return candidates[0]  # basic composition states a smaller delta for a negligibly larger epsilon
@@ -175,7 +180,7 @@ def _rdp_epsilon(pieces: Pieces, delta: float) -> float:
 def _flip(epsilon: float) -> float:
     """Randomized response over two buckets whose privacy loss is exactly ``epsilon``: it outputs a uniform
     bucket with probability ``2 / (1 + e^epsilon)``, so the true one with probability ``e^eps / (1 + e^eps)``."""
-    return 2 / (1 + math.exp(epsilon))
+    return 2 * math.exp(-epsilon) / (1 + math.exp(-epsilon))  # no overflow for a large epsilon
 
 
 PLD_INTERVAL = 1e-3

@@ -96,3 +96,8 @@ def test_a_planted_accountant_bug_is_caught_by_the_lower_bound(monkeypatch, bug)
         assert compose(costs, 1e-6).epsilon < lower_bound([1.0] * 14, [1.0], 1e-6)
     finally:
         real.cache_clear()
+
+
+def test_a_huge_epsilon_drops_the_routes_that_overflow_and_keeps_basic_composition() -> None:
+    spent = compose([PrivacyCost.approx_dp(800.0, 0.0), PrivacyCost.zcdp(0.1, 0.0)], 1e-6)
+    assert spent.epsilon == 800.0 + zcdp_epsilon(0.1, 1e-6) and spent.composition.startswith("basic")
