@@ -80,9 +80,11 @@ def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
     import dagster as dg
 
     from opal_dp.cli import run_release
+    from benchmarks.quarter import THROUGHPUT_PERSON_CAP
     from opal_dp.prep.ingest import raw_files
 
     budget = {"privacy_unit": unit} | ({"release_design": design} if Design.parse(design) is not Design.SBH else {})
+    budget |= THROUGHPUT_PERSON_CAP
     if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD:
         budget["period"] = ",".join(sorted(raw_files(STORAGE.raw_dir)))
     with dg.DagsterInstance.ephemeral() as instance:

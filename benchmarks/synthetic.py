@@ -2,11 +2,11 @@
 
 Synthesis (the measured part, ``python -m benchmarks.synthetic child RAW RUN_DIR RESULT EPSILON``): each day
 ingested, binned and bounded (``card_period``, default bounds), the card-level queries released through a fresh
-ledger (``release.synthetic_queries``), then the synthetic trips generated and written as Parquet and CSV
-(``release.synthetic_generator``) - what the ``synthetic`` job does, without Dagster. The parent measures wall
+ledger (``release.synthetic.queries``), then the synthetic trips generated and written as Parquet and CSV
+(``release.synthetic.generator``) - what the ``synthetic`` job does, without Dagster. The parent measures wall
 time, and peak RSS and CPU with ``os.wait4``, under an address-space cap.
 
-Scoring (not measured: internal, reads the true trips): ``release.synthetic_score.evaluate``, the synthesizer
+Scoring (not measured: internal, reads the true trips): ``reports.synthetic_score.evaluate``, the synthesizer
 and both baselines at the same budget against every true trip of the fortnight.
 
 Standalone: ``python -m benchmarks.synthetic --scale 1.0`` (also ``python -m benchmarks --synthetic``).

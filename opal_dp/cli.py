@@ -213,8 +213,12 @@ def main(argv: list[str] | None = None) -> None:
     ledger.add_argument("--data-dir", help="data directory, a path or a URI (default: $OPAL_DP_DATA_DIR or ./data)")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
     ledger_sub.add_parser("show", help="caps, cap history and what each scope costs")
-    raise_cap = ledger_sub.add_parser("raise-cap", help="raise a unit's cap per scope (recorded, with the reason)")
-    raise_cap.add_argument("--unit", required=True, choices=[u.value for u in PrivacyUnit])
+    raise_cap = ledger_sub.add_parser("raise-cap", help="raise a unit's cap per scope, or the person cap over the "
+                                                        "horizon (recorded, with the reason)")
+    which = raise_cap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--unit", choices=[u.value for u in PrivacyUnit])
+    which.add_argument("--person", action="store_true",
+                       help="the person cap: one card's loss over any horizon of service dates, every product")
     raise_cap.add_argument("--epsilon", required=True, type=float)
     raise_cap.add_argument("--delta", required=True, type=float)
     raise_cap.add_argument("--reason", required=True)
@@ -276,6 +280,11 @@ def _ledger(args: argparse.Namespace) -> None:
     if not open_backend(location).exists():
         raise SystemExit(f"no privacy ledger at {location}: nothing has been released from this data folder")
     ledger = PrivacyLedger(location, {})
+    if args.ledger_command == "raise-cap" and args.person:
+        person = ledger.raise_person_cap(args.epsilon, args.delta, args.reason)
+        print(f"person cap over {person.horizon_days} days raised to (epsilon={person.epsilon:g}, "
+              f"delta={person.delta:g}) at {person.set_at}: {person.reason}")
+        return
     if args.ledger_command == "raise-cap":
         cap = ledger.raise_cap(args.unit, args.epsilon, args.delta, args.reason)
         print(f"cap for {cap.unit} raised to (epsilon={cap.epsilon:g}, delta={cap.delta:g}) at {cap.set_at}: {cap.reason}")
@@ -284,6 +293,9 @@ def _ledger(args: argparse.Namespace) -> None:
     for unit in PrivacyUnit:
         for cap in ledger.cap_history(unit):
             print(f"  cap {unit.value}: {cap.action} {cap.set_at} epsilon={cap.epsilon:g} delta={cap.delta:g} ({cap.reason})")
+    for person in ledger.person_cap_history():
+        print(f"  person cap over {person.horizon_days} days: {person.action} {person.set_at} "
+              f"epsilon={person.epsilon:g} delta={person.delta:g} ({person.reason})")
     for row in ledger.summary():
         g = row.guarantee
         print(f"  {row.unit} {row.scope}: epsilon={g.epsilon:.6g} delta={g.delta:.3g} charges={row.charges} "

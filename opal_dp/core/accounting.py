@@ -2,26 +2,39 @@
 
 Two measures are used:
 
-- ``approx_dp``: (epsilon, delta)-DP. The thresholded Laplace histogram (SBH) is (epsilon, delta).
+- ``approx_dp``: (epsilon, delta)-DP. The thresholded Laplace histogram (SBH) is (epsilon, delta); the OD
+  prefix tree is pure epsilon-DP (delta 0).
 - ``zcdp``: delta-approximate rho-zCDP (Bun & Steinke 2016): with probability at least ``1 - delta``
   over the threshold events the output is rho-zCDP. The thresholded discrete Gaussian is (rho, delta).
 
-Composition of the charges of one ledger scope (everything released about one unit's data):
+Composition (``compose``) of the charges of one ledger scope, or of one person's window: every cost is
+a valid description of its piece, so each route below is a valid bound on the whole, and the result is
+the smallest of them (the route is named in ``Guarantee.composition``):
 
-- all ``approx_dp``: basic composition, (sum epsilon_i, sum delta_i);
-- any ``zcdp``: every epsilon-DP part is (epsilon**2 / 2)-zCDP (Bun & Steinke, Prop. 1.4), rho adds up
-  (Lemma 1.7), the deltas of the threshold events add up, and the total rho is converted to
-  (epsilon, delta_conversion)-DP by OpenDP's ``make_zCDP_to_approxDP`` (the conversion of Canonne,
-  Kamath & Steinke 2020), with ``delta_conversion = delta_target - sum delta_i``.
+- ``basic``: the (epsilon, delta) pieces add up (epsilon_i, delta_i); the zCDP pieces compose in zCDP
+  (rho adds up, Lemma 1.7; their threshold deltas add up) and their total rho is converted once by
+  OpenDP's ``make_zCDP_to_approxDP`` (Canonne, Kamath & Steinke 2020) at the delta left over;
+- ``rdp``: Google's ``dp-accounting`` RDP accountant over every piece. A rho-zCDP piece is an RDP curve
+  ``alpha * rho`` (its definition: ``ZCDpEvent``). An (epsilon, delta) piece is, outside an event of
+  probability delta, epsilon-DP (Kairouz, Oh & Viswanath 2015: every epsilon-DP pair is a post-processing
+  of binary randomized response), so its curve is that of randomized response with flip probability
+  ``2 / (1 + e^epsilon)`` (``RandomizedResponseDpEvent``), tighter than the ``alpha * epsilon**2 / 2``
+  of Bun & Steinke Prop. 1.4; the deltas of all pieces add up, and ``dp-accounting`` converts the
+  composed curve at the delta left over (Canonne, Kamath & Steinke 2020, Prop. 12);
+- ``pld``: ``dp-accounting``'s privacy-loss distributions compose the (epsilon, delta) pieces (the
+  pessimistic PLD of each pair, ``from_privacy_parameters``: optimal composition up to a discretisation
+  rounded up), and the zCDP pieces' total is added by basic composition, the delta split between the
+  two chosen on a grid.
 
-The conversion is OpenDP's; nothing here re-derives it.
+With no zCDP piece the result is basic composition at delta = sum delta_i unless a route at
+``delta_target`` improves its epsilon by more than ``PREFER_BASIC``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -81,22 +94,118 @@ class Guarantee:
 
 
 def compose(costs: Sequence[PrivacyCost], delta_target: float | None = None) -> Guarantee:
-    """The (epsilon, delta) of all ``costs`` together (module docstring).
+    """The (epsilon, delta) of all ``costs`` together: the smallest of the routes of the module docstring.
 
-    ``delta_target`` is the total delta to report at when any cost is zCDP (required then); the
-    epsilon is infinite when the threshold deltas alone use it up.
+    ``delta_target`` is the total delta to report at (required when any cost is zCDP); the epsilon is
+    infinite when the pieces' own deltas alone use it up.
     """
     if not costs:
         return Guarantee(0.0, 0.0, None, "nothing released")
-    delta_events = math.fsum(c.delta for c in costs)
+    if delta_target is not None and not 0 < delta_target < 1:
+        raise ValueError(f"delta_target must lie in (0, 1), got {delta_target!r}")
+    if delta_target is None and any(c.measure == "zcdp" for c in costs):
+        raise ValueError("composing zCDP needs a delta_target in (0, 1), got None")
+    counted: dict[PrivacyCost, int] = {}
+    for cost in costs:
+        counted[cost] = counted.get(cost, 0) + 1
+    return _compose(tuple(sorted(counted.items(), key=lambda item: astuple(item[0]))), delta_target)
+
+
+def within(costs: Sequence[PrivacyCost], epsilon: float, delta: float, rel_tol: float = 0.0) -> bool:
+    """Whether ``costs`` together stay within (``epsilon``, ``delta``); basic composition first (cheap), the
+    accountants of ``compose`` only when it does not suffice."""
+    slack = 1 + rel_tol
     if all(c.measure == "approx_dp" for c in costs):
-        return Guarantee(math.fsum(c.epsilon for c in costs), delta_events, None, "basic composition")
-    if delta_target is None or not 0 < delta_target < 1:
-        raise ValueError(f"composing zCDP needs a delta_target in (0, 1), got {delta_target!r}")
-    rho = math.fsum(c.rho if c.measure == "zcdp" else c.epsilon**2 / 2 for c in costs)
-    conversion_delta = delta_target - delta_events
-    epsilon = zcdp_epsilon(rho, conversion_delta) if conversion_delta > 0 else math.inf
-    return Guarantee(epsilon, delta_target, rho, "zCDP composition, converted by OpenDP")
+        if math.fsum(c.epsilon for c in costs) <= epsilon * slack and math.fsum(c.delta for c in costs) <= delta * slack:
+            return True
+    if not costs:
+        return True
+    spent = compose(costs, delta_target=delta)
+    return spent.epsilon <= epsilon * slack and spent.delta <= delta * slack
+
+
+Pieces = tuple[tuple[PrivacyCost, int], ...]
+PREFER_BASIC = 1e-3
+"""Relative epsilon gain below which basic composition (at delta = sum delta_i) is stated rather than a tight
+route at ``delta_target``."""
+
+
+@lru_cache(maxsize=4096)
+def _compose(pieces: Pieces, delta_target: float | None) -> Guarantee:
+    approx = [(c, n) for c, n in pieces if c.measure == "approx_dp"]
+    zcdp = [(c, n) for c, n in pieces if c.measure == "zcdp"]
+    rho = math.fsum(c.rho * n for c, n in zcdp) if zcdp else None
+    delta_events = math.fsum(c.delta * n for c, n in pieces)
+    approx_epsilon = math.fsum(c.epsilon * n for c, n in approx)
+    candidates = []
+    if not zcdp:
+        candidates.append(Guarantee(approx_epsilon, delta_events, None, "basic composition"))
+    if delta_target is None:
+        return candidates[0]
+    left = delta_target - delta_events
+    if zcdp:
+        zcdp_part = zcdp_epsilon(rho, left) if left > 0 else math.inf
+        candidates.append(Guarantee(approx_epsilon + zcdp_part, delta_target, rho,
+                                    "basic: (epsilon, delta) pieces added to the zCDP total converted by OpenDP"))
+    if left > 0:
+        routes = [(lambda: _rdp_epsilon(pieces, left), "rdp: dp-accounting RDP accountant")]
+        if approx:
+            routes.append((lambda: _pld_epsilon(approx, zcdp, delta_target),
+                           "pld: dp-accounting PLD of the (epsilon, delta) pieces, plus the zCDP total"))
+        for route, name in routes:
+            try:
+                candidates.append(Guarantee(route(), delta_target, rho, name))
+            except (OverflowError, FloatingPointError):  # a huge epsilon: this route states nothing, the others stand
+                continue
+    best = min(candidates, key=lambda g: g.epsilon)
+    if not zcdp and candidates[0].epsilon <= best.epsilon * (1 + PREFER_BASIC):
+        return candidates[0]  # basic composition states a smaller delta for a negligibly larger epsilon
+    return best
+
+
+def _rdp_epsilon(pieces: Pieces, delta: float) -> float:
+    """The ``rdp`` route (module docstring) at conversion delta ``delta``."""
+    from dp_accounting import dp_event
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    accountant = rdp.RdpAccountant(neighboring_relation=rdp.NeighborRel.REPLACE_ONE)
+    for cost, n in pieces:
+        if cost.measure == "zcdp":
+            accountant.compose(dp_event.ZCDpEvent(cost.rho), n)
+        else:
+            accountant.compose(dp_event.RandomizedResponseDpEvent(_flip(cost.epsilon), 2), n)
+    return float(accountant.get_epsilon(delta))
+
+
+def _flip(epsilon: float) -> float:
+    """Randomized response over two buckets whose privacy loss is exactly ``epsilon``: it outputs a uniform
+    bucket with probability ``2 / (1 + e^epsilon)``, so the true one with probability ``e^eps / (1 + e^eps)``."""
+    return 2 * math.exp(-epsilon) / (1 + math.exp(-epsilon))  # no overflow for a large epsilon
+
+
+PLD_INTERVAL = 1e-3
+"""Discretisation of the privacy-loss distributions; rounded up (pessimistic), at most this much per piece."""
+_SPLITS = tuple(1 - 2.0**-k for k in range(1, 12)) + tuple(2.0**-k for k in range(2, 12))
+
+
+def _pld_epsilon(approx: Pieces, zcdp: Pieces, delta_target: float) -> float:
+    """The ``pld`` route (module docstring)."""
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    composed = None
+    for cost, n in approx:
+        one = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(cost.epsilon, cost.delta), PLD_INTERVAL)
+        one = one.self_compose(n) if n > 1 else one
+        composed = one if composed is None else composed.compose(one)
+    if not zcdp:
+        return float(composed.get_epsilon_for_delta(delta_target))
+    rho = math.fsum(c.rho * n for c, n in zcdp)
+    room = delta_target - math.fsum(c.delta * n for c, n in zcdp)
+    if room <= 0:
+        return math.inf
+    return min(float(composed.get_epsilon_for_delta(room * share)) + zcdp_epsilon(rho, room * (1 - share))
+               for share in _SPLITS)
 
 
 def zcdp_epsilon(rho: float, delta: float) -> float:

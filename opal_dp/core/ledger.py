@@ -19,6 +19,25 @@ Model.
   included. A charge that would take it over the unit's cap is refused before any noise is drawn.
 - The cap per unit is ledger state, fixed when the ledger is created; ``raise_cap`` changes it, and
   every change is recorded with its reason (``cap_history``).
+- A charge covers service dates (``first_date``..``last_date``: its date; a card_period its whole period)
+  and one *input version* (``core.input_version``: the public versions of the raw files of its scope's
+  dates). A part joins a charge, or reuses a stored draw, only under the same input version and release
+  configuration (mechanism, bounds, cost): public events, never the data. Reusing on the fingerprint of
+  the true input would let two statements reveal whether a corrected raw file changed the bounded
+  histogram; joining across versions would put two inputs under one charge calibrated for one. The keyed
+  fingerprint is kept as an integrity check: one version giving two inputs raises ``InputVersionMismatch``.
+- Person account. Every card-level charge (``card_day``, ``card_period``; marginals, OD trees, synthetic
+  queries alike) is also a charge on one person's account over the dates it covers. For every window of
+  ``horizon_days`` consecutive service dates, the composition (``core.accounting``) of all card-level
+  charges touching the window stays within the *person cap*; a charge that would break it is refused
+  before any noise is drawn (``PersonBudgetExceeded``, naming the window, its spend and the cap). Horizon
+  and cap are ledger state fixed at creation; ``raise_person_cap`` raises the cap, recorded. Default: 20
+  and 1e-6 over 365 days, the annual budget of the benchmark's middle target (weekly card-level
+  releases at about epsilon 0.4 each; production peers spend epsilon 1-2 per user-day or -week and
+  state no yearly total).
+- Trip-unit charges stay out of the person account: a trip-level release bounds nothing per card (a card's
+  trips are unbounded), so it has no person-level loss to add. ``trip_charges`` lists those on given dates,
+  so that a statement over them says there is no person-level bound.
 - Where a draw will be stored (``release_ref``, relative to the storage root) is recorded with its
   pending charge, before any noise is drawn: a resumed run finds it, and no draw is ever orphaned.
 - Fingerprints of the mechanism input are keyed (HMAC, by the caller) and never appear in a message.
@@ -42,19 +61,45 @@ import math
 import secrets
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from opal_dp.core.accounting import Guarantee, PrivacyCost, compose
+from opal_dp.core.accounting import Guarantee, PrivacyCost, compose, within
 from opal_dp.core.ledger_backends import open_backend
 from opal_dp.core.units import PrivacyUnit
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+DEFAULT_HORIZON_DAYS = 365
+DEFAULT_PERSON_CAP = (20.0, 1e-6)
+"""One person's loss over any 365 consecutive service dates, across every product and period (module docstring)."""
+CARD_UNITS = (PrivacyUnit.CARD_DAY.value, PrivacyUnit.CARD_PERIOD.value)
+UNVERSIONED = "unversioned (charged before schema 3)"
+"""The input version of charges carried over from a schema-2 ledger: no request ever has it."""
 REL_TOL = 1e-9
 """Relative slack on the cap, only to absorb float rounding in sums such as 6 × 1/8e6."""
 RELEASES = "releases"
 """Folder of stored draws, relative to the storage root."""
+
+_PERSON_CAPS = """
+CREATE TABLE person_caps (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    horizon_days INTEGER NOT NULL CHECK (horizon_days >= 1),
+    epsilon      REAL NOT NULL CHECK (epsilon > 0),
+    delta        REAL NOT NULL CHECK (delta > 0 AND delta < 1),
+    set_at       TEXT NOT NULL,
+    action       TEXT NOT NULL CHECK (action IN ('create', 'raise')),
+    reason       TEXT NOT NULL CHECK (reason <> '')
+)"""
+_MIGRATE_2_TO_3 = (  # a schema-2 charge covers its scope's dates; it has no input version (UNVERSIONED)
+    "ALTER TABLE charges ADD COLUMN first_date TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE charges ADD COLUMN last_date TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE charges ADD COLUMN input_version TEXT NOT NULL DEFAULT ''",
+    "UPDATE charges SET first_date = substr(scope, 1, 10), last_date = CASE WHEN unit = 'card_period'"
+    " THEN substr(scope, 13, 10) ELSE substr(scope, 1, 10) END, input_version = ?",
+    _PERSON_CAPS,
+    "CREATE INDEX charges_dates ON charges (last_date, first_date)",
+)
 
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -90,7 +135,10 @@ CREATE TABLE charges (
     mechanism  TEXT NOT NULL CHECK (mechanism <> ''),
     bounds     TEXT NOT NULL,
     run_id     TEXT NOT NULL CHECK (run_id <> ''),
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    first_date TEXT NOT NULL CHECK (first_date <> ''),
+    last_date  TEXT NOT NULL CHECK (last_date >= first_date),
+    input_version TEXT NOT NULL CHECK (input_version <> '')
 )""",
     """
 CREATE TABLE draws (
@@ -109,7 +157,9 @@ CREATE TABLE draws (
     CHECK ((status = 'pending' AND completed_at IS NULL AND completed_by IS NULL)
         OR (status = 'complete' AND completed_at IS NOT NULL AND completed_by IS NOT NULL))
 )""",
+    _PERSON_CAPS,
     "CREATE INDEX charges_scope ON charges (unit, scope, marginal)",
+    "CREATE INDEX charges_dates ON charges (last_date, first_date)",
     "CREATE INDEX draws_part ON draws (part, fingerprint)",
     "CREATE INDEX draws_date ON draws (date)",
 )
@@ -130,6 +180,19 @@ class BudgetExceeded(LedgerError):
         self.cap = cap
 
 
+class PersonBudgetExceeded(BudgetExceeded):
+    """A new card-level charge would take one person's loss over some horizon window past the person cap;
+    nothing was recorded. ``window``: its first and last service date."""
+
+    def __init__(self, message: str, *, window: tuple[str, str], **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.window = window
+
+
+class InputVersionMismatch(LedgerError):
+    """One input version gave two different mechanism inputs (fingerprints): the release is not reproducible."""
+
+
 class LedgerResetRefused(LedgerError):
     """The ledger does not account for releases already published: it looks like a budget reset."""
 
@@ -139,6 +202,19 @@ class Cap:
     """The cap in force for one unit: per scope, (epsilon, delta) of everything released from it."""
 
     unit: str
+    epsilon: float
+    delta: float
+    set_at: str
+    action: Literal["create", "raise"]
+    reason: str
+
+
+@dataclass(frozen=True)
+class PersonCap:
+    """The person cap in force: over any ``horizon_days`` consecutive service dates, one card's loss across
+    every card-level charge touching them is at most (epsilon, delta)."""
+
+    horizon_days: int
     epsilon: float
     delta: float
     set_at: str
@@ -161,6 +237,9 @@ class Charge:
     bounds: str
     run_id: str
     created_at: str
+    first_date: str = ""  # the service dates the charge covers (a card_period: its whole period)
+    last_date: str = ""
+    input_version: str = ""
 
     @property
     def cost(self) -> PrivacyCost:
@@ -195,7 +274,8 @@ class Request:
     cost: PrivacyCost
     mechanism: str  # JSON of the mechanism's describe(): two charges join only if equal
     bounds: str  # JSON of the contribution bounds
-    fingerprint: str
+    fingerprint: str  # keyed HMAC of the mechanism input: an integrity check only, never a reuse decision
+    input_version: str  # public version of the raw files of the scope's dates (``core.input_version``)
 
 
 @dataclass(frozen=True)
@@ -214,6 +294,17 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class PersonSpend:
+    """The worst horizon window over some dates: its first and last date, what every card-level charge
+    touching it costs one person together, the cap, and those charges."""
+
+    window: tuple[str, str]
+    guarantee: Guarantee
+    cap: PersonCap
+    charges: tuple[Charge, ...]
+
+
+@dataclass(frozen=True)
 class ScopeSpend:
     unit: str
     scope: str
@@ -228,6 +319,7 @@ class ScopeSpend:
 _CHARGE_COLUMNS = ", ".join(Charge.__dataclass_fields__)
 _DRAW_COLUMNS = ", ".join(Draw.__dataclass_fields__)
 _CAP_COLUMNS = "unit, epsilon, delta, set_at, action, reason"
+_PERSON_CAP_COLUMNS = "horizon_days, epsilon, delta, set_at, action, reason"
 
 
 def _now() -> str:
@@ -248,13 +340,43 @@ def _positive(label: str, value: object, below_one: bool = False) -> float:
     return float(value)
 
 
+_SAME_RELEASE = ("unit = ? AND scope = ? AND marginal = ? AND relation = ? AND mechanism = ? AND bounds = ? AND "
+                 "measure = ? AND epsilon = ? AND rho = ? AND delta = ? AND input_version = ?")
+"""One histogram of one input version released under one configuration: its parts share a charge."""
+
+
 def _lock_keys(r: Request) -> list[str]:
     """The rows a request locks (PostgreSQL): its scope, and for card_period its date, which must belong to
     one period only (``_check_period`` reads other scopes)."""
     keys = [f"scope|{r.unit}|{r.scope}"]
     if r.unit == PrivacyUnit.CARD_PERIOD.value:
         keys.append(f"date|{r.unit}|{r.date}")
+    if r.unit in CARD_UNITS:
+        keys.append("person")  # the person account reads every card-level charge near the request's dates
     return keys
+
+
+def _covered(r: Request) -> tuple[str, str]:
+    """The first and last service date a charge for ``r`` covers: its date, or for a card_period the whole
+    period named by its scope ``first..last`` (a period with gaps is covered end to end: conservative)."""
+    if r.unit != PrivacyUnit.CARD_PERIOD.value:
+        return _day(r.date), _day(r.date)
+    first, sep, last = r.scope.partition("..")
+    if not sep or not _day(first) <= _day(r.date) <= _day(last):
+        raise LedgerError(f"a card_period scope must be 'first..last' (ISO dates) around the part's date, got "
+                          f"{r.scope!r} for {r.date!r}")
+    return first, last
+
+
+def _day(text: str) -> str:
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise LedgerError(f"expected an ISO service date, got {text!r}") from None
+
+
+def _shift(day: str, days: int) -> str:
+    return date.fromordinal(date.fromisoformat(day).toordinal() + days).isoformat()
 
 
 class PrivacyLedger:
@@ -265,7 +387,8 @@ class PrivacyLedger:
     (and for a unit the ledger has never had a cap for); ignored afterwards: the cap is ledger state.
     ``published``: ledger id -> draw ids, for every release already published (``privacy.json``).
     ``acknowledge_reset``: a reason; only then may a ledger that lacks those be used, and the reset is
-    recorded.
+    recorded. ``person_cap`` (epsilon, delta) and ``horizon_days``: the person account's cap and horizon,
+    recorded when the ledger is created (or migrated from schema 2); ignored afterwards, like the caps.
     """
 
     def __init__(
@@ -275,6 +398,8 @@ class PrivacyLedger:
         *,
         published: Mapping[str, Collection[int]] | None = None,
         acknowledge_reset: str | None = None,
+        person_cap: tuple[float, float] = DEFAULT_PERSON_CAP,
+        horizon_days: int = DEFAULT_HORIZON_DAYS,
     ) -> None:
         self._backend = open_backend(location)
         self.location = self._backend.location
@@ -283,6 +408,9 @@ class PrivacyLedger:
         published = {_name("published ledger id", k): set(v) for k, v in (published or {}).items()}
         if acknowledge_reset is not None:
             _name("acknowledge_reset", acknowledge_reset)
+        person = (_positive("person cap epsilon", person_cap[0]), _positive("person cap delta", person_cap[1], True))
+        if isinstance(horizon_days, bool) or not isinstance(horizon_days, int) or horizon_days < 1:
+            raise LedgerError(f"horizon_days must be an integer >= 1, got {horizon_days!r}")
         if published and acknowledge_reset is None and not self._backend.exists():
             raise LedgerResetRefused(
                 f"no privacy ledger at {self.location}, but {len(published)} ledger(s) "
@@ -295,10 +423,12 @@ class PrivacyLedger:
             version = self._backend.schema_version(conn)
             if version == 0:
                 self._create(conn)
+            elif version == 2:
+                self._backend.migrate(conn, _MIGRATE_2_TO_3, SCHEMA_VERSION, params={3: (UNVERSIONED,)})
             elif version != SCHEMA_VERSION:
                 raise LedgerError(
                     f"ledger {self.location} has schema version {version}; this code reads version "
-                    f"{SCHEMA_VERSION} only. A version-1 ledger (trip unit, unkeyed fingerprints) cannot be "
+                    f"{SCHEMA_VERSION} (and migrates version 2). A version-1 ledger (trip unit, unkeyed fingerprints) cannot be "
                     "carried forward: keep it as the record of the releases it made, move it aside, and start "
                     "a new ledger with an acknowledged reset."
                 )
@@ -307,6 +437,10 @@ class PrivacyLedger:
                 if not conn.execute("SELECT 1 FROM caps WHERE unit = ?", (unit,)).fetchone():
                     conn.execute(f"INSERT INTO caps ({_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'create', ?)",
                                  (unit, eps, delta, _now(), "cap at ledger creation (first use of the unit)"))
+            if not conn.execute("SELECT 1 FROM person_caps").fetchone():
+                conn.execute(f"INSERT INTO person_caps ({_PERSON_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'create', ?)",
+                             (horizon_days, *person, _now(), "person cap at ledger creation" if version == 0 else
+                              f"person cap at the migration from schema {version}"))
             self._check_published(conn, published, acknowledge_reset)
 
     def _create(self, conn: Any) -> None:
@@ -365,9 +499,38 @@ class PrivacyLedger:
             raise LedgerError(f"the ledger has no cap for unit {unit!r}")
         return Cap(*row)
 
+    @staticmethod
+    def _person_cap(conn: Any) -> PersonCap:
+        row = conn.execute(f"SELECT {_PERSON_CAP_COLUMNS} FROM person_caps ORDER BY id DESC LIMIT 1").fetchone()
+        return PersonCap(*row)
+
     def _spend(self, conn: Any, unit: str, scope: str, extra: Sequence[PrivacyCost] = ()) -> Guarantee:
         costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (unit, scope))] + list(extra)
         return compose(costs, delta_target=self._cap(conn, unit).delta)
+
+    def _near(self, conn: Any, first: str, last: str) -> list[Charge]:
+        """The card-level charges some horizon window touching [first, last] can hold."""
+        h = self._person_cap(conn).horizon_days
+        return self._charges(conn, f"unit IN ({', '.join('?' * len(CARD_UNITS))}) AND last_date >= ? AND "
+                             "first_date <= ? ORDER BY id", (*CARD_UNITS, _shift(first, -(h - 1)), _shift(last, h - 1)))
+
+    def _windows(self, conn: Any, first: str, last: str) -> list[tuple[tuple[str, str], list[Charge]]]:
+        """Every horizon window that touches [first, last] and could be a worst one, with the card-level
+        charges touching it. A window's charges only grow when its start moves to the earliest last date among
+        them (or to ``last``), so windows starting at those dates are enough."""
+        h = self._person_cap(conn).horizon_days
+        lo, hi = _shift(first, -(h - 1)), last
+        near = self._near(conn, first, last)
+        starts = sorted({c.last_date for c in near if lo <= c.last_date <= hi} | {last})
+        out, seen = [], set()
+        for start in starts:
+            end = _shift(start, h - 1)
+            members = [c for c in near if c.last_date >= start and c.first_date <= end]
+            key = frozenset(c.id for c in members)
+            if key not in seen:
+                seen.add(key)
+                out.append(((start, end), members))
+        return out
 
     # -- mutations ---------------------------------------------------------------------
 
@@ -386,7 +549,8 @@ class PrivacyLedger:
             raise LedgerError(f"fresh must be a bool, got {fresh!r}")
         for r in requests:
             PrivacyUnit(r.unit)
-            for label in ("scope", "part", "date", "marginal", "relation", "mechanism", "bounds", "fingerprint"):
+            for label in ("scope", "part", "date", "marginal", "relation", "mechanism", "bounds", "fingerprint",
+                          "input_version"):
                 _name(label, getattr(r, label))
             if not isinstance(r.cost, PrivacyCost):
                 raise LedgerError(f"cost must be a PrivacyCost, got {r.cost!r}")
@@ -395,13 +559,21 @@ class PrivacyLedger:
             return [self._decide(conn, r, run_id, fresh) for r in requests]
 
     def _decide(self, conn: Any, r: Request, run_id: str, fresh: bool) -> Decision:
+        """Reuse and joins are decided from public events only: the input version and the release configuration
+        (``_SAME_RELEASE``); the fingerprint of the true input only checks that one version gave one input."""
+        first, last = _covered(r)
+        same_release = (r.unit, r.scope, r.marginal, r.relation, r.mechanism, r.bounds, r.cost.measure, r.cost.epsilon,
+                        r.cost.rho, r.cost.delta, r.input_version)
         if not fresh:
-            same = self._draws(
-                conn,
-                "part = ? AND fingerprint = ? AND charge_id IN (SELECT id FROM charges WHERE unit = ? AND scope = ?"
-                " AND marginal = ? AND mechanism = ?) ORDER BY id",
-                (r.part, r.fingerprint, r.unit, r.scope, r.marginal, r.mechanism),
-            )
+            same = self._draws(conn, f"part = ? AND charge_id IN (SELECT id FROM charges WHERE {_SAME_RELEASE}) ORDER BY id",
+                               (r.part, *same_release))
+            changed = [d for d in same if d.fingerprint != r.fingerprint]
+            if changed:
+                raise InputVersionMismatch(
+                    f"{r.part} {r.marginal}: input version {r.input_version!r} was already released from a different "
+                    "mechanism input (another bounding key, code or configuration?). Nothing was drawn. Release it "
+                    "with a fresh draw (privacy_budget.fresh_draw), which is charged anew."
+                )
             done = [d for d in same if d.status == "complete"]
             if done:
                 return Decision("reuse", done[-1], self._charge(conn, done[-1].charge_id))
@@ -409,21 +581,18 @@ class PrivacyLedger:
                 return Decision("resume", same[0], self._charge(conn, same[0].charge_id))
         self._check_period(conn, r)
         open_charges = self._charges(
-            conn,
-            "unit = ? AND scope = ? AND marginal = ? AND relation = ? AND mechanism = ? AND bounds = ? AND measure = ?"
-            " AND epsilon = ? AND rho = ? AND delta = ? AND id NOT IN (SELECT charge_id FROM draws WHERE part = ?)"
-            " ORDER BY id DESC LIMIT 1",
-            (r.unit, r.scope, r.marginal, r.relation, r.mechanism, r.bounds, r.cost.measure, r.cost.epsilon,
-             r.cost.rho, r.cost.delta, r.part),
+            conn, f"{_SAME_RELEASE} AND id NOT IN (SELECT charge_id FROM draws WHERE part = ?) ORDER BY id DESC LIMIT 1",
+            (*same_release, r.part),
         )
         if open_charges:
             return Decision("join", self._insert_draw(conn, open_charges[0], r, run_id), open_charges[0])
         self._check_cap(conn, r)
+        self._check_person(conn, r, first, last)
         cur = conn.execute(
-            f"INSERT INTO charges ({_CHARGE_COLUMNS.replace('id, ', '', 1)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO charges ({_CHARGE_COLUMNS.replace('id, ', '', 1)}) VALUES ({', '.join('?' * 15)})"
             " RETURNING id",
             (r.unit, r.scope, r.marginal, r.relation, r.cost.measure, r.cost.epsilon, r.cost.rho, r.cost.delta,
-             r.mechanism, r.bounds, run_id, _now()),
+             r.mechanism, r.bounds, run_id, _now(), first, last, r.input_version),
         )
         charge = self._charge(conn, cur.fetchone()[0])
         return Decision("charge", self._insert_draw(conn, charge, r, run_id), charge)
@@ -455,12 +624,36 @@ class PrivacyLedger:
                 f"period only, so {r.scope!r} cannot include it (periods must not overlap)"
             )
 
+    def _check_person(self, conn: Any, r: Request, first: str, last: str) -> None:
+        """Refuse a card-level charge that would take any horizon window touching its dates past the person cap."""
+        if r.unit not in CARD_UNITS:
+            return
+        cap = self._person_cap(conn)
+        if within([c.cost for c in self._near(conn, first, last)] + [r.cost], cap.epsilon, cap.delta, REL_TOL):
+            return  # everything any window touching the charge can hold fits, so every window does
+        for (start, end), members in self._windows(conn, first, last):
+            costs = [c.cost for c in members]
+            if within(costs + [r.cost], cap.epsilon, cap.delta, REL_TOL):
+                continue
+            before = compose(costs, delta_target=cap.delta)
+            after = compose(costs + [r.cost], delta_target=cap.delta)
+            raise PersonBudgetExceeded(
+                f"person budget exceeded: over the {cap.horizon_days}-day window {start}..{end}, one person is already "
+                f"charged (ε, δ) = ({before.epsilon!r}, {before.delta!r}) by {len(members)} card-level charges across "
+                f"every product; this release of {r.marginal} ({r.unit} {r.scope!r}, {first}..{last}) would take it to "
+                f"({after.epsilon!r}, {after.delta!r}) against the person cap ({cap.epsilon!r}, {cap.delta!r}) set "
+                f"{cap.set_at}. Nothing was drawn. Publish the existing releases instead, or raise the person cap with "
+                "`python -m opal_dp.cli ledger raise-cap --person` only if you accept the extra loss.",
+                window=(start, end), scope=r.scope, spent=before, requested=r.cost, cap=(cap.epsilon, cap.delta),
+            )
+
     def _check_cap(self, conn: Any, r: Request) -> None:
         cap = self._cap(conn, r.unit)
+        scope_costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (r.unit, r.scope))]
+        if within(scope_costs + [r.cost], cap.epsilon, cap.delta, REL_TOL):
+            return
         before = self._spend(conn, r.unit, r.scope)
         after = self._spend(conn, r.unit, r.scope, [r.cost])
-        if after.epsilon <= cap.epsilon * (1 + REL_TOL) and after.delta <= cap.delta * (1 + REL_TOL):
-            return
         charged = "\n".join(
             f"  - {c.marginal}: {c.cost.measure} ε={c.epsilon!r} ρ={c.rho!r} δ={c.delta!r}, run {c.run_id},"
             f" {c.created_at}"
@@ -520,7 +713,55 @@ class PrivacyLedger:
                          (unit, epsilon, delta, _now(), reason))
             return self._cap(conn, unit)
 
+    def raise_person_cap(self, epsilon: float, delta: float, reason: str) -> PersonCap:
+        """Raise the person cap (both coordinates at least the current ones; the horizon stays), recording why."""
+        epsilon, delta = _positive("epsilon", epsilon), _positive("delta", delta, True)
+        _name("reason", reason)
+        with self._connect() as conn, self._transaction(conn):
+            self._backend.lock(conn, ["person"])
+            current = self._person_cap(conn)
+            if epsilon < current.epsilon or delta < current.delta or (epsilon, delta) == (current.epsilon, current.delta):
+                raise LedgerError(f"a new person cap must raise the current one ({current.epsilon!r}, {current.delta!r}); "
+                                  f"got ({epsilon!r}, {delta!r})")
+            conn.execute(f"INSERT INTO person_caps ({_PERSON_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'raise', ?)",
+                         (current.horizon_days, epsilon, delta, _now(), reason))
+            return self._person_cap(conn)
+
     # -- reads -------------------------------------------------------------------------
+
+    def person_cap(self) -> PersonCap:
+        with self._connect() as conn:
+            return self._person_cap(conn)
+
+    def person_cap_history(self) -> list[PersonCap]:
+        with self._connect() as conn:
+            return [PersonCap(*row) for row in conn.execute(f"SELECT {_PERSON_CAP_COLUMNS} FROM person_caps ORDER BY id")]
+
+    def person_spend(self, first: str, last: str) -> PersonSpend:
+        """The worst horizon window touching the service dates ``first..last``: what one person has lost in it
+        across every card-level charge of every product (pending ones included), the cap, and those charges."""
+        first, last = _day(first), _day(last)
+        if last < first:
+            raise LedgerError(f"empty date range {first}..{last}")
+        with self._connect() as conn:
+            cap = self._person_cap(conn)
+            spends = [PersonSpend(window, compose([c.cost for c in members], delta_target=cap.delta), cap, tuple(members))
+                      for window, members in self._windows(conn, first, last)]
+        return max(spends, key=lambda s: (s.guarantee.epsilon, s.guarantee.delta, len(s.charges)))
+
+    def person_window(self, dates: Collection[str]) -> PersonSpend:
+        """``person_spend`` over the span of ``dates`` (a release's service dates)."""
+        days = sorted(_day(d) for d in dates)
+        if not days:
+            raise LedgerError("person_window needs at least one date")
+        return self.person_spend(days[0], days[-1])
+
+    def trip_charges(self, first: str, last: str) -> list[Charge]:
+        """Trip-unit charges on service dates ``first..last``: outside the person account (module docstring), so a
+        statement over those dates must flag them."""
+        with self._connect() as conn:
+            return self._charges(conn, "unit = ? AND last_date >= ? AND first_date <= ? ORDER BY id",
+                                 (PrivacyUnit.TRIP.value, _day(first), _day(last)))
 
     def cap(self, unit: str) -> Cap:
         with self._connect() as conn:

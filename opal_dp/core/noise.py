@@ -29,6 +29,16 @@ from opal_dp.core.bits import BitSource, SecureBits
 MAX_SCALE = 2.0**10
 """Largest accepted scale (the exact table has about ``22.2 * scale`` entries, built once)."""
 
+
+def laplace_scale(l1: int, epsilon: float) -> float:
+    """The smallest float ``>= l1/epsilon``, checked in exact rationals: the Laplace scale of an ``l1``-sensitive
+    count vector at ``epsilon``, rounded up (a larger scale never weakens the guarantee)."""
+    exact = Fraction(l1) / Fraction(epsilon)
+    scale = float(exact)
+    if Fraction(scale) < exact:
+        scale = math.nextafter(scale, math.inf)
+    return scale
+
 _WORD = 64
 _MASK = (1 << _WORD) - 1
 _UINT64_MAX = np.uint64(_MASK)

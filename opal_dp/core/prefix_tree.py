@@ -39,12 +39,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 
 import numpy as np
 
 from opal_dp.core.bits import BitSource, SecureBits
-from opal_dp.core.noise import MAX_SCALE
+from opal_dp.core.noise import MAX_SCALE, laplace_scale
 from opal_dp.core.sparse_noise import LaplaceNoise, sparse_threshold_cells
 
 FALSE_CHILDREN = 0.2
@@ -103,9 +102,7 @@ class Taxonomy:
 
 def _scale(epsilon: float) -> float:
     """The smallest float ``>= 1/epsilon`` (a larger scale never weakens the guarantee)."""
-    scale = float(1 / Fraction(epsilon))
-    if Fraction(scale) < 1 / Fraction(epsilon):
-        scale = math.nextafter(scale, math.inf)
+    scale = laplace_scale(1, epsilon)
     if scale > MAX_SCALE:
         raise ValueError(f"noise scale {scale:.1f} exceeds the sampler's MAX_SCALE {MAX_SCALE}: "
                          "raise epsilon, or lower the height or the fan-out")

@@ -10,7 +10,7 @@ from numbers import Real
 import numpy as np
 
 from opal_dp.core.accounting import PrivacyCost
-from opal_dp.core.noise import MAX_SCALE, DiscreteLaplace
+from opal_dp.core.noise import MAX_SCALE, DiscreteLaplace, laplace_scale
 from opal_dp.core.sensitivity import Sensitivity
 
 
@@ -112,7 +112,7 @@ class StabilityHistogram:
         self.epsilon = float(epsilon)
         self.delta = float(delta)
         self.sensitivity = sensitivity
-        self.scale = sensitivity.l1 / self.epsilon
+        self.scale = laplace_scale(sensitivity.l1, self.epsilon)  # rounded up
         if self.scale > MAX_SCALE:
             raise ValueError(f"epsilon too small for l1 = {sensitivity.l1}: scale {self.scale} exceeds {MAX_SCALE}")
         self.threshold = sensitivity.linf + self.scale * math.log(sensitivity.l0 / self.delta)

@@ -294,11 +294,21 @@ def sparse_threshold_cells(law: ThresholdNoise, k: int, t: int) -> tuple[np.ndar
     return positions, law.draw_at_least(t, positions.size)
 
 
+_WORD_SLACK = 2.0**12
+"""Widening of a word's interval, in units of 2**-64, that covers its rounding to float64 (at most 2**10)."""
+
+
 def _failures(bits: BitSource, u: np.ndarray, log_a: float, bounds: Bounds, cap: int) -> np.ndarray:
     """``N = floor(ln R / ln a)`` per word (module docstring), at most ``cap`` (enough to leave the domain)."""
     scale = 2.0**-64
-    x_lo = np.log((u.astype(np.float64) + 1) * scale) / log_a  # R below its interval's top: ln R / ln a above
-    x_hi = np.log(np.maximum(u.astype(np.float64), 0.5) * scale) / log_a
+    # float64(u) is within 2**10 of u (u < 2**64), and float64(u) +- 2**12 is exact: an exact enclosure of R
+    # that float64 rounding of the word cannot break; the 1e-12 margin then covers only log's and the
+    # division's few ulps, which are relative.
+    u_float = u.astype(np.float64)
+    r_hi = np.minimum((u_float + _WORD_SLACK) * scale, 1.0)
+    r_lo = np.maximum(u_float - _WORD_SLACK, 0.5) * scale
+    x_lo = np.log(r_hi) / log_a  # R below its interval's top: ln R / ln a above
+    x_hi = np.log(r_lo) / log_a
     x_lo, x_hi = x_lo * (1 - 1e-12), x_hi * (1 + 1e-12)
     n = np.floor(x_lo)
     sure = ((np.floor(x_hi) == n) & (u > 0)) | (n >= cap)

@@ -201,6 +201,7 @@ def _row_faults(columns: dict[str, _Column], service_date: date, stops: pd.DataF
     checks = [  # (fault, field, reason): the first that applies wins
         (~card.present, "card_id", "card_id is missing"),
         (~card.valid | (card.values <= 0), "card_id", "card_id is not a positive integer"),
+        (card.values >= raw_columns.SYNTHETIC_ID_LOW, "card_id", "card_id is in the range reserved for synthetic cards"),
         (~mode.present, "mode", "mode is missing"),
         (~mode.valid, "mode", "unknown mode (expected one of " + ", ".join(MODES) + ")"),
         (~on.present, "tap_on_time", "tap_on_time is missing"),

@@ -14,6 +14,8 @@ import pyarrow.compute as pc
 
 NAT = np.iinfo(np.int64).min
 MAX_ID = 2**62
+SYNTHETIC_ID_LOW = 2**61
+"""Card ids in [SYNTHETIC_ID_LOW, MAX_ID) are synthetic cards' (``release.synthetic.generator``); ingest rejects them."""
 
 
 def present(column: pa.ChunkedArray) -> np.ndarray:

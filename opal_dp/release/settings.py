@@ -13,7 +13,7 @@ import pandas as pd
 from pydantic import BaseModel, model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
-from opal_dp.core.ledger import LedgerError
+from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, LedgerError
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.locations import DataLocation
@@ -72,6 +72,9 @@ class PrivacySettings(BaseModel):
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
     synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic.queries``), charged to card_period
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
+    person_horizon_days: int | None = None  # the person account (``core.ledger``; default 365 days, (20, 1e-6)):
+    person_cap_epsilon: float | None = None  # used when the ledger is created, then ledger state that only
+    person_cap_delta: float | None = None  # ``ledger raise-cap --person`` changes
 
     @model_validator(mode="after")
     def _validate(self) -> "PrivacySettings":
@@ -135,9 +138,8 @@ class PrivacySettings(BaseModel):
         return self.od_epsilon * days
 
     def _default_cap(self) -> tuple[float, float]:
-        """One full release of a scope of the configured unit, OD trees included. A card_period's zCDP composition
-        converts the trees' pure epsilon to rho = epsilon**2/2 and composes them with the marginals: that total,
-        not the plain sum, is what the ledger will compute."""
+        """One full release of a scope of the configured unit, OD trees included: for a card_period, the larger of
+        the plain sum and what the ledger's accountant (``core.accounting.compose``) will compute."""
         eps, delta = self.nominal
         extra = self.od_cost(self.unit)
         if not extra or self.unit is not PrivacyUnit.CARD_PERIOD:
@@ -172,15 +174,22 @@ class PrivacySettings(BaseModel):
         wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or delta)
         caps[self.unit.value] = wanted
         ledger = PrivacyLedger(location.ledger_location, caps, published=published_ledger_draws(location.published_dir),
-                               acknowledge_reset=self.acknowledge_ledger_reset)
-        cap = ledger.cap(self.unit)
+                               acknowledge_reset=self.acknowledge_ledger_reset,
+                               person_cap=(self.person_cap_epsilon or DEFAULT_PERSON_CAP[0],
+                                           self.person_cap_delta or DEFAULT_PERSON_CAP[1]),
+                               horizon_days=self.person_horizon_days or DEFAULT_HORIZON_DAYS)
+        cap, person = ledger.cap(self.unit), ledger.person_cap()
         for label, configured, held in (("cap_epsilon", self.cap_epsilon, cap.epsilon),
-                                        ("cap_delta", self.cap_delta, cap.delta)):
+                                        ("cap_delta", self.cap_delta, cap.delta),
+                                        ("person_cap_epsilon", self.person_cap_epsilon, person.epsilon),
+                                        ("person_cap_delta", self.person_cap_delta, person.delta),
+                                        ("person_horizon_days", self.person_horizon_days, person.horizon_days)):
             if configured is not None and configured != held:
                 raise CapMismatch(
-                    f"privacy_budget.{label} = {configured} but the ledger's cap for {self.unit.value} is "
-                    f"{held} (set {cap.set_at}, {cap.action}). The cap is ledger state: raise it with "
-                    "`python -m opal_dp.cli ledger raise-cap`, which records the reason."
+                    f"privacy_budget.{label} = {configured} but the ledger holds {held} (unit cap for "
+                    f"{self.unit.value} set {cap.set_at}, {cap.action}; person cap set {person.set_at}, "
+                    f"{person.action}). Caps are ledger state: raise one with `python -m opal_dp.cli ledger "
+                    "raise-cap` (--unit U or --person), which records the reason."
                 )
         return ledger
 

@@ -21,7 +21,7 @@ tables are in the engine's form (``time_window``, ``loc``, ``count``; public-dom
   SBH it is 0, so a listed cell proves someone travelled there; under the public-domain design listing is not
   proof. ``lone_trip_listed_probability``: P(a cell whose true count is 1 is listed), the larger of the two
   taps; ``empty_cell_listed_probability``: the same for true count 0 (SBH: 0, it never lists an absent bin).
-  SBH's come from its mechanism (``risk.attacks.presence_probability``, the §3 attack, bounded by delta); the
+  SBH's come from its mechanism (``reports.attacks.presence_probability``, the §3 attack, bounded by delta); the
   public domain's are ``P(n + Z >= tau)`` for the joint's noise ``Z`` before the least-squares correction (the
   correction moves a cell by a share of its row's and column's residuals, so this is approximate, as is the
   design's ``expected_false_cells_per_day``, which is reported beside the measured figure). Their ratio is at

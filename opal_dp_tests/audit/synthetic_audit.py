@@ -1,4 +1,4 @@
-"""Empirical privacy audit of the synthetic data's card-level queries (``release.synthetic_queries``).
+"""Empirical privacy audit of the synthetic data's card-level queries (``release.synthetic.queries``).
 
 The whole private path is audited: the production bounding (``prep.bounding.keep_mask``), the archetype
 rules and coarsening (``true_histograms``) and the full-domain discrete Gaussian (``draw``'s noise at the

@@ -23,6 +23,7 @@ from opal_dp.core.ledger import (
     SCHEMA_VERSION,
     BudgetExceeded,
     Decision,
+    InputVersionMismatch,
     LedgerError,
     LedgerResetRefused,
     PrivacyLedger,
@@ -49,7 +50,7 @@ def request(marginal: str = "tap_on_time", unit: str = "trip", day: str = "2016-
     scope = {"trip": f"{day}|{mode}", "card_day": day, "card_period": "2016-07-25..2016-08-14"}[unit]
     cost = PrivacyCost.approx_dp(MARGINALS.get(marginal, 1.0), DELTA)
     base = Request(unit, scope, f"{day}|{mode}", day, marginal, "replace_one" if unit == "trip" else "add_remove",
-                   cost, f'{{"name": "sbh", "{marginal}": 1}}', '{"unit": "%s"}' % unit, FP)
+                   cost, f'{{"name": "sbh", "{marginal}": 1}}', '{"unit": "%s"}' % unit, FP, "raw-v1")
     return replace(base, **kw)
 
 
@@ -147,7 +148,7 @@ def test_six_marginals_fit_the_trip_cap_exactly_once_and_the_refusal_names_no_fi
     release(ledger, *all_marginals())
     spend = ledger.spend("trip", "2016-07-25|bus")
     assert (spend.epsilon, spend.delta) == pytest.approx((8.0, 6 * DELTA), rel=1e-12)
-    for kw in ({"fingerprint": "b" * 40}, {}):  # a seventh release, changed input or fresh draw
+    for kw in ({"fingerprint": "b" * 40, "input_version": "raw-v2"}, {}):  # a seventh: new raw version, or fresh
         with pytest.raises(BudgetExceeded) as info:
             begin(ledger, request(**kw), run_id="run-2", fresh=not kw)
         assert len(ledger.charges()) == 6
@@ -270,16 +271,29 @@ def test_fresh_draw_is_a_new_charge_and_supersedes(where) -> None:
         begin(ledger, run_id="run-4", fresh=True)
 
 
-def test_changed_input_is_charged(where) -> None:
+def test_a_new_input_version_is_charged(where) -> None:
     ledger = PrivacyLedger(where(), {"trip": (2.0, 1e-6)})
     release(ledger)
-    assert begin(ledger, request(fingerprint="corrected-raw-data"))[0].kind == "charge"
+    assert begin(ledger, request(fingerprint="corrected-raw-data", input_version="raw-v2"))[0].kind == "charge"
     with pytest.raises(BudgetExceeded):
-        begin(ledger, request(fingerprint="corrected-again"))
+        begin(ledger, request(fingerprint="corrected-again", input_version="raw-v3"))
 
 
-def test_card_day_modes_of_a_date_join_one_charge_per_marginal(ledger: PrivacyLedger) -> None:
-    """The four (date, mode) partitions of a date are pieces of one histogram: one charge per marginal."""
+def test_reuse_is_decided_by_the_input_version_and_one_version_must_give_one_input(where) -> None:
+    """A stored draw is reused for the same raw version whatever the counts' fingerprint would say about a
+    change; a different input under the same version is an integrity failure, not a silent new charge."""
+    ledger = PrivacyLedger(where(), {"trip": (8.0, 1e-6)})
+    release(ledger)
+    with pytest.raises(InputVersionMismatch, match="raw-v1"):
+        begin(ledger, request(fingerprint="other-input"), run_id="run-2")
+    assert begin(ledger, request(), run_id="run-2")[0].kind == "reuse"
+    assert len(ledger.charges()) == 1
+
+
+def test_card_day_modes_of_a_date_join_one_charge_per_marginal(where) -> None:
+    """The four (date, mode) partitions of a date are pieces of one histogram: one charge per marginal. (Two
+    dates of SBH at delta 7.5e-7 each need a person delta above the default 1e-6.)"""
+    ledger = PrivacyLedger(where(), CAPS, person_cap=(20.0, 1e-5))
     modes = ("bus", "ferry", "light_rail", "train")
     decisions = release(ledger, *[r for mode in modes for r in all_marginals(unit="card_day", mode=mode)])
     assert [d.kind for d in decisions[:6]] == ["charge"] * 6 and {d.kind for d in decisions[6:]} == {"join"}
@@ -367,7 +381,7 @@ def _charge_worker(path: str, run_id: str, barrier, results) -> None:
     ledger = PrivacyLedger(path, {"trip": (3.0, 1e-6)})
     barrier.wait()
     try:
-        results.put(begin(ledger, request(fingerprint=run_id), run_id=run_id)[0].kind)
+        results.put(begin(ledger, request(fingerprint=run_id, input_version=run_id), run_id=run_id)[0].kind)
     except BudgetExceeded:
         results.put("refused")
 
@@ -466,11 +480,12 @@ def test_killed_process_leaves_no_half_written_charge(tmp_path: Path, mode: str,
 
 _REQUESTS = [  # few, so keys repeat: two units, two scopes, two parts per card_day scope
     request("m1", cost=PrivacyCost.approx_dp(0.7, 1e-7)),
-    request("m1", cost=PrivacyCost.approx_dp(0.7, 1e-7), fingerprint="f2"),
+    request("m1", cost=PrivacyCost.approx_dp(0.7, 1e-7), fingerprint="f2", input_version="v2"),
     request("m2", cost=PrivacyCost.approx_dp(2.5, 3e-7), mode="train"),
     request("m1", unit="card_day", cost=PrivacyCost.approx_dp(1.5, 1e-7)),
     request("m1", unit="card_day", mode="train", cost=PrivacyCost.approx_dp(1.5, 1e-7)),
-    request("m1", unit="card_day", mode="train", cost=PrivacyCost.approx_dp(1.5, 1e-7), fingerprint="f2"),
+    request("m1", unit="card_day", mode="train", cost=PrivacyCost.approx_dp(1.5, 1e-7), fingerprint="f2",
+            input_version="v2"),
     request("m2", unit="card_day", cost=PrivacyCost.approx_dp(0.5, 2e-7)),
 ]
 _begin_op = st.tuples(st.just("begin"), st.sampled_from(range(len(_REQUESTS))), st.sampled_from([False] * 3 + [True]))
@@ -502,7 +517,7 @@ def check_against_model(location: str | Path, ops: list[tuple]) -> None:
     draws: list[dict] = []
 
     def key(r: Request) -> tuple:
-        return (r.unit, r.scope, r.marginal, r.relation, r.mechanism, r.bounds, r.cost)
+        return (r.unit, r.scope, r.marginal, r.relation, r.mechanism, r.bounds, r.cost, r.input_version)
 
     def spent(unit: str, scope: str) -> tuple[float, float]:
         mine = [c for c in charges if c["key"][:2] == (unit, scope)]
@@ -513,8 +528,7 @@ def check_against_model(location: str | Path, ops: list[tuple]) -> None:
         run = f"r{n % 2 + 1}"
         if op[0] == "begin":
             r, fresh = _REQUESTS[op[1]], op[2]
-            same = [d for d in draws if d["part"] == r.part and d["fp"] == r.fingerprint
-                    and charges[d["charge"] - 1]["key"][:3] == (r.unit, r.scope, r.marginal)]
+            same = [d for d in draws if d["part"] == r.part and charges[d["charge"] - 1]["key"] == key(r)]
             done = [d for d in same if d["status"] == "complete"]
             open_ = [c for c in charges if c["key"] == key(r)
                      and not any(d["charge"] == c["id"] and d["part"] == r.part for d in draws)]

@@ -1,6 +1,7 @@
 import json
 import math
 from decimal import Decimal, localcontext
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from opal_dp.core import (
     error_bound,
     release_probability,
 )
+from opal_dp.core.noise import laplace_scale
 from opal_dp.core.sbh import _tail_within
 from opal_dp_tests.core.helpers import Z_TWO_SIDED, binomial_interval, trip_sbh
 
@@ -262,10 +264,10 @@ sensitivities = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(epsilon=st.floats(0.3, 20.0), delta=st.floats(1e-15, 0.5), sens=sensitivities)
 def test_generalised_threshold_bounds_every_unstable_bin(epsilon, delta, sens):
-    """scale = l1/epsilon and l0 * P(Z >= m - linf) <= delta, checked at 50 digits: each of the at most l0
-    bins that exist in one neighbour only has count <= linf and is released with probability <= delta/l0."""
+    """scale = l1/epsilon rounded up and l0 * P(Z >= m - linf) <= delta, checked at 50 digits: each of the at most
+    l0 bins that exist in one neighbour only has count <= linf and is released with probability <= delta/l0."""
     m = StabilityHistogram(epsilon, delta, sens)
-    assert m.scale == sens.l1 / epsilon
+    assert m.scale == laplace_scale(sens.l1, epsilon) and Fraction(m.scale) >= Fraction(sens.l1) / Fraction(epsilon)
     assert m.threshold == pytest.approx(sens.linf + m.scale * math.log(sens.l0 / delta), rel=1e-12)
     with localcontext() as ctx:
         ctx.prec = 50

@@ -15,6 +15,7 @@ from opal_dp.core.sparse_noise import (
     GaussianNoise,
     LaplaceNoise,
     _exact_failures,
+    _failures,
     naive_threshold_cells,
     sparse_threshold_cells,
     tail_probability,
@@ -147,3 +148,18 @@ def test_no_cells_and_a_proposal_out_of_range():
     assert positions.size == 0 and values.size == 0
     with pytest.raises(ValueError):
         GaussianNoise(40.0).draw_at_least(1, 1)  # sigma²/t beyond the geometric sampler's range
+
+
+def test_the_float_skip_is_never_sure_of_a_count_the_word_rounding_can_change():
+    """At p = 8.1e-6 (the OD generalised level), a 64-bit word just below the boundary ``R = 1 - p`` rounds to a
+    float64 above it; the float path must not be sure of N = 0 there (the exact count is >= 1)."""
+    p = Decimal("8.1e-6")
+    with localcontext() as ctx:
+        ctx.prec = 60
+        boundary = (1 - p) * Decimal(2) ** 64  # R < 1 - p  iff  N >= 1
+        top = int(boundary)  # every word u < top has R < (u + 1)/2**64 <= 1 - p
+        words = [u for u in range(top - 1500, top) if Decimal(float(u)) >= boundary]
+    assert words  # the float rounding crosses the boundary for some of them
+    u = np.array(words, dtype=np.uint64)
+    n = _failures(SecureBits(), u, math.log1p(-float(p)), lambda prec: (p, p), 10**9)
+    assert (n >= 1).all()

@@ -39,6 +39,18 @@ def test_the_cli_raises_a_cap_with_its_reason_and_shows_the_history(data_dir, ca
         main(["ledger", "raise-cap", "--unit", "card_day", "--epsilon", "8", "--delta", "1e-6", "--reason", "lower"])
 
 
+def test_the_person_cap_is_set_at_creation_and_raised_only_by_the_cli(data_dir, capsys):
+    ledger = PrivacyBudget(person_cap_epsilon=10.0, person_horizon_days=30).ledger(default_storage())
+    assert (ledger.person_cap().epsilon, ledger.person_cap().horizon_days) == (10.0, 30)
+    with pytest.raises(dg.Failure, match="person_cap_epsilon = 40.0 but the ledger holds 10.0"):
+        PrivacyBudget(person_cap_epsilon=40.0).ledger(default_storage())
+    main(["ledger", "raise-cap", "--person", "--epsilon", "12", "--delta", "1e-6", "--reason", "board"])
+    main(["ledger", "show"])
+    out = capsys.readouterr().out
+    assert "person cap over 30 days raised to (epsilon=12" in out and "person cap over 30 days: raise" in out
+    assert PrivacyBudget().ledger(default_storage()).person_cap().epsilon == 12.0
+
+
 def test_a_ledger_reset_beside_published_releases_needs_an_acknowledgement(data_dir):
     release = data_dir / "published" / "r1"
     release.mkdir(parents=True)

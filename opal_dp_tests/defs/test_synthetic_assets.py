@@ -17,6 +17,7 @@ from opal_dp.defs.shared.storage import default_storage
 from opal_dp.defs.synthetic.assets import synthetic_card_ids_are_fresh, synthetic_dir
 from opal_dp.network import load_stops
 from opal_dp.prep.ingest import ingest_file
+from opal_dp.prep.raw_columns import SYNTHETIC_ID_LOW
 from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
@@ -35,7 +36,7 @@ def released(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_release_synthetic_publishes_rows_our_ingest_accepts_with_a_ledger_statement(released, tmp_path):
+def test_release_synthetic_publishes_raw_contract_rows_with_a_ledger_statement(released, tmp_path):
     results, storage = released
     (run,) = results["synthetic"]
     assert run.success
@@ -52,7 +53,9 @@ def test_release_synthetic_publishes_rows_our_ingest_accepts_with_a_ledger_state
     stops = load_stops()
     for day, frame in rows.groupby(rows["tap_on_time"].dt.date.astype(str)):
         path = tmp_path / f"trips_{day}.parquet"
-        frame.to_parquet(path, index=False)
+        frame.to_parquet(path, index=False)  # every field valid raw input but the synthetic card id, refused
+        assert set(ingest_file(path, stops).rejected["reason"]) == {"card_id is in the range reserved for synthetic cards"}
+        frame.assign(card_id=frame["card_id"] - SYNTHETIC_ID_LOW + 1).to_parquet(path, index=False)
         assert len(ingest_file(path, stops).rejected) == 0
     (report,) = [e for e in run.get_asset_materialization_events()
                  if e.asset_key == dg.AssetKey("synthetic_report")]

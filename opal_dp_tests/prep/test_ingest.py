@@ -21,6 +21,7 @@ BAD_ROWS = [  # (row overrides, field, reason fragment)
     ({"card_id": ""}, "card_id", "card_id is missing"),
     ({"card_id": "abc"}, "card_id", "not a positive integer"),
     ({"card_id": -5}, "card_id", "not a positive integer"),
+    ({"card_id": 2**61 + 2**20}, "card_id", "reserved for synthetic cards"),  # any synthetic card's id
     ({"mode": ""}, "mode", "mode is missing"),
     ({"mode": "tram"}, "mode", "unknown mode"),
     ({"tap_on_time": ""}, "tap_on_time", "tap_on_time is missing"),

@@ -132,9 +132,13 @@ def _requests(parts):
     from opal_dp.release.marginals.engine import mechanism_id
 
     p = plan(SeededBits(0))
+    from opal_dp.core.input_version import stand_ins
+
     truths = {k: histograms(v) for k, v in parts.items()}
+    prints = {k: fingerprint(truths[k], KEY) for k in parts}
+    versions = stand_ins({k: k for k in parts}, prints)  # what the engine stands in without raw files
     return [Request("trip", k, k, k.split("|")[0], name, "replace_one", m.cost(), mechanism_id(m), p.bounds_json(),
-                    fingerprint(truths[k], KEY)) for k in parts for name, m in p.mechanisms.items()]
+                    prints[k], versions[k]) for k in parts for name, m in p.mechanisms.items()]
 
 
 def test_two_writers_of_one_draw_keep_the_first(store):

@@ -105,7 +105,7 @@ def release_od_day(seqs, day, plan, ledger, root, run_id, key, fresh=False):
 def test_od_is_charged_on_the_marginals_scope_and_the_ledger_enforces_the_cap(tmp_path):
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (1.5, 1e-6)})
     marginal = Request("card_day", "2016-07-25", "2016-07-25|bus", "2016-07-25", "tap_on_time", "add_remove",
-                       PrivacyCost.approx_dp(1.0, 1e-7), "{}", "{}", "x")
+                       PrivacyCost.approx_dp(1.0, 1e-7), "{}", "{}", "x", "raw-v1")
     ledger.begin_many([marginal], run_id="r0")
     seqs = np.array([[0, 1, -1]] * 50)
     with pytest.raises(BudgetExceeded):  # 1.0 (marginal) + 1.0 (tree) > 1.5 on the date

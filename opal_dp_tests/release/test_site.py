@@ -231,14 +231,16 @@ def test_the_synthetic_sample_is_said_plainly(tables, stated, stops, page):
 def test_the_plain_guarantee_comes_first(page, stated, tables, stops):
     lead = re.search(r'<p class="lead" id="plain-guarantee">([^<]*)</p>', page)
     assert lead and lead.start() < page.index('<section id="dataset"')
+    assert html.unescape(lead[1]) == plain_guarantee(stated)
+    # a trip release says first that it has no person-level bound, then what one trip gets
+    assert lead[1].startswith("This release protects single trips: it has no person-level bound")
     assert "one trip" in lead[1] and "epsilon = 8" in lead[1]
-    person = copy.deepcopy(stated) | {"person": {"epsilon": 12.5, "delta": 1e-6, "window_days": 365,
-                                                 "this_release": {"epsilon": 4.0, "delta": 2e-7}}}
-    sentence = ("Over any 365 days, one person's total privacy loss across every file published is at most "
-                "(epsilon = 12.5, delta = 1e-06); this release adds at most (epsilon = 4, delta = 2e-07).")
-    assert f'id="plain-guarantee">{html.escape(sentence)}</p>' in render_index(tables, person, stops)
-    assert render_markdown(person).splitlines()[2] == f"**{sentence}**"
-    told = copy.deepcopy(stated) | {"person": {"sentence": "Said by the statement."}}
-    assert 'id="plain-guarantee">Said by the statement.</p>' in render_index(tables, told, stops)
-    for odd in ({"epsilon": "12"}, [], {"sentence": " "}):  # malformed: today's sentence
-        assert plain_guarantee(copy.deepcopy(stated) | {"person": odd}) == plain_guarantee(stated)
+    card = copy.deepcopy(stated) | {"person": {"sentence": "Over any 365 consecutive days ... adds (1, 2e-07).",
+                                               "bounded": True}}
+    assert 'id="plain-guarantee">Over any 365 consecutive days ... adds (1, 2e-07).</p>' in render_index(tables, card,
+                                                                                                          stops)
+    assert render_markdown(card).splitlines()[2] == "**Over any 365 consecutive days ... adds (1, 2e-07).**"
+    older = {k: v for k, v in stated.items() if k != "person"}  # a statement from before the person account
+    assert plain_guarantee(older).startswith("Whatever else anyone knows") and "one trip" in plain_guarantee(older)
+    for odd in ([], {"sentence": " "}):  # malformed: the per-unit sentence
+        assert plain_guarantee(copy.deepcopy(older) | {"person": odd}) == plain_guarantee(older)

@@ -32,11 +32,12 @@ EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
 DELTAS = {m.name: DELTA for m in MARGINALS}
 CAPS = {"trip": (8.0, 6 * DELTA), "card_day": (8.0, 6 * DELTA), "card_period": (8.0, 6 * DELTA)}
 PARTS = ["2016-07-25|bus", "2016-07-25|train", "2016-07-26|train"]
+PERSON = (100.0, 1e-3)  # two card_day dates of SBH hold delta 1.5e-6: over the default person delta 1e-6
 
 
 def released(tmp_path, unit="trip", relation=None, seed=None, parts=PARTS, ledger=None, run="run-1", **kw):
     """(ledger, draw ids) after releasing ``parts`` under ``unit``."""
-    ledger = ledger or PrivacyLedger(tmp_path / "ledger.sqlite", CAPS)
+    ledger = ledger or PrivacyLedger(tmp_path / "ledger.sqlite", CAPS, person_cap=PERSON)
     noise = DiscreteLaplace(SeededBits(seed)) if seed is not None else None
     plan = build_plan(unit, EPSILON, DELTAS, relation=relation, laplace=noise,
                       period=("2016-07-25", "2016-07-26"), **kw)
@@ -192,6 +193,9 @@ def test_no_figure_derived_from_data(tmp_path):
         allowed |= set(e["release_probability"].values()) | {e["error_bound_95"]}
     allowed |= {x for e in s["worked_examples"] for x in (e["epsilon"], e["delta"])}
     allowed |= {x for sc in s["guarantee"]["scopes"] for x in (sc["epsilon"], sc["delta"])}
+    person = s["person"]  # ledger records: the person cap, what its window holds, the charges behind it
+    allowed |= {person["horizon_days"], person["cap"]["epsilon"], person["cap"]["delta"], *person["spent"].values(),
+                *person["this_release"].values(), *person["trip_unit_charges"], *person["charges"]}
     numbers = {v for _, v in _leaves(s) if isinstance(v, (int, float)) and not isinstance(v, bool)}
     assert numbers <= allowed
 
@@ -213,6 +217,7 @@ def test_privacy_md_opens_with_the_plain_guarantee_and_compresses_scopes_and_dra
     s = statement(*released(tmp_path))
     lines = render_markdown(s).splitlines()
     assert lines[2] == f"**{plain_guarantee(s)}**" and "one trip" in lines[2] and "epsilon = 8" in lines[2]
+    assert lines[2].startswith("**This release protects single trips: it has no person-level bound")
     scopes = [line for line in lines if line.endswith("basic composition |")]
     assert scopes == [r"| 3 scopes, 2016-07-25\|bus ... 2016-07-26\|train | 8 | 7.5e-07 | - | 6 | basic composition |"]
     draws = s["ledger"]["draws"]

@@ -13,6 +13,7 @@ import pytest
 from opal_dp.core import BudgetExceeded, ContributionBounds, PrivacyLedger, PrivacyUnit
 from opal_dp.core.accounting import compose
 from opal_dp.core.bits import SeededBits
+from opal_dp.prep.raw_columns import MAX_ID, SYNTHETIC_ID_LOW
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.network import load_stops
 from opal_dp.prep.binning import bin_trips
@@ -134,7 +135,10 @@ def test_generator_reads_only_the_dp_outputs(tmp_path, network, truths):
     assert a["card_id"].nunique() == n_cards
 
 
-def test_synthetic_rows_pass_ingest_and_never_reuse_a_private_card_id(tmp_path, network, truths, private):
+def test_synthetic_rows_meet_the_raw_contract_but_ingest_refuses_their_synthetic_card_ids(tmp_path, network, truths,
+                                                                                        private):
+    """Every field of a synthetic row is valid raw input except its card id, drawn from the range ingest reserves
+    for synthetic cards: a synthetic file fed back as raw data is refused, and no id can be a private card's."""
     release = _release_from_disk(tmp_path, network, truths)
     folder = tmp_path / "synthetic"
     rows = gen.write_synthetic(gen.generate(release, network, np.random.default_rng(0)), folder)
@@ -144,10 +148,13 @@ def test_synthetic_rows_pass_ingest_and_never_reuse_a_private_card_id(tmp_path, 
     raw.mkdir()
     for day, frame in table.groupby(table["tap_on_time"].dt.date.astype(str)):
         result = ingest_file(_write(frame, raw / f"trips_{day}.parquet"), network)
-        assert len(result.rejected) == 0, result.rejected["reason"].value_counts()
-        assert len(result.accepted) == len(frame)
+        assert len(result.accepted) == 0 and len(result.rejected) == len(frame)
+        assert set(result.rejected["reason"]) == {"card_id is in the range reserved for synthetic cards"}
+        assert len(ingest_file(_write(frame.assign(card_id=frame["card_id"] - gen._ID_LOW + 1),
+                                      raw / f"trips_{day}.parquet"), network).rejected) == 0  # all else valid
     private_ids = set(np.concatenate([f["card_id"].to_numpy() for f in private.values()]))
     assert not private_ids & set(table["card_id"])
+    assert (table["card_id"] >= SYNTHETIC_ID_LOW).all() and (table["card_id"] < MAX_ID).all()
 
 
 def _write(frame: pd.DataFrame, path: Path) -> Path:

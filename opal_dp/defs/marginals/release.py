@@ -15,6 +15,7 @@ from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, column_schema,
 from opal_dp.defs.shared.partitions import date_and_mode, date_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.defs.shared.versions import raw_input_versions
 from opal_dp.defs.trips.private_stages import OVER_BOUND
 from opal_dp.prep.binning import location_labels
 from opal_dp.prep.binning import split_by_mode
@@ -102,9 +103,11 @@ def release_marginals(
     labels = frozenset(location_labels(stops))
     try:  # trip_partitions holds exactly this run's partitions, loaded one at a time
         ledger = privacy_budget.ledger(storage)
+        versions = raw_input_versions(storage, privacy_budget, {key.split("|")[0] for key in trip_partitions},
+                                      plan.unit, plan.period)
         released_by_key = release_partitions(
             trip_partitions, plan, ledger, storage.private_dir, context.run.run_id,
-            privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw,
+            privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw, versions,
         )
     except LedgerError as err:
         raise dg.Failure(description=str(err)) from err

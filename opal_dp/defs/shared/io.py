@@ -95,7 +95,7 @@ class PartitionedParquetIOManager(dg.IOManager):
         key = context.asset_key.path
         if not context.has_asset_partitions:
             return pd.read_parquet(self.store.path(key, None))
-        return PartitionFrames({str(k): self.store.path(key, str(k)) for k in context.asset_partition_keys})
+        return PartitionFrames({k: self.store.path(key, k) for k in sorted(map(str, context.asset_partition_keys))})
 
 
 @dg.io_manager(required_resource_keys={"storage"},

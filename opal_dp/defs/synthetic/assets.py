@@ -18,6 +18,7 @@ from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import LEDGER_POOL, column_schema, labels
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.defs.shared.versions import raw_input_versions
 from opal_dp.defs.trips.private_stages import CARD_DAYS
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.bounding import keep_mask, select_card_days
@@ -68,7 +69,8 @@ def synthetic_release(
         truths[day] = sq.true_histograms(trips.loc[keep], date.fromisoformat(day), plan.domain)
     ledger = privacy_budget.ledger(storage)
     released = sq.release_queries(truths, plan, ledger, storage.private_dir, context.run.run_id,
-                                  privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw)
+                                  privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw,
+                                  input_versions=raw_input_versions(storage, privacy_budget, days, plan.unit, days))
     spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
     manifest = {"draws": [d.id for d in released.draws], "sigma": dict(released.sigma),
                 "district_names": list(released.district_names), "max_trips": released.max_trips,
@@ -151,7 +153,7 @@ def synthetic_published(privacy_budget: PrivacyBudget, storage: OpalStorage) -> 
 def synthetic_report(
     ingested_trips: PartitionFrames, privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
 ) -> dg.Output[pd.DataFrame]:
-    """Score the synthetic trips of the dates they cover (``release.synthetic_score.evaluate``)."""
+    """Score the synthetic trips of the dates they cover (``reports.synthetic_score.evaluate``)."""
     synthetic = pd.read_parquet(synthetic_dir(storage) / "staged" / PARQUET)
     dates = sorted(set(synthetic["tap_on_time"].dt.date.astype(str)) & set(ingested_trips))
     rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from opal_dp.core import HistogramMechanism, PrivacyLedger
+from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger import Charge, Draw, LedgerError, Request
 from opal_dp.release.charged import Pending, Serve, release_charged, serve_each
 from opal_dp.release.marginals import public_domain as pd_design
@@ -81,20 +82,25 @@ def release_partitions(
     run_id: str,
     fingerprint_key: bytes,
     fresh: bool = False,
+    input_versions: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, ReleasedMarginal]]:
     """Release every marginal of ``plan`` over ``partitions`` ({"YYYY-MM-DD|mode": bounded trips}); see the
-    module docstring. ``root`` is the storage root the ledger's ``release_ref``s are relative to."""
+    module docstring. ``root`` is the storage root the ledger's ``release_ref``s are relative to.
+    ``input_versions``: date -> input version of its scope (``core.input_version``); without it (callers with
+    no raw files) a stand-in per scope of the batch (``core.input_version.stand_ins``)."""
     names = list(plan.mechanisms)
     truths = {key: histograms(partitions[key], [BY_NAME[name] for name in names]) for key in partitions}
     bounds = plan.bounds_json()
     requests = []
-    for key, hists in truths.items():
+    prints = {key: fingerprint(hists, fingerprint_key) for key, hists in truths.items()}
+    versions = ({key: input_versions[key.split("|")[0]] for key in truths} if input_versions is not None else
+                stand_ins({key: plan.scope(*key.split("|")) for key in truths}, prints))
+    for key in truths:
         day, mode = key.split("|")
-        prints = fingerprint(hists, fingerprint_key)
         for name in names:
             mech = plan.mechanisms[name]
             requests.append(Request(plan.unit.value, plan.scope(day, mode), key, day, name, plan.relation.value,
-                                    mech.cost(), mechanism_id(mech), bounds, prints))
+                                    mech.cost(), mechanism_id(mech), bounds, prints[key], versions[key]))
     if plan.design.consistent:
         serve = _serve_taps(partitions, plan)
     else:

@@ -41,6 +41,8 @@ import pandas as pd
 
 from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.bits import BitSource, SecureBits
+from opal_dp.core.gaussian_threshold import sigma_for
+from opal_dp.core.noise import laplace_scale
 from opal_dp.core.sensitivity import Sensitivity
 from opal_dp.core.sparse_noise import GaussianNoise, LaplaceNoise, ThresholdNoise, tail_probability
 from opal_dp.network import MODES
@@ -162,12 +164,12 @@ def calibrate(
     parameters, variances = {}, {}
     for table, value in budget.items():
         if mechanism.pure:
-            scale = sens.l1 / value
+            scale = laplace_scale(sens.l1, value)  # rounded up, as sigma below
             laws[table] = LaplaceNoise(scale, bits)
             q = math.exp(-1 / scale)
             parameters[table], variances[table] = scale, 2 * q / (1 - q) ** 2
         else:
-            sigma = math.sqrt(sens.l2_squared / (2 * value))
+            sigma = sigma_for(value, sens.l2_squared)
             laws[table] = GaussianNoise(sigma, bits)
             parameters[table], variances[table] = sigma, sigma**2  # the variance is at most sigma²
     return DesignNoise(mechanism, sens, dict(budget), laws, parameters, variances)

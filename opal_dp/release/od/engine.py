@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.core import PrivacyCost, PrivacyLedger, PrivacyUnit
+from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.core.prefix_tree import NoisyTree, Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.parallel import map_calls
@@ -85,16 +86,21 @@ def fingerprint(sequences: np.ndarray, key: bytes) -> str:
 
 
 def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: PrivacyLedger, root: Path, run_id: str,
-                    fingerprint_key: bytes, fresh: bool = False) -> Iterator[tuple[str, OdDraw]]:
+                    fingerprint_key: bytes, fresh: bool = False,
+                    input_versions: Mapping[str, str] | None = None) -> Iterator[tuple[str, OdDraw]]:
     """The noisy tree of each date's stored card-day sequences (``{date: path}``), charged first (module docstring).
 
     Every date is asked of the ledger before any noise is drawn; the fingerprints and the trees are computed a
     date per worker process (``opal_dp.parallel``), which reads its sequences and stores its tree itself. Yields
-    ``(date, OdDraw)`` in the given order, one tree in memory at a time."""
+    ``(date, OdDraw)`` in the given order, one tree in memory at a time. ``input_versions`` as in
+    ``release.marginals.engine.release_partitions``."""
     days = list(sequences)
-    prints = map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days])
+    prints = list(map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days]))
+    versions = (input_versions if input_versions is not None else
+                stand_ins({day: plan.scope(day) for day in days}, dict(zip(days, prints))))
     requests = [Request(plan.ledger_unit.value, plan.scope(day), day, day, plan.marginal(day), "add_remove",
-                        plan.cost(), plan.mechanism(), plan.bounds(), print_) for day, print_ in zip(days, prints)]
+                        plan.cost(), plan.mechanism(), plan.bounds(), print_, versions[day])
+                for day, print_ in zip(days, prints)]
 
     def serve(pending: Sequence[Pending]) -> list[Path]:
         """Build every tree not yet stored, a date per worker (each stores its own), and hand back the paths."""

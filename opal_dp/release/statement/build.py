@@ -25,6 +25,7 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.core import discrete_gaussian as gaussian_tail
 from opal_dp.core import sbh as laplace_tail
 from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
+from opal_dp.release.statement.person import person_section
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.options import Design
@@ -56,6 +57,7 @@ class LedgerEvidence:
     cap_history: Sequence[Cap]  # of the release's unit
     other_units: Mapping[str, Sequence[str]]  # other unit -> dates of this release it also drew on
     resets: Sequence[Mapping]
+    person: Mapping | None = None  # ``release.statement.person.person_section``
 
 
 def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int]) -> LedgerEvidence:
@@ -81,6 +83,7 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int])
         cap_history=ledger.cap_history(unit),
         other_units={u: sorted(d) for u, d in other.items()},
         resets=ledger.resets(),
+        person=person_section(ledger, dates, charges.values()),
     )
 
 
@@ -123,6 +126,7 @@ def privacy_statement(
     cap = evidence.cap_history[-1]
     return {
         "schema_version": SCHEMA_VERSION,
+        "person": evidence.person,
         "release": {"id": release_id, "created_at": created_at},
         "noise_seeded": seeded,
         "design": design,

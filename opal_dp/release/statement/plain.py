@@ -17,21 +17,16 @@ def synthetic_sample(statement: Mapping) -> bool:
 
 
 def plain_guarantee(statement: Mapping) -> str:
-    """The guarantee in one plain sentence: the person-level total when the statement has a ``person`` section
-    (its ``sentence``, or its figures), else what one privacy unit gets per scope."""
-    person = statement.get("person")
-    if isinstance(person, Mapping):
-        if isinstance(person.get("sentence"), str) and person["sentence"].strip():
-            return person["sentence"].strip()
-        if all(isinstance(person.get(k), (int, float)) for k in ("epsilon", "delta")):
-            days = person.get("window_days", 365)
-            added = person.get("this_release")
-            tail = (f"; this release adds at most (epsilon = {added['epsilon']:.4g}, delta = {added['delta']:.3g})"
-                    if isinstance(added, Mapping) and all(isinstance(added.get(k), (int, float))
-                                                          for k in ("epsilon", "delta")) else "")
-            return (f"Over any {days} days, one person's total privacy loss across every file published is at most "
-                    f"(epsilon = {person['epsilon']:.4g}, delta = {person['delta']:.3g}){tail}.")
+    """The guarantee in plain words, first: the person-level sentence of the ``person`` section (built from the
+    ledger, ``release.statement.person``); for a release without a person-level bound (trip unit) followed by
+    what one trip gets; a statement without that section (older releases) says what one privacy unit gets."""
     unit, g = statement["privacy_unit"], statement["guarantee"]
-    return (f"Whatever else anyone knows, these files reveal almost nothing about {unit['protects']}: adding, removing "
-            f"or changing it multiplies the chance of any published result by at most e^epsilon, except with "
-            f"probability delta, where epsilon = {g['epsilon']:.4g} and delta = {g['delta']:.3g} per {g['per']}.")
+    per_unit = (f"Whatever else anyone knows, these files reveal almost nothing about {unit['protects']}: adding, "
+                f"removing or changing it multiplies the chance of any published result by at most e^epsilon, except "
+                f"with probability delta, where epsilon = {g['epsilon']:.4g} and delta = {g['delta']:.3g} per "
+                f"{g['per']}.")
+    person = statement.get("person")
+    if isinstance(person, Mapping) and isinstance(person.get("sentence"), str) and person["sentence"].strip():
+        sentence = person["sentence"].strip()
+        return sentence if person.get("bounded", True) else f"{sentence} {per_unit}"
+    return per_unit

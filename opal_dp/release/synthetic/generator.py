@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from opal_dp.network import MODES
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.ingest import MAX_DURATION, RAW_COLUMNS
+from opal_dp.prep.raw_columns import SYNTHETIC_ID_LOW
 from opal_dp.release.synthetic.archetypes import POSTCODES_PER_DISTRICT
 from opal_dp.release.synthetic.queries import COUNT, SyntheticRelease
 
@@ -39,7 +40,7 @@ THRESHOLD_SIGMAS = 2.0
 SPEED_KMH = {"bus": 18.0, "ferry": 22.0, "light_rail": 15.0, "train": 45.0}
 BOARD_MIN = {"bus": 3.0, "ferry": 6.0, "light_rail": 2.0, "train": 4.0}
 PARQUET, CSV = "synthetic_trips.parquet", "synthetic_trips.csv"
-_ID_LOW = 1 << 61  # synthetic ids in [2**61, 2**62): below ingest's MAX_ID
+_ID_LOW = SYNTHETIC_ID_LOW  # synthetic ids in [2**61, 2**62): a range ingest rejects, so never a real card's
 DAY_S = 86_400
 
 

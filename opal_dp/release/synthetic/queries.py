@@ -43,6 +43,7 @@ from opal_dp.core import ContributionBounds, PrivacyLedger, PrivacyUnit, Relatio
 from opal_dp.core.accounting import PrivacyCost, zcdp_rho_for
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.gaussian_threshold import sigma_for
+from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
@@ -178,7 +179,7 @@ class SyntheticRelease:
     noisy: Mapping[str, Mapping[str, pd.DataFrame]]  # date -> query -> cells + ``count``
     max_trips: int
     sigma: Mapping[str, float]  # public: the noise scale of each query
-    district_names: tuple[str, ...]  # public: ``release.archetypes.Districts.names``
+    district_names: tuple[str, ...]  # public: ``release.synthetic.archetypes.Districts.names``
     draws: tuple[Draw, ...] = ()
     charges: tuple[Charge, ...] = ()
 
@@ -213,20 +214,23 @@ def release_queries(
     run_id: str,
     fingerprint_key: bytes,
     fresh: bool = False,
+    input_versions: Mapping[str, str] | None = None,
 ) -> SyntheticRelease:
     """Charge, draw and store the queries over ``truths`` ({date: {query: counts}}) under the protocol every
-    product shares (``release.charged``): every (date, query) is charged before any noise is drawn."""
+    product shares (``release.charged``): every (date, query) is charged before any noise is drawn.
+    ``input_versions`` as in ``release.marginals.engine.release_partitions``."""
     outside = sorted(set(truths) - set(plan.period))
     if outside:
         raise ValueError(f"dates {outside} are outside the synthetic period {plan.scope}")
     requests = []
+    prints = {day: fingerprint(truths[day], fingerprint_key) for day in truths}
+    versions = input_versions if input_versions is not None else stand_ins({d: plan.scope for d in truths}, prints)
     for day in sorted(truths):
-        prints = fingerprint(truths[day], fingerprint_key)
         for query in QUERIES:
             requests.append(Request(plan.unit.value, plan.scope, day, day, MARGINAL_PREFIX + query,
                                     plan.relation.value, plan.cost(query), json.dumps(plan.describe(query),
                                                                                       sort_keys=True),
-                                    plan.bounds_json(), prints))
+                                    plan.bounds_json(), prints[day], versions[day]))
     noisy: dict[str, dict[str, pd.DataFrame]] = {day: {} for day in truths}
     serve = serve_each(lambda r: draw(truths[r.part][_query(r)], plan, _query(r)))
     served = release_charged(requests, serve, ledger, root, run_id, fresh)

@@ -1,0 +1,63 @@
+"""Input versions: which raw data a ledger charge was drawn from, as a public string.
+
+A raw file's version is the keyed HMAC-SHA256 of its bytes (the deployment's fingerprint key, domain
+separated): equal bytes, equal versions; any change, even one byte, a new version; without the key the
+version says nothing about the content. A charge's input version combines the versions of the raw files of
+every date its scope covers (a date for ``trip`` and ``card_day``, the whole period for ``card_period``),
+so all parts of one scope histogram carry one version, and a raw file replaced between two parts makes the
+second part a new charge (``core.ledger``). What a reader can infer from two releases is whether a raw
+file was replaced between them (an operator's public act), never whether the counts changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
+
+_DOMAIN = b"opal_dp/raw-file-version/v1\0"
+_CHUNK = 1 << 20
+
+
+def file_version(path: Path, key: bytes) -> str:
+    """Keyed HMAC-SHA256 of the file's bytes (read in chunks)."""
+    digest = hmac.new(key, _DOMAIN, hashlib.sha256)
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def combined(versions: Mapping[str, str], dates: Iterable[str]) -> str:
+    """One version for the raw files of ``dates`` (``versions``: date -> file version); a missing date is an error."""
+    days = sorted(set(dates))
+    missing = [d for d in days if d not in versions]
+    if missing:
+        raise ValueError(f"no raw file version for service dates {missing}")
+    text = "\n".join(f"{d}={versions[d]}" for d in days)
+    return "raw:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def input_versions(raw: Mapping[str, Path], dates: Collection[str], key: bytes,
+                   period: Collection[str] = ()) -> dict[str, str]:
+    """For each of ``dates``, the input version of the ledger scope it is released in: the version of its own raw
+    file (``raw``: date -> raw file), or with a ``period`` (card_period) the combined version of every date of
+    the period."""
+    scope_dates = set(period) | set(dates) if period else set(dates)
+    versions = {d: file_version(raw[d], key) for d in sorted(scope_dates) if d in raw}
+    if period:
+        whole = combined(versions, period)
+        return {d: whole for d in dates}
+    return {d: combined(versions, [d]) for d in dates}
+
+
+def stand_ins(scopes: Mapping[str, str], prints: Mapping[str, str]) -> dict[str, str]:
+    """For callers without raw files (tests, tools): each part's stand-in version, one per scope of the batch
+    (``scopes``: part -> scope; ``prints``: part -> fingerprint): the hash of the scope's parts' fingerprints.
+    Equal batches reuse; anything else is a new charge (never a join across inputs)."""
+    by_scope: dict[str, list[str]] = {}
+    for part, scope in scopes.items():
+        by_scope.setdefault(scope, []).append(f"{part}={prints[part]}")
+    whole = {s: "batch:" + hashlib.sha256("\n".join(sorted(v)).encode()).hexdigest() for s, v in by_scope.items()}
+    return {part: whole[scope] for part, scope in scopes.items()}

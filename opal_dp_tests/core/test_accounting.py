@@ -1,0 +1,103 @@
+"""The accountant: mixed pure-epsilon, (epsilon, delta) and zCDP pieces compose tightly, and never below what
+an independent exact computation of ``dp-accounting`` certifies as the loss of mechanisms with those costs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from opal_dp.core import accounting
+from opal_dp.core.accounting import PrivacyCost, compose, within, zcdp_epsilon
+
+dp_event = pytest.importorskip("dp_accounting.dp_event")
+from dp_accounting.pld import privacy_loss_distribution as pld  # noqa: E402
+from dp_accounting.rdp import rdp_privacy_accountant as rdp  # noqa: E402
+
+TREE = PrivacyCost.approx_dp(1.0, 0.0)  # one OD prefix tree: pure epsilon
+GAUSS = [PrivacyCost.zcdp(0.12390919568099434, 6.25e-08)] * 4 + [PrivacyCost.zcdp(0.2478183913619887, 6.25e-08)] * 2
+SBH = [PrivacyCost.approx_dp(e, 1 / 8e6) for e in (1, 1, 1, 1, 2, 2)]
+PERIOD = GAUSS + [TREE] * 14  # a 14-day card_period: six Gaussian marginals and 14 OD trees
+
+
+def lower_bound(pure: list[float], rhos: list[float], delta: float) -> float:
+    """The exact epsilon, at ``delta``, of mechanisms that have exactly these costs: binary randomized response
+    for each pure epsilon, a Gaussian of sigma 1/sqrt(2 rho) for each rho (rho-zCDP, no better). Optimistic
+    PLDs, so this is below the true value: no valid accountant may certify less."""
+    pieces = [pld.from_randomized_response(2 / (1 + math.exp(eps)), 2, pessimistic_estimate=False,
+                                           value_discretization_interval=1e-3) for eps in pure]
+    pieces += [pld.from_gaussian_mechanism(1 / math.sqrt(2 * rho), pessimistic_estimate=False,
+                                           value_discretization_interval=1e-3) for rho in rhos]
+    composed = pieces[0]
+    for piece in pieces[1:]:
+        composed = composed.compose(piece)
+    return composed.get_epsilon_for_delta(delta)
+
+
+def test_a_fortnight_of_trees_and_gaussian_marginals_composes_below_plain_addition() -> None:
+    old = zcdp_epsilon(sum(c.rho for c in GAUSS) + 14 * 0.5, 7.5e-7 - 6 * 6.25e-8)  # trees as eps**2/2
+    spent = compose(PERIOD, 7.5e-7)
+    assert old == pytest.approx(28.55, abs=0.01)
+    assert spent.epsilon < 22.0 - 1  # below plain addition 8 + 14, not only below 28.55
+    assert spent.delta == 7.5e-7 and spent.rho == pytest.approx(0.9913, abs=1e-4)
+    assert spent.epsilon >= lower_bound([1.0] * 14, [c.rho for c in GAUSS], 7.5e-7 - 6 * 6.25e-8)
+
+
+def test_the_rdp_route_matches_dp_accounting_fed_directly() -> None:
+    acc = rdp.RdpAccountant(neighboring_relation=rdp.NeighborRel.REPLACE_ONE)
+    acc.compose(dp_event.RandomizedResponseDpEvent(2 / (1 + math.e), 2), 14)
+    acc.compose(dp_event.ZCDpEvent(sum(c.rho for c in GAUSS)))
+    assert compose(PERIOD, 7.5e-7).epsilon == pytest.approx(acc.get_epsilon(7.5e-7 - 6 * 6.25e-8), rel=1e-12)
+
+
+@pytest.mark.parametrize("costs, delta", [
+    ([TREE] * 30, 1e-6),
+    (SBH * 3, 1e-5),
+    (SBH * 2 + [TREE] * 5 + GAUSS, 1e-5),
+    ([PrivacyCost.zcdp(0.05, 0.0)] * 20 + [PrivacyCost.approx_dp(0.5, 0.0)] * 10, 1e-6),
+])
+def test_never_below_the_exact_loss_and_never_above_basic_composition(costs, delta) -> None:
+    spent = compose(costs, delta)
+    pure = [c.epsilon for c in costs if c.measure == "approx_dp"]
+    rhos = [c.rho for c in costs if c.measure == "zcdp"]
+    events = math.fsum(c.delta for c in costs)
+    kept = math.prod(1 - c.delta for c in costs)  # outside the pieces' own delta events, exactly
+    assert spent.epsilon >= lower_bound(pure, rhos, (delta - (1 - kept)) / kept)
+    if rhos:
+        basic = math.fsum(pure) + zcdp_epsilon(math.fsum(rhos), delta - events)
+    else:
+        basic = math.fsum(pure)
+    assert spent.epsilon <= basic and spent.delta <= delta
+
+
+def test_all_approx_without_a_target_is_basic_composition() -> None:
+    assert compose(SBH) == accounting.Guarantee(8.0, 6 / 8e6, None, "basic composition")
+    with pytest.raises(ValueError, match="delta_target"):
+        compose(GAUSS)
+
+
+def test_within_takes_the_cheap_route_first_and_the_tight_one_when_needed() -> None:
+    assert within(SBH, 8.0, 6 / 8e6)
+    assert not within(SBH, 7.99, 1.0e-6)
+    assert within(PERIOD, 21.0, 7.5e-7) and not within(PERIOD, 20.0, 7.5e-7)
+
+
+@pytest.mark.parametrize("bug", ["drops a piece", "under-converts the trees"])
+def test_a_planted_accountant_bug_is_caught_by_the_lower_bound(monkeypatch, bug) -> None:
+    """The planted bugs make the accountant certify less than mechanisms with these costs can lose."""
+    costs = [TREE] * 14 + [PrivacyCost.zcdp(1.0, 0.0)]
+    real = accounting._compose
+    real.cache_clear()
+    if bug == "drops a piece":
+        monkeypatch.setattr(accounting, "_compose", lambda pieces, delta: real(pieces[:-1], delta))
+    else:
+        monkeypatch.setattr(accounting, "_flip", lambda eps: 2 / (1 + math.exp(eps / 2)))
+    try:
+        assert compose(costs, 1e-6).epsilon < lower_bound([1.0] * 14, [1.0], 1e-6)
+    finally:
+        real.cache_clear()
+
+
+def test_a_huge_epsilon_drops_the_routes_that_overflow_and_keeps_basic_composition() -> None:
+    spent = compose([PrivacyCost.approx_dp(800.0, 0.0), PrivacyCost.zcdp(0.1, 0.0)], 1e-6)
+    assert spent.epsilon == 800.0 + zcdp_epsilon(0.1, 1e-6) and spent.composition.startswith("basic")

@@ -1,0 +1,45 @@
+"""Input versions: keyed, byte-exact, one per ledger scope."""
+
+from __future__ import annotations
+
+import pytest
+
+from opal_dp.core.input_version import combined, file_version, input_versions, stand_ins
+
+KEY = b"k" * 32
+
+
+@pytest.fixture
+def raw(tmp_path):
+    files = {}
+    for day in ("2016-07-25", "2016-07-26", "2016-07-27"):
+        files[day] = tmp_path / f"trips_{day}.csv"
+        files[day].write_bytes(f"card_id,mode\n1,bus\n{day}\n".encode())
+    return files
+
+
+def test_a_file_version_is_keyed_and_changes_with_any_byte(raw) -> None:
+    path = raw["2016-07-25"]
+    before = file_version(path, KEY)
+    assert before == file_version(path, KEY) != file_version(path, b"x" * 32)
+    path.write_bytes(path.read_bytes().replace(b"1,bus", b"2,bus"))
+    assert file_version(path, KEY) != before
+    assert path.read_bytes().decode() not in before
+
+
+def test_a_date_scope_has_its_own_version_and_a_period_one_for_all_its_dates(raw) -> None:
+    days = ["2016-07-25", "2016-07-26"]
+    per_day = input_versions(raw, days, KEY)
+    assert per_day["2016-07-25"] != per_day["2016-07-26"]
+    period = input_versions(raw, days, KEY, period=list(raw))
+    assert len(set(period.values())) == 1 and set(period) == set(days)
+    raw["2016-07-27"].write_bytes(b"replaced")  # a date of the period not in this run: still a new version
+    assert input_versions(raw, days, KEY, period=list(raw)) != period
+    assert input_versions(raw, days, KEY) == per_day
+    with pytest.raises(ValueError, match="no raw file version"):
+        combined({}, ["2016-07-25"])
+
+
+def test_stand_ins_give_one_version_per_scope_of_a_batch() -> None:
+    versions = stand_ins({"d1|bus": "d1", "d1|train": "d1", "d2|bus": "d2"}, {"d1|bus": "a", "d1|train": "b", "d2|bus": "c"})
+    assert versions["d1|bus"] == versions["d1|train"] != versions["d2|bus"]

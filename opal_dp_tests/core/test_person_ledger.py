@@ -1,0 +1,150 @@
+"""The person account of the ledger: every card-level charge of every product counts against one person's cap
+over any horizon window; charges are tied to the input version of their raw files; schema 2 migrates."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import pytest
+
+from opal_dp.core.accounting import PrivacyCost, compose
+from opal_dp.core.ledger import (
+    UNVERSIONED,
+    BudgetExceeded,
+    LedgerError,
+    PersonBudgetExceeded,
+    PrivacyLedger,
+)
+from opal_dp.core.ledger_backends import open_backend
+from opal_dp_tests.core.test_ledger import CAPS, begin, release, request, where  # noqa: F401  (fixture)
+
+TREE = PrivacyCost.approx_dp(1.0, 0.0)
+WIDE = {"trip": (100.0, 1e-3), "card_day": (100.0, 1e-3), "card_period": (100.0, 1e-3)}
+
+
+def day(n: int) -> str:
+    return (date(2016, 7, 25) + timedelta(days=n)).isoformat()
+
+
+def tree(n: int, **kw):
+    """The OD tree of date ``n`` (card_day scope), as ``release.od.engine`` asks for it."""
+    return request("od", unit="card_day", day=day(n), mode="all", cost=TREE, **kw)
+
+
+def period(first: int, last: int, marginal: str = "synthetic:od", n: int | None = None, **kw):
+    return request(marginal, unit="card_period", day=day(first if n is None else n),
+                   scope=f"{day(first)}..{day(last)}", **kw)
+
+
+def test_reviewer_scenario_a_replaced_raw_file_makes_a_new_charge(where) -> None:
+    """card_day: bus drawn under C1 from raw version A; the raw file is replaced (version B); train must not join
+    C1 for free: it is a new charge, and the date pays twice."""
+    ledger = PrivacyLedger(where(), CAPS)
+    (bus,) = release(ledger, request(unit="card_day", mode="bus", input_version="raw-A"))
+    (train,) = release(ledger, request(unit="card_day", mode="train", input_version="raw-B", fingerprint="other"),
+                       run_id="run-2")
+    assert (bus.kind, train.kind) == ("charge", "charge") and train.charge.id != bus.charge.id
+    assert ledger.spend("card_day", day(0)).epsilon == 2.0
+    assert [c.input_version for c in ledger.charges()] == ["raw-A", "raw-B"]
+    (same,) = release(ledger, request(unit="card_day", mode="ferry", input_version="raw-B"), run_id="run-3")
+    assert same.kind == "join" and same.charge.id == train.charge.id
+
+
+def test_every_card_level_charge_of_every_product_is_on_the_person_account(where) -> None:
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(50.0, 1e-5))
+    release(ledger, *[tree(n) for n in range(14)])  # OD trees
+    release(ledger, *[request(m, unit="card_day", day=day(3)) for m in ("tap_on_time", "tap_on_loc")])  # marginals
+    release(ledger, period(0, 13, cost=PrivacyCost.zcdp(0.5, 0.0)))  # synthetic, card_period
+    release(ledger, request(unit="trip", day=day(5)))  # trip: outside the account
+    spend = ledger.person_spend(day(0), day(13))
+    card_level = [c for c in ledger.charges() if c.unit != "trip"]
+    assert sorted(c.id for c in spend.charges) == sorted(c.id for c in card_level)
+    assert spend.guarantee == compose([c.cost for c in card_level], delta_target=1e-5)
+    assert spend.cap.horizon_days == 365 and (spend.cap.epsilon, spend.cap.delta) == (50.0, 1e-5)
+    assert [c.unit for c in ledger.trip_charges(day(0), day(13))] == ["trip"]
+    assert ledger.trip_charges(day(6), day(20)) == []
+    assert ledger.person_window([day(2), day(9)]) == spend
+
+
+def test_a_charge_past_the_person_cap_is_refused_before_any_noise_naming_the_window(where) -> None:
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(5.0, 1e-6))
+    release(ledger, *[tree(n) for n in range(5)])
+    before = (ledger.charges(), ledger.draws())
+    with pytest.raises(PersonBudgetExceeded) as info:  # one batch: the fitting request is not recorded either
+        begin(ledger, request("tap_on_time", unit="card_day", day=day(40), cost=PrivacyCost.approx_dp(0.5, 0.0)),
+              tree(6), run_id="run-2")
+    assert (ledger.charges(), ledger.draws()) == before
+    message = str(info.value)
+    assert info.value.window[0] <= day(0) and info.value.window[1] >= day(6)
+    for needle in (f"365-day window {info.value.window[0]}..{info.value.window[1]}", "(5.0, 0.0)",
+                   "person cap (5.0, 1e-06)", "raise-cap --person", "Nothing was drawn"):
+        assert needle in message
+    assert isinstance(info.value, BudgetExceeded) and info.value.spent.epsilon == 5.0
+
+
+def test_windows_slide_over_the_horizon(where) -> None:
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(3.0, 1e-6), horizon_days=30)
+    release(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    with pytest.raises(PersonBudgetExceeded):  # day 29 shares the window day 0..29
+        begin(ledger, request(unit="card_day", day=day(29), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    release(ledger, request(unit="card_day", day=day(30), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    assert ledger.person_spend(day(0), day(30)).guarantee.epsilon == 2.0
+
+
+def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
+    """A second period is composed with the first wherever one window touches both; a period charge reaches
+    every window that touches any of its dates."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(3.0, 1e-6), horizon_days=30)
+    release(ledger, period(0, 13, cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    with pytest.raises(PersonBudgetExceeded):  # window 13..42 holds the period's last date
+        begin(ledger, period(42, 55, cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    release(ledger, period(43, 56, cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    assert [(c.first_date, c.last_date) for c in ledger.charges()] == [(day(0), day(13)), (day(43), day(56))]
+
+
+def test_the_person_cap_is_ledger_state_raised_only_by_a_recorded_command(where) -> None:
+    location = where()
+    ledger = PrivacyLedger(location, WIDE, person_cap=(2.0, 1e-6))
+    assert PrivacyLedger(location, WIDE, person_cap=(99.0, 1e-3)).person_cap().epsilon == 2.0  # ignored
+    release(ledger, tree(0), tree(1))
+    with pytest.raises(PersonBudgetExceeded):
+        begin(ledger, tree(2))
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_person_cap(1.0, 1e-6, "lower")
+    raised = ledger.raise_person_cap(3.0, 1e-6, "board decision 12")
+    assert (raised.action, raised.reason, raised.horizon_days) == ("raise", "board decision 12", 365)
+    assert [c.action for c in ledger.person_cap_history()] == ["create", "raise"]
+    assert begin(ledger, tree(2))[0].kind == "charge"
+
+
+def test_a_schema_2_ledger_is_migrated_and_its_charges_join_the_person_account(where) -> None:
+    location = where()
+    ledger = PrivacyLedger(location, WIDE)
+    release(ledger, tree(0), period(0, 13))
+    _make_schema_2(location)
+    migrated = PrivacyLedger(location, WIDE, person_cap=(30.0, 1e-6))
+    assert [(c.first_date, c.last_date, c.input_version) for c in migrated.charges()] == [
+        (day(0), day(0), UNVERSIONED), (day(0), day(13), UNVERSIONED)]
+    assert "migration from schema 2" in migrated.person_cap().reason
+    assert len(migrated.person_spend(day(0), day(0)).charges) == 2
+    assert begin(migrated, tree(0))[0].kind == "charge"  # no version: never reused, never joined
+    assert PrivacyLedger(location, WIDE).person_cap().epsilon == 30.0  # migrated once
+
+
+def _make_schema_2(location: str) -> None:
+    """Turn a fresh ledger into what schema 2 was: charges without dates or versions, no person caps."""
+    old_columns = "id, unit, scope, marginal, relation, measure, epsilon, rho, delta, mechanism, bounds, run_id, created_at"
+    if str(location).startswith("postgresql"):
+        statements = ("DROP INDEX charges_dates", "ALTER TABLE charges DROP COLUMN first_date, DROP COLUMN last_date, "
+                      "DROP COLUMN input_version", "DROP TABLE person_caps",
+                      "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    else:
+        v2 = ("CREATE TABLE v2 (id INTEGER PRIMARY KEY AUTOINCREMENT, unit TEXT, scope TEXT, marginal TEXT, relation"
+              " TEXT, measure TEXT, epsilon REAL, rho REAL, delta REAL, mechanism TEXT, bounds TEXT, run_id TEXT,"
+              " created_at TEXT)")
+        statements = (v2, f"INSERT INTO v2 SELECT {old_columns} FROM charges", "DROP TABLE charges",
+                      "ALTER TABLE v2 RENAME TO charges", "DROP TABLE person_caps", "PRAGMA user_version = 2")
+    backend = open_backend(location)
+    with backend.connect() as conn:
+        for statement in statements:
+            conn.execute(statement)
