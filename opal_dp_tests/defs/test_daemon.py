@@ -24,8 +24,8 @@ from opal_dp import settings
 from opal_dp.cli import ensure_dagster_home
 from opal_dp.permissions import make_dirs
 from opal_dp.synth.trips import generate_days
+from opal_dp_tests.browser.dagster_dev import REPO_ROOT, stop_group
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DAY = date(2016, 7, 25)
 PUBLISH_TIMEOUT_S = 420
 DAEMONS = {"SENSOR", "ASSET", "BACKFILL", "QUEUED_RUN_COORDINATOR"}
@@ -55,23 +55,6 @@ def start_daemon(home: Path, data_dir: Path, log: Path) -> subprocess.Popen:
             cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=child,
         )
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGINT to the whole group (daemon, code server, runs), then SIGKILL whatever is left."""
-    for sig, wait_s in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # code servers and runs share the group
-    except ProcessLookupError:
-        pass
 
 
 def wait_for(what: str, found, proc: subprocess.Popen, log: Path, timeout_s: float):
@@ -107,7 +90,7 @@ def test_with_the_daemon_running_a_new_raw_day_is_released_and_published_by_itse
             materialised = {key.to_user_string() for key in instance.get_asset_keys()
                             if instance.get_latest_materialization_event(key)}
         finally:
-            stop(proc)
+            stop_group(proc)  # the daemon, its code server and any run
     statement = json.loads((data_dir / "published" / pointer["release_id"] / "privacy.json").read_text())
     assert {k["date"] for k in statement["partitions"]["keys"]} == {DAY.strftime("%Y%m%d")}
     assert rows > 0 and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs), [
