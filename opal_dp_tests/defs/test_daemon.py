@@ -23,7 +23,7 @@ import pytest
 from opal_dp import settings
 from opal_dp.cli import ensure_dagster_home
 from opal_dp.permissions import make_dirs
-from opal_dp.synth.trips import generate_days
+from opal_dp.simulate.trips import generate_days
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT, stop_group
 
 DAY = date(2016, 7, 25)
