@@ -14,7 +14,7 @@ POSTGRES := /usr/share/doc/postgresql/copyright
 REDIS := /usr/bin/redis-server
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: release test cluster-test ui ui-readonly bench clean lock
+.PHONY: release test cluster-test ui ui-readonly daemon bench clean lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -69,6 +69,13 @@ ui: $(STAMP) | $(DAGSTER_HOME)
 # For people who look but must not launch or wipe anything (it still shows the internal figures: see README).
 ui-readonly: $(STAMP) | $(DAGSTER_HOME)
 	umask 077 && $(VENV)/bin/dagster-webserver -w workspace.yaml -h $(UI_HOST) --read-only
+
+# The weekly operation without the UI: the daemon alone runs sensors, automation, backfills and queued runs
+# (README "Weekly operation"; deploy/opal-dp-daemon.service runs the same as a service). Automation is on
+# (OPAL_DP_AUTOMATION=0 leaves the sensors as the UI set them). Never beside `make ui`, which runs a daemon itself.
+OPAL_DP_AUTOMATION ?= 1
+daemon: $(STAMP) | $(DAGSTER_HOME)
+	umask 077 && OPAL_DP_AUTOMATION=$(OPAL_DP_AUTOMATION) $(VENV)/bin/dagster-daemon run -w workspace.yaml
 
 # The peer libraries the benchmark runs are the `bench` extra.
 BENCH_STAMP := $(VENV)/.bench-stamp

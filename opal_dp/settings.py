@@ -43,12 +43,16 @@ def ledger_url_from_env() -> str | None:
     return os.environ.get(LEDGER_URL_ENV) or None
 
 
+def _flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value not in _FLAGS:
+        raise ValueError(f"{name} must be 1/true/yes or 0/false/no, got {value!r}")
+    return _FLAGS[value]
+
+
 def strict_permissions_from_env() -> bool:
     """``$OPAL_DP_STRICT_PERMISSIONS``: refuse to run when a private folder is readable by others (default: warn)."""
-    value = os.environ.get(STRICT_PERMISSIONS_ENV, "").strip().lower()
-    if value not in _FLAGS:
-        raise ValueError(f"{STRICT_PERMISSIONS_ENV} must be 1/true/yes or 0/false/no, got {value!r}")
-    return _FLAGS[value]
+    return _flag(STRICT_PERMISSIONS_ENV)
 
 
 def reference_dir() -> Path:
@@ -75,3 +79,38 @@ PUBLISHER_ENV = "OPAL_DP_PUBLISHER"
 CONTACT_ENV = "OPAL_DP_CONTACT"
 LICENCE_ENV = "OPAL_DP_LICENCE"
 UPDATE_FREQUENCY_ENV = "OPAL_DP_UPDATE_FREQUENCY"
+
+AUTOMATION_ENV = "OPAL_DP_AUTOMATION"
+SENSOR_INTERVAL_ENV = "OPAL_DP_SENSOR_INTERVAL"
+PUBLISH_CRON_ENV, PUBLISH_TIMEZONE_ENV = "OPAL_DP_PUBLISH_CRON", "OPAL_DP_PUBLISH_TIMEZONE"
+DEFAULT_PUBLISH_CRON = "0 6 * * 1"  # Mondays 06:00: last week's days, published once
+
+
+def automation_from_env() -> bool:
+    """``$OPAL_DP_AUTOMATION``: the three sensors of the weekly operation start switched on (default: off, until
+    switched on in the UI). A sensor switched on or off in the UI stays so: the instance remembers it."""
+    return _flag(AUTOMATION_ENV)
+
+
+def sensor_interval_from_env() -> int:
+    """``$OPAL_DP_SENSOR_INTERVAL``: seconds between two looks for new raw files and two automation evaluations
+    (default 60)."""
+    value = os.environ.get(SENSOR_INTERVAL_ENV, "").strip() or "60"
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{SENSOR_INTERVAL_ENV} must be a positive number of seconds, got {value!r}")
+    return int(value)
+
+
+def publish_schedule_from_env() -> tuple[str, str]:
+    """(cron, timezone) of the weekly roll-up: ``$OPAL_DP_PUBLISH_CRON`` (default Mondays 06:00) in
+    ``$OPAL_DP_PUBLISH_TIMEZONE`` (an IANA name, default UTC). The cron is checked where Dagster reads it."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    cron = os.environ.get(PUBLISH_CRON_ENV, "").strip() or DEFAULT_PUBLISH_CRON
+    timezone = os.environ.get(PUBLISH_TIMEZONE_ENV, "").strip() or "UTC"
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{PUBLISH_TIMEZONE_ENV} must be an IANA time zone such as 'Australia/Sydney', "
+                         f"got {timezone!r}") from None
+    return cron, timezone

@@ -100,6 +100,26 @@ def _write_handmade_day(raw_dir: Path, day: date, per_mode: int = 25) -> Path:
     return path
 
 
+def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Stop a Dagster process started with ``start_new_session=True`` (it stops cleanly on SIGINT), then SIGKILL its
+    whole process group: code servers and runs are in it, and none may outlive the test."""
+    if proc.poll() is None:
+        for sig, wait_s in ((signal.SIGINT, timeout), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 @dataclass
 class DagsterDev:
     """A ``dagster dev`` process serving ``workspace.yaml`` from the repository root."""
@@ -156,23 +176,8 @@ class DagsterDev:
 
     def stop(self, timeout: float = 30.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        for sig, wait_s in ((signal.SIGINT, timeout), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # Code servers are in the same process group; make sure none outlives the test.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if proc is not None:
+            stop_group(proc, timeout)
 
     def log_tail(self, chars: int = 6000) -> str:
         try:

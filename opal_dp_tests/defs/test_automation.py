@@ -1,5 +1,5 @@
 """Automation declared on the assets: the raw-file sensor only registers days and records file versions;
-eager conditions carry a new day to a publication, whichever path launched the first runs; the roll-up
+eager conditions carry a new day to its release, whichever path launched the first runs; the weekly roll-up
 publishes the complete partitions and lists a failed day as pending."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from opal_dp.network import MODES
 from opal_dp_tests.conftest import write_csv
 from opal_dp_tests.defs.conftest import DAYS
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+ROLLUP_ASSETS = {"privacy_ledger", "privacy_audit", "utility_report", "disclosure_risk", "published_release"}
 
 
 @pytest.fixture
@@ -115,8 +117,8 @@ def _spans(scheme, partitions: set, instance) -> list:
 
 @pytest.mark.slow
 def test_a_launch_from_the_asset_graph_with_a_deployment_epsilon_flows_to_a_publication(tmp_path):
-    """The deployment's privacy_budget (not the default) releases; automation follows with the release and
-    the publication, and privacy.json states exactly what the ledger charged."""
+    """The deployment's privacy_budget (not the default) releases; automation follows with the release, the
+    weekly roll-up publishes it, and privacy.json states exactly what the ledger charged."""
     storage = OpalStorage(data_dir=str(tmp_path))
     for day in DAYS:
         write_day(storage.raw_dir, day.isoformat(), tiny_day(day.isoformat(), trips=1_500))
@@ -133,7 +135,10 @@ def test_a_launch_from_the_asset_graph_with_a_deployment_epsilon_flows_to_a_publ
     apply_sensor_result(instance, sensor_tick(instance, storage))  # ...when the raw-file sensor sees the days
     ran = automate(definitions, instance, first.cursor)
     assert all(ok for *_, ok in ran), ran
-    assert any("published_release" in keys for keys, _, _ in ran)
+    automated = {key for keys, _, _ in ran for key in keys}
+    assert "release_draws" in automated and not automated & ROLLUP_ASSETS, ran  # the roll-up is weekly
+    rollup = definitions.resolve_job_def("rollup").execute_in_process(instance=instance)  # as weekly_rollup launches it
+    assert rollup.success
     statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
     ledger = PrivacyBudget(epsilon=epsilon).ledger(storage)
     charged = {c.marginal: json.loads(c.mechanism)["epsilon"] for c in ledger.charges() if c.unit == "trip"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,9 @@ EXPECTED_GROUPS = {
                                           "tap_on_time_loc", "tap_off_time_loc")} | {"privacy_ledger", "release_draws"},
     "synthetic": {"synthetic_release", "synthetic_trips", "synthetic_published", "synthetic_report"},
 }
+
+ON_DEMAND = {"unit_comparison", "design_comparison", "od_evaluation"}
+ROLLUP = {"privacy_ledger", "privacy_audit", "utility_report", "disclosure_risk", "published_release"}
 
 
 def specs() -> dict[str, dg.AssetSpec]:
@@ -67,7 +71,7 @@ def test_jobs_and_sensors_exist():
     d = defs()
     for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "evaluate_od", "synthetic"):
         assert d.resolve_job_def(job)
-    for sensor in ("raw_file_sensor", "opal_dp_automation"):
+    for sensor in ("raw_file_sensor", "opal_dp_automation", "weekly_rollup"):
         assert d.resolve_sensor_def(sensor)
 
 
@@ -79,8 +83,9 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
             continue
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
-        opt_in = key in {"unit_comparison", "design_comparison", "od_evaluation"} or spec.group_name == "synthetic"
-        assert spec.automation_condition is not None or opt_in, key
+        opt_in = key in ON_DEMAND or spec.group_name == "synthetic"
+        weekly = key in ROLLUP  # launched together by the weekly_rollup sensor, not by conditions
+        assert (spec.automation_condition is None) == (opt_in or weekly), key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
     assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "design_comparison",
             "privacy_ledger"} <= internal
@@ -97,3 +102,33 @@ def test_dg_check_defs_passes():
     done = subprocess.run([str(dg_cli), "check", "defs"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "All definitions loaded successfully" in done.stdout + done.stderr
+
+
+def test_the_release_is_what_make_release_builds_and_nothing_opt_in():
+    """The three jobs of the release cover every asset except the opt-in synthetic ones and the on-demand reports;
+    automation may launch only those, and the roll-up job is the weekly sensor's."""
+    d = defs()
+    graph = d.resolve_asset_graph()
+    jobs = {name: {k.to_user_string() for k in d.resolve_job_def(name).asset_layer.selected_asset_keys}
+            for name in ("private_stages", "release", "rollup")}
+    everything = {k.to_user_string() for k in graph.materializable_asset_keys}
+    assert set().union(*jobs.values()) == everything - ON_DEMAND - EXPECTED_GROUPS["synthetic"]
+    assert jobs["rollup"] == ROLLUP
+    automation = d.resolve_sensor_def("opal_dp_automation")
+    assert {k.to_user_string() for k in automation.asset_selection.resolve(graph)} <= set().union(*jobs.values())
+    assert d.resolve_sensor_def("weekly_rollup").job_name == "rollup"
+
+
+def test_one_switch_starts_the_sensors():
+    """OPAL_DP_AUTOMATION=1 in the daemon's environment turns all three sensors on; without it they are off."""
+    code = ("from opal_dp.definitions import defs; "
+            "print(sorted((s.name, s.default_status.value) for s in defs().sensors))")
+    statuses = {}
+    for switch in ("", "1"):
+        env = {**os.environ, "OPAL_DP_AUTOMATION": switch, "PYTHONPATH": str(REPO_ROOT)}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        statuses[switch] = done.stdout.strip()
+    names = ("opal_dp_automation", "raw_file_sensor", "weekly_rollup")
+    assert statuses[""] == str([(n, "STOPPED") for n in names])
+    assert statuses["1"] == str([(n, "RUNNING") for n in names])

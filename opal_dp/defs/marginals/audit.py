@@ -9,13 +9,12 @@ from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.audit.public_domain import audit_table
 from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
-from opal_dp.defs.shared.automation import ROLLUP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.release.marginals import public_domain as pd_design
 
 AUDIT_RUNS = 10**6
-@dg.asset(group_name="report", automation_condition=ROLLUP, **labels("internal"))
+@dg.asset(group_name="report", **labels("internal"))
 def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
     """10^6 releases on every neighbouring pair of the configured unit, with production noise and, for card
     units, the production contribution bounding in the path. Under the public-domain design, the measurement

@@ -9,7 +9,6 @@ import pandas as pd
 
 from opal_dp.core import PrivacyLedger
 from opal_dp.defs.marginals.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
-from opal_dp.defs.shared.automation import PUBLISH
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
@@ -134,7 +133,6 @@ def _od(trees: PartitionFrames, days: list[str], privacy_budget: PrivacyBudget, 
                 "self-contained index.html for the public, published atomically; the partitions whose releases are "
                 "complete, the others listed as pending. With the OD release on, od.csv and od-sequences.csv of the "
                 "published dates whose DP tree is complete, checked by the same gate, in the same folder.",
-    automation_condition=PUBLISH,
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)),
     pool=LEDGER_POOL,
     **labels("public", "csv"),

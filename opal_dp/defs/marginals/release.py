@@ -8,7 +8,7 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.core import LedgerError
-from opal_dp.defs.shared.automation import ROLLUP, STAGE
+from opal_dp.defs.shared.automation import STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, column_schema, labels, partition_table
@@ -218,7 +218,6 @@ def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dic
     deps=[*RELEASE_KEYS.values(), RELEASE_DRAWS],
     io_manager_key="private_parquet",
     metadata=column_schema(LedgerSummary),
-    automation_condition=ROLLUP,
     pool=LEDGER_POOL,
     **labels("internal", "sqlite"),
 )

@@ -6,7 +6,6 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.defs.marginals.release import RELEASE_KEYS, TRUE_CELLS
-from opal_dp.defs.shared.automation import ROLLUP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import column_schema, labels
@@ -33,7 +32,6 @@ PLOTTED = "tap_on_time_loc"
     ins={TRUE_CELLS: dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
     description="Internal, NOT differentially private: suppression and relative error of the release measured "
                 "against the true counts, and a plot of true vs released counts. Never published.",
-    automation_condition=ROLLUP,
     **labels("internal", "parquet"),
 )
 def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:

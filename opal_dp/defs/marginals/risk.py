@@ -3,7 +3,6 @@
 import dagster as dg
 import pandas as pd
 
-from opal_dp.defs.shared.automation import ROLLUP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
@@ -33,7 +32,6 @@ def _table(frame: pd.DataFrame) -> dg.MetadataValue:
     ins={m.name: dg.AssetIn(key=dg.AssetKey(["release", m.name])) for m in MARGINALS},
     description="Internal: the differencing (§4.1), duplicated-measurement (§2) and presence (§3) attacks of the "
                 "2017 assessment, run on the released marginals; figures as metadata only, never published.",
-    automation_condition=ROLLUP,
     **labels("internal"),
 )
 def disclosure_risk(

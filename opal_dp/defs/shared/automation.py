@@ -1,17 +1,23 @@
-"""Automation, declared on the assets: new or replaced raw days flow through to a new publication.
+"""Automation: new or replaced raw days are released as they arrive (conditions declared on the assets), and the
+release is published weekly (``weekly.weekly_rollup``).
+
+One switch, ``OPAL_DP_AUTOMATION=1`` in the environment of the daemon (``make daemon``, ``deploy/``), starts the
+three sensors (``raw_file_sensor``, ``opal_dp_automation``, ``weekly_rollup``); without it they wait to be
+switched on in the UI (Automation). The instance remembers a switch made in the UI, which then wins over the
+default. ``$OPAL_DP_SENSOR_INTERVAL`` (seconds, default 60) is how often each of them looks.
 
 - ``raw_file_sensor`` only registers service dates and records each raw file's version (a runless
   materialisation of the external asset ``raw_trip_files`` whose data version is the file's name, size and
   modification time). It launches nothing.
-- Every stage below is ``eager``: a new date (a missing partition) or a newer upstream (a replaced raw file)
-  is materialised once nothing upstream is missing or in progress. ``bounded_trips`` ignores ``card_days``
-  (read only by the card_period day cap, which checks the period is complete itself), so one new day does not
-  re-bound every other day.
-- The roll-up (ledger summary, audit, reports, publish) is eager but does not wait for missing partitions:
-  it runs after any release and publishes exactly the partitions whose releases are complete in the ledger,
-  listing the others as pending; a late day never blocks or fails it.
-- ``opal_dp_automation`` evaluates these conditions (start it in the UI: Automation); it emits backfills,
-  the same as a UI launch, so automation, the UI and ``make release`` share one plan (``jobs.RUN_PLAN``).
+- Every private stage and every release asset is ``eager``: a new date (a missing partition) or a newer upstream
+  (a replaced raw file) is materialised once nothing upstream is missing or in progress. ``bounded_trips``
+  ignores ``card_days`` (read only by the card_period day cap, which checks the period is complete itself), so
+  one new day does not re-bound every other day.
+- ``opal_dp_automation`` evaluates these conditions over ``jobs.THE_RELEASE`` only (never the opt-in synthetic
+  assets or the on-demand reports); it emits backfills, the same as a UI launch, so automation, the UI and
+  ``make release`` share one plan (``jobs.run_plan``).
+- The roll-up (ledger summary, audit, reports, publish) carries no condition: ``weekly_rollup`` launches it as
+  one ``rollup`` run once a week.
 
 Privacy parameters are deployment configuration (the ``privacy_budget`` resource), and publishing builds the
 statement from the ledger, so whatever path released a draw, the publication states what the ledger holds.
@@ -21,6 +27,8 @@ import json
 
 import dagster as dg
 
+from opal_dp import settings
+from opal_dp.defs.shared.jobs import THE_RELEASE
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.ingest import raw_files
@@ -28,12 +36,8 @@ from opal_dp.prep.ingest import raw_files
 RAW_FILES = dg.AssetKey("raw_trip_files")
 STAGE = dg.AutomationCondition.eager()
 BOUNDING = STAGE.ignore(dg.AssetSelection.assets("card_days"))
-ROLLUP = STAGE.without(next(o for o in STAGE.operands if o.get_label() is None and "any_deps_missing" in repr(o)))
-ROLLUP = ROLLUP.with_label("after any release; never waits for a late day")
-PUBLISH = ROLLUP.ignore(dg.AssetSelection.assets("od_prefix_tree"))
-"""The publication follows the marginal releases. The OD trees are built in the ``private_stages`` run that
-leads to those releases, so a new tree alone must not start a publication before the releases it joins (there
-would be nothing to publish yet); the next publication after a release carries every complete tree."""
+SENSOR_INTERVAL = settings.sensor_interval_from_env()
+SWITCH = dg.DefaultSensorStatus.RUNNING if settings.automation_from_env() else dg.DefaultSensorStatus.STOPPED
 
 raw_trip_files = dg.AssetSpec(
     RAW_FILES,
@@ -45,7 +49,7 @@ raw_trip_files = dg.AssetSpec(
 )
 
 
-@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+@dg.sensor(minimum_interval_seconds=SENSOR_INTERVAL, default_status=SWITCH)
 def raw_file_sensor(context: dg.SensorEvaluationContext, storage: OpalStorage) -> dg.SensorResult:
     """Register the service date of every new raw day file, and record every new or replaced file as a new
     version of ``raw_trip_files``; the assets' automation conditions do the rest. A replaced file re-runs the day; if its trips
@@ -67,7 +71,8 @@ def raw_file_sensor(context: dg.SensorEvaluationContext, storage: OpalStorage) -
 
 opal_dp_automation = dg.AutomationConditionSensorDefinition(
     "opal_dp_automation",
-    target=dg.AssetSelection.all() - dg.AssetSelection.assets("unit_comparison", "design_comparison"),
-    minimum_interval_seconds=60,
+    target=THE_RELEASE,
+    minimum_interval_seconds=SENSOR_INTERVAL,
+    default_status=SWITCH,
     description="Evaluates the assets' automation conditions; emits backfills, as a launch from the UI does.",
 )

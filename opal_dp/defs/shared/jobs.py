@@ -1,5 +1,10 @@
 """Jobs, one per partitioning scheme (Dagster runs one scheme per job), and the run plan every path follows.
 
+"The release" (what ``make release`` builds) is three jobs, run in this order: ``private_stages`` (per day),
+``release`` (per day and mode) and ``rollup`` (ledger, audit, reports, publish). Their union is
+``THE_RELEASE``, the selection automation may launch; the opt-in ``synthetic`` job and the on-demand internal
+reports (``compare_units``, ``compare_designs``, ``evaluate_od``) are outside it and run only when launched.
+
 A backfill of everything launched from the UI, the automation's backfills and ``make release`` make the same
 runs: one ``private_stages`` run over all the days (single-run backfill policy), one ``release`` run per mode
 over all the days (Dagster splits a date x mode range along its smaller dimension: a multi-partition range is a
@@ -14,22 +19,28 @@ from opal_dp.network import MODES
 private_stages_job = dg.define_asset_job(
     "private_stages",
     selection=dg.AssetSelection.groups("ingest", "bin", "bound", "od") - dg.AssetSelection.assets("raw_trip_files"),
-    description="Ingest, bin, bound and anonymise the trips of the selected service days; build their card-day "
-                "sequences and the DP OD prefix tree of each day (charged to the ledger).",
+    description="The release, 1 of 3 (per service day): ingest, bin, bound and anonymise the trips of the selected "
+                "service days; build their card-day sequences and the DP OD prefix tree of each day (charged to the "
+                "ledger).",
 )
 
 release_job = dg.define_asset_job(
     "release",
     selection=dg.AssetSelection.groups("partition", "release") - dg.AssetSelection.assets("privacy_ledger"),
-    description="Partition by (date, mode) and release the six DP marginals under the configured privacy unit.",
+    description="The release, 2 of 3 (per day and mode): partition by (date, mode) and release the six DP marginals "
+                "under the configured privacy unit.",
 )
 
 rollup_job = dg.define_asset_job(
     "rollup",
     selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
     - dg.AssetSelection.assets("unit_comparison", "design_comparison", "od_evaluation"),
-    description="Summarise the privacy ledger, audit, report internally and publish the complete partitions.",
+    description="The release, 3 of 3 (the weekly roll-up): summarise the privacy ledger, audit, report internally "
+                "and publish the complete partitions.",
 )
+
+THE_RELEASE = private_stages_job.selection | release_job.selection | rollup_job.selection
+"""Every asset ``make release`` builds, and nothing opt-in or on demand."""
 
 compare_units_job = dg.define_asset_job(
     "compare_units",

@@ -1,0 +1,103 @@
+"""The weekly operation end to end, with the real ``dagster-daemon`` process: automation switched on as the README
+says (``OPAL_DP_AUTOMATION=1``), a new raw day dropped into ``raw/`` is released and published with no other action.
+
+Only the intervals are shortened for the test: sensors every 2 s and a publication tick every minute instead of
+weekly (so the publication follows within a minute of the release). Runs go through the daemon's own machinery (queued run coordinator, backfills, run launcher), one process
+per run (``OPAL_DP_EXECUTOR=in_process``) so that two cores finish in a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from opal_dp import settings
+from opal_dp.cli import ensure_dagster_home
+from opal_dp.permissions import make_dirs
+from opal_dp.simulate.trips import generate_days
+from opal_dp_tests.browser.dagster_dev import REPO_ROOT, stop_group
+
+DAY = date(2016, 7, 25)
+PUBLISH_TIMEOUT_S = 420
+DAEMONS = {"SENSOR", "ASSET", "BACKFILL", "QUEUED_RUN_COORDINATOR"}
+
+
+def start_daemon(home: Path, data_dir: Path, log: Path) -> subprocess.Popen:
+    """``dagster-daemon run`` as ``make daemon`` starts it (umask 077), in its own process group."""
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        settings.DATA_DIR_ENV: str(data_dir),
+        settings.AUTOMATION_ENV: "1",
+        settings.SENSOR_INTERVAL_ENV: "2",
+        settings.PUBLISH_CRON_ENV: "* * * * *",
+        "OPAL_DP_EXECUTOR": "in_process",
+        settings.WORKERS_ENV: "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+    def child() -> None:
+        os.umask(0o077)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background pytest may hand SIGINT down ignored
+
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"],
+            cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=child,
+        )
+
+
+def wait_for(what: str, found, proc: subprocess.Popen, log: Path, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"dagster-daemon exited ({proc.returncode}) while waiting for {what}:\n"
+                                 + log.read_text(errors="replace")[-4000:])
+        value = found()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"no {what} after {timeout_s:.0f} s; daemon log:\n" + log.read_text(errors="replace")[-6000:])
+
+
+@pytest.mark.slow
+def test_with_the_daemon_running_a_new_raw_day_is_released_and_published_by_itself(tmp_path):
+    data_dir = tmp_path / "data"
+    raw = make_dirs(data_dir / "raw")
+    home = ensure_dagster_home(tmp_path / "dagster_home")
+    incoming = make_dirs(tmp_path / "incoming")
+    ((delivered, rows),) = list(generate_days([DAY], incoming, seed=11, scale=0.003))
+    log = tmp_path / "daemon.log"
+    latest = data_dir / "published" / "latest.json"
+    with dg.DagsterInstance.from_config(str(home)) as instance:  # its storage exists before the daemon starts
+        proc = start_daemon(home, data_dir, log)
+        try:
+            wait_for("daemon heartbeats", lambda: DAEMONS <= set(instance.get_daemon_heartbeats()), proc, log, 120)
+            os.replace(delivered, raw / delivered.name)  # the delivery: a whole file appears in raw/
+            pointer = wait_for("publication", lambda: latest.exists() and json.loads(latest.read_text()),
+                               proc, log, PUBLISH_TIMEOUT_S)
+            runs = instance.get_runs()
+            materialised = {key.to_user_string() for key in instance.get_asset_keys()
+                            if instance.get_latest_materialization_event(key)}
+        finally:
+            stop_group(proc)  # the daemon, its code server and any run
+    statement = json.loads((data_dir / "published" / pointer["release_id"] / "privacy.json").read_text())
+    assert {k["date"] for k in statement["partitions"]["keys"]} == {DAY.strftime("%Y%m%d")}
+    assert rows > 0 and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs), [
+        (run.job_name, run.status) for run in runs]
+    assert all(run.tags.get("dagster/sensor_name") or run.tags.get("dagster/backfill")
+               for run in runs), "every run was started by a sensor or the automation's backfills"
+    assert [run.job_name for run in runs].count("rollup") == 1, "one roll-up run: ledger, audit, reports, publish"
+    assert {"release_draws", "privacy_audit", "published_release"} <= materialised
+    assert not materialised & {"synthetic_release", "synthetic_trips", "unit_comparison", "design_comparison",
+                               "od_evaluation"}, "automation never builds opt-in or on-demand assets"
