@@ -45,7 +45,12 @@ Model.
   that lacks either (missing, replaced or emptied ledger: a budget reset) is refused unless the reset
   is acknowledged, and the acknowledgement is recorded.
 
-Protocol, per run::
+Layout: the records it holds and answers with are ``core.ledger_records``, its tables ``core.ledger_schema``, the
+person account a mixin (``core.person_account``). This module stays a little over 400 lines on purpose: every
+mutation and the checks it needs (caps, periods, person account, input versions) run here in one transaction
+under one set of locks, which is the concurrency argument.
+
+Protocol, per run (``release.charged`` is the one caller)::
 
     decisions = ledger.begin_many(requests, run_id=...)    # BEFORE drawing any noise
     for each decision: "reuse": load draw.release_ref (no noise, no charge); "resume": load
@@ -57,329 +62,53 @@ Protocol, per run::
 from __future__ import annotations
 
 import json
-import math
 import secrets
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from opal_dp.core.accounting import Guarantee, PrivacyCost, compose, within
 from opal_dp.core.ledger_backends import open_backend
+from opal_dp.core.ledger_records import (
+    BudgetExceeded,
+    CARD_UNITS,
+    Cap,
+    Charge,
+    DEFAULT_HORIZON_DAYS,
+    DEFAULT_PERSON_CAP,
+    Decision,
+    Draw,
+    InputVersionMismatch,
+    LedgerError,
+    LedgerResetRefused,
+    PersonBudgetExceeded,
+    PersonCap,
+    PersonSpend,
+    RELEASES,
+    REL_TOL,
+    Request,
+    ScopeSpend,
+    UNVERSIONED,
+    _CAP_COLUMNS,
+    _CHARGE_COLUMNS,
+    _DRAW_COLUMNS,
+    _PERSON_CAP_COLUMNS,
+    _SAME_RELEASE,
+    _covered,
+    _lock_keys,
+    _name,
+    _now,
+    _positive,
+)
+from opal_dp.core.ledger_schema import _MIGRATE_2_TO_3, _SCHEMA, SCHEMA_VERSION
+from opal_dp.core.person_account import PersonAccount
 from opal_dp.core.units import PrivacyUnit
 
-SCHEMA_VERSION = 3
-DEFAULT_HORIZON_DAYS = 365
-DEFAULT_PERSON_CAP = (20.0, 1e-6)
-"""One person's loss over any 365 consecutive service dates, across every product and period (module docstring)."""
-CARD_UNITS = (PrivacyUnit.CARD_DAY.value, PrivacyUnit.CARD_PERIOD.value)
-UNVERSIONED = "unversioned (charged before schema 3)"
-"""The input version of charges carried over from a schema-2 ledger: no request ever has it."""
-REL_TOL = 1e-9
-"""Relative slack on the cap, only to absorb float rounding in sums such as 6 × 1/8e6."""
-RELEASES = "releases"
-"""Folder of stored draws, relative to the storage root."""
-
-_PERSON_CAPS = """
-CREATE TABLE person_caps (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    horizon_days INTEGER NOT NULL CHECK (horizon_days >= 1),
-    epsilon      REAL NOT NULL CHECK (epsilon > 0),
-    delta        REAL NOT NULL CHECK (delta > 0 AND delta < 1),
-    set_at       TEXT NOT NULL,
-    action       TEXT NOT NULL CHECK (action IN ('create', 'raise')),
-    reason       TEXT NOT NULL CHECK (reason <> '')
-)"""
-_MIGRATE_2_TO_3 = (  # a schema-2 charge covers its scope's dates; it has no input version (UNVERSIONED)
-    "ALTER TABLE charges ADD COLUMN first_date TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE charges ADD COLUMN last_date TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE charges ADD COLUMN input_version TEXT NOT NULL DEFAULT ''",
-    "UPDATE charges SET first_date = substr(scope, 1, 10), last_date = CASE WHEN unit = 'card_period'"
-    " THEN substr(scope, 13, 10) ELSE substr(scope, 1, 10) END, input_version = ?",
-    _PERSON_CAPS,
-    "CREATE INDEX charges_dates ON charges (last_date, first_date)",
-)
-
-_SCHEMA = (
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    """
-CREATE TABLE caps (
-    id       INTEGER PRIMARY KEY AUTOINCREMENT,
-    unit     TEXT NOT NULL,
-    epsilon  REAL NOT NULL CHECK (epsilon > 0),
-    delta    REAL NOT NULL CHECK (delta > 0 AND delta < 1),
-    set_at   TEXT NOT NULL,
-    action   TEXT NOT NULL CHECK (action IN ('create', 'raise')),
-    reason   TEXT NOT NULL CHECK (reason <> '')
-)""",
-    """
-CREATE TABLE resets (
-    id              INTEGER PRIMARY KEY AUTOINCREMENT,
-    acknowledged_at TEXT NOT NULL,
-    reason          TEXT NOT NULL CHECK (reason <> ''),
-    ledger_ids      TEXT NOT NULL,
-    missing_draws   INTEGER NOT NULL
-)""",
-    """
-CREATE TABLE charges (
-    id         INTEGER PRIMARY KEY AUTOINCREMENT,
-    unit       TEXT NOT NULL,
-    scope      TEXT NOT NULL CHECK (scope <> ''),
-    marginal   TEXT NOT NULL CHECK (marginal <> ''),
-    relation   TEXT NOT NULL CHECK (relation <> ''),
-    measure    TEXT NOT NULL CHECK (measure IN ('approx_dp', 'zcdp')),
-    epsilon    REAL NOT NULL CHECK (epsilon >= 0),
-    rho        REAL NOT NULL CHECK (rho >= 0),
-    delta      REAL NOT NULL CHECK (delta >= 0 AND delta < 1),
-    mechanism  TEXT NOT NULL CHECK (mechanism <> ''),
-    bounds     TEXT NOT NULL,
-    run_id     TEXT NOT NULL CHECK (run_id <> ''),
-    created_at TEXT NOT NULL,
-    first_date TEXT NOT NULL CHECK (first_date <> ''),
-    last_date  TEXT NOT NULL CHECK (last_date >= first_date),
-    input_version TEXT NOT NULL CHECK (input_version <> '')
-)""",
-    """
-CREATE TABLE draws (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    charge_id    INTEGER NOT NULL REFERENCES charges (id),
-    part         TEXT NOT NULL CHECK (part <> ''),
-    date         TEXT NOT NULL CHECK (date <> ''),
-    fingerprint  TEXT NOT NULL CHECK (fingerprint <> ''),
-    release_ref  TEXT NOT NULL UNIQUE,
-    run_id       TEXT NOT NULL CHECK (run_id <> ''),
-    created_at   TEXT NOT NULL,
-    status       TEXT NOT NULL CHECK (status IN ('pending', 'complete')),
-    completed_at TEXT,
-    completed_by TEXT,
-    UNIQUE (charge_id, part),
-    CHECK ((status = 'pending' AND completed_at IS NULL AND completed_by IS NULL)
-        OR (status = 'complete' AND completed_at IS NOT NULL AND completed_by IS NOT NULL))
-)""",
-    _PERSON_CAPS,
-    "CREATE INDEX charges_scope ON charges (unit, scope, marginal)",
-    "CREATE INDEX charges_dates ON charges (last_date, first_date)",
-    "CREATE INDEX draws_part ON draws (part, fingerprint)",
-    "CREATE INDEX draws_date ON draws (date)",
-)
+__all__ = ["BudgetExceeded", "CARD_UNITS", "Cap", "Charge", "DEFAULT_HORIZON_DAYS", "DEFAULT_PERSON_CAP", "Decision", "Draw", "InputVersionMismatch", "LedgerError", "LedgerResetRefused", "PersonBudgetExceeded", "PersonCap", "PersonSpend", "RELEASES", "REL_TOL", "Request", "ScopeSpend", "UNVERSIONED", "PrivacyLedger"]
+"""The ledger and its records (``core.ledger_records``), importable from here."""
 
 
-class LedgerError(Exception):
-    """Misuse of the ledger, or a ledger this code cannot trust."""
-
-
-class BudgetExceeded(LedgerError):
-    """A new charge would take a scope over its unit's cap; nothing was recorded."""
-
-    def __init__(self, message: str, *, scope: str, spent: Guarantee, requested: PrivacyCost, cap: tuple) -> None:
-        super().__init__(message)
-        self.scope = scope
-        self.spent = spent
-        self.requested = requested
-        self.cap = cap
-
-
-class PersonBudgetExceeded(BudgetExceeded):
-    """A new card-level charge would take one person's loss over some horizon window past the person cap;
-    nothing was recorded. ``window``: its first and last service date."""
-
-    def __init__(self, message: str, *, window: tuple[str, str], **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.window = window
-
-
-class InputVersionMismatch(LedgerError):
-    """One input version gave two different mechanism inputs (fingerprints): the release is not reproducible."""
-
-
-class LedgerResetRefused(LedgerError):
-    """The ledger does not account for releases already published: it looks like a budget reset."""
-
-
-@dataclass(frozen=True)
-class Cap:
-    """The cap in force for one unit: per scope, (epsilon, delta) of everything released from it."""
-
-    unit: str
-    epsilon: float
-    delta: float
-    set_at: str
-    action: Literal["create", "raise"]
-    reason: str
-
-
-@dataclass(frozen=True)
-class PersonCap:
-    """The person cap in force: over any ``horizon_days`` consecutive service dates, one card's loss across
-    every card-level charge touching them is at most (epsilon, delta)."""
-
-    horizon_days: int
-    epsilon: float
-    delta: float
-    set_at: str
-    action: Literal["create", "raise"]
-    reason: str
-
-
-@dataclass(frozen=True)
-class Charge:
-    id: int
-    unit: str
-    scope: str
-    marginal: str
-    relation: str
-    measure: str
-    epsilon: float
-    rho: float
-    delta: float
-    mechanism: str
-    bounds: str
-    run_id: str
-    created_at: str
-    first_date: str = ""  # the service dates the charge covers (a card_period: its whole period)
-    last_date: str = ""
-    input_version: str = ""
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost(self.measure, self.epsilon, self.rho, self.delta)
-
-
-@dataclass(frozen=True)
-class Draw:
-    id: int
-    charge_id: int
-    part: str
-    date: str
-    fingerprint: str
-    release_ref: str
-    run_id: str
-    created_at: str
-    status: Literal["pending", "complete"]
-    completed_at: str | None
-    completed_by: str | None
-
-
-@dataclass(frozen=True)
-class Request:
-    """One part of one marginal asking to be released under ``unit``."""
-
-    unit: str
-    scope: str
-    part: str
-    date: str
-    marginal: str
-    relation: str
-    cost: PrivacyCost
-    mechanism: str  # JSON of the mechanism's describe(): two charges join only if equal
-    bounds: str  # JSON of the contribution bounds
-    fingerprint: str  # keyed HMAC of the mechanism input: an integrity check only, never a reuse decision
-    input_version: str  # public version of the raw files of the scope's dates (``core.input_version``)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What ``begin_many`` decided for a request.
-
-    - ``reuse``: a stored draw of the same input exists; load it. No noise, no charge.
-    - ``resume``: an earlier draw was charged but not completed; load it if it was stored, else draw.
-    - ``join``: a new draw under an open charge of the same histogram (no new cost).
-    - ``charge``: a new draw under a new charge.
-    """
-
-    kind: Literal["reuse", "resume", "join", "charge"]
-    draw: Draw
-    charge: Charge
-
-
-@dataclass(frozen=True)
-class PersonSpend:
-    """The worst horizon window over some dates: its first and last date, what every card-level charge
-    touching it costs one person together, the cap, and those charges."""
-
-    window: tuple[str, str]
-    guarantee: Guarantee
-    cap: PersonCap
-    charges: tuple[Charge, ...]
-
-
-@dataclass(frozen=True)
-class ScopeSpend:
-    unit: str
-    scope: str
-    guarantee: Guarantee
-    cap: Cap
-    charges: int
-    draws: int
-    pending: int
-    last_charge_at: str
-
-
-_CHARGE_COLUMNS = ", ".join(Charge.__dataclass_fields__)
-_DRAW_COLUMNS = ", ".join(Draw.__dataclass_fields__)
-_CAP_COLUMNS = "unit, epsilon, delta, set_at, action, reason"
-_PERSON_CAP_COLUMNS = "horizon_days, epsilon, delta, set_at, action, reason"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
-def _name(label: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise LedgerError(f"{label} must be a non-empty string, got {value!r}")
-    return value
-
-
-def _positive(label: str, value: object, below_one: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise LedgerError(f"{label} must be a finite number > 0, got {value!r}")
-    if below_one and value >= 1:
-        raise LedgerError(f"{label} must be < 1, got {value!r}")
-    return float(value)
-
-
-_SAME_RELEASE = ("unit = ? AND scope = ? AND marginal = ? AND relation = ? AND mechanism = ? AND bounds = ? AND "
-                 "measure = ? AND epsilon = ? AND rho = ? AND delta = ? AND input_version = ?")
-"""One histogram of one input version released under one configuration: its parts share a charge."""
-
-
-def _lock_keys(r: Request) -> list[str]:
-    """The rows a request locks (PostgreSQL): its scope, and for card_period its date, which must belong to
-    one period only (``_check_period`` reads other scopes)."""
-    keys = [f"scope|{r.unit}|{r.scope}"]
-    if r.unit == PrivacyUnit.CARD_PERIOD.value:
-        keys.append(f"date|{r.unit}|{r.date}")
-    if r.unit in CARD_UNITS:
-        keys.append("person")  # the person account reads every card-level charge near the request's dates
-    return keys
-
-
-def _covered(r: Request) -> tuple[str, str]:
-    """The first and last service date a charge for ``r`` covers: its date, or for a card_period the whole
-    period named by its scope ``first..last`` (a period with gaps is covered end to end: conservative)."""
-    if r.unit != PrivacyUnit.CARD_PERIOD.value:
-        return _day(r.date), _day(r.date)
-    first, sep, last = r.scope.partition("..")
-    if not sep or not _day(first) <= _day(r.date) <= _day(last):
-        raise LedgerError(f"a card_period scope must be 'first..last' (ISO dates) around the part's date, got "
-                          f"{r.scope!r} for {r.date!r}")
-    return first, last
-
-
-def _day(text: str) -> str:
-    try:
-        return date.fromisoformat(text).isoformat()
-    except ValueError:
-        raise LedgerError(f"expected an ISO service date, got {text!r}") from None
-
-
-def _shift(day: str, days: int) -> str:
-    return date.fromordinal(date.fromisoformat(day).toordinal() + days).isoformat()
-
-
-class PrivacyLedger:
+class PrivacyLedger(PersonAccount):
     """The ledger at ``location`` (module docstring): the path of a SQLite file, or a ``postgresql://`` URI
     (``core.ledger_backends``; the accounting is the same on both).
 
@@ -499,38 +228,9 @@ class PrivacyLedger:
             raise LedgerError(f"the ledger has no cap for unit {unit!r}")
         return Cap(*row)
 
-    @staticmethod
-    def _person_cap(conn: Any) -> PersonCap:
-        row = conn.execute(f"SELECT {_PERSON_CAP_COLUMNS} FROM person_caps ORDER BY id DESC LIMIT 1").fetchone()
-        return PersonCap(*row)
-
     def _spend(self, conn: Any, unit: str, scope: str, extra: Sequence[PrivacyCost] = ()) -> Guarantee:
         costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (unit, scope))] + list(extra)
         return compose(costs, delta_target=self._cap(conn, unit).delta)
-
-    def _near(self, conn: Any, first: str, last: str) -> list[Charge]:
-        """The card-level charges some horizon window touching [first, last] can hold."""
-        h = self._person_cap(conn).horizon_days
-        return self._charges(conn, f"unit IN ({', '.join('?' * len(CARD_UNITS))}) AND last_date >= ? AND "
-                             "first_date <= ? ORDER BY id", (*CARD_UNITS, _shift(first, -(h - 1)), _shift(last, h - 1)))
-
-    def _windows(self, conn: Any, first: str, last: str) -> list[tuple[tuple[str, str], list[Charge]]]:
-        """Every horizon window that touches [first, last] and could be a worst one, with the card-level
-        charges touching it. A window's charges only grow when its start moves to the earliest last date among
-        them (or to ``last``), so windows starting at those dates are enough."""
-        h = self._person_cap(conn).horizon_days
-        lo, hi = _shift(first, -(h - 1)), last
-        near = self._near(conn, first, last)
-        starts = sorted({c.last_date for c in near if lo <= c.last_date <= hi} | {last})
-        out, seen = [], set()
-        for start in starts:
-            end = _shift(start, h - 1)
-            members = [c for c in near if c.last_date >= start and c.first_date <= end]
-            key = frozenset(c.id for c in members)
-            if key not in seen:
-                seen.add(key)
-                out.append(((start, end), members))
-        return out
 
     # -- mutations ---------------------------------------------------------------------
 
@@ -624,29 +324,6 @@ class PrivacyLedger:
                 f"period only, so {r.scope!r} cannot include it (periods must not overlap)"
             )
 
-    def _check_person(self, conn: Any, r: Request, first: str, last: str) -> None:
-        """Refuse a card-level charge that would take any horizon window touching its dates past the person cap."""
-        if r.unit not in CARD_UNITS:
-            return
-        cap = self._person_cap(conn)
-        if within([c.cost for c in self._near(conn, first, last)] + [r.cost], cap.epsilon, cap.delta, REL_TOL):
-            return  # everything any window touching the charge can hold fits, so every window does
-        for (start, end), members in self._windows(conn, first, last):
-            costs = [c.cost for c in members]
-            if within(costs + [r.cost], cap.epsilon, cap.delta, REL_TOL):
-                continue
-            before = compose(costs, delta_target=cap.delta)
-            after = compose(costs + [r.cost], delta_target=cap.delta)
-            raise PersonBudgetExceeded(
-                f"person budget exceeded: over the {cap.horizon_days}-day window {start}..{end}, one person is already "
-                f"charged (ε, δ) = ({before.epsilon!r}, {before.delta!r}) by {len(members)} card-level charges across "
-                f"every product; this release of {r.marginal} ({r.unit} {r.scope!r}, {first}..{last}) would take it to "
-                f"({after.epsilon!r}, {after.delta!r}) against the person cap ({cap.epsilon!r}, {cap.delta!r}) set "
-                f"{cap.set_at}. Nothing was drawn. Publish the existing releases instead, or raise the person cap with "
-                "`python -m opal_dp.cli ledger raise-cap --person` only if you accept the extra loss.",
-                window=(start, end), scope=r.scope, spent=before, requested=r.cost, cap=(cap.epsilon, cap.delta),
-            )
-
     def _check_cap(self, conn: Any, r: Request) -> None:
         cap = self._cap(conn, r.unit)
         scope_costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (r.unit, r.scope))]
@@ -713,55 +390,7 @@ class PrivacyLedger:
                          (unit, epsilon, delta, _now(), reason))
             return self._cap(conn, unit)
 
-    def raise_person_cap(self, epsilon: float, delta: float, reason: str) -> PersonCap:
-        """Raise the person cap (both coordinates at least the current ones; the horizon stays), recording why."""
-        epsilon, delta = _positive("epsilon", epsilon), _positive("delta", delta, True)
-        _name("reason", reason)
-        with self._connect() as conn, self._transaction(conn):
-            self._backend.lock(conn, ["person"])
-            current = self._person_cap(conn)
-            if epsilon < current.epsilon or delta < current.delta or (epsilon, delta) == (current.epsilon, current.delta):
-                raise LedgerError(f"a new person cap must raise the current one ({current.epsilon!r}, {current.delta!r}); "
-                                  f"got ({epsilon!r}, {delta!r})")
-            conn.execute(f"INSERT INTO person_caps ({_PERSON_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'raise', ?)",
-                         (current.horizon_days, epsilon, delta, _now(), reason))
-            return self._person_cap(conn)
-
     # -- reads -------------------------------------------------------------------------
-
-    def person_cap(self) -> PersonCap:
-        with self._connect() as conn:
-            return self._person_cap(conn)
-
-    def person_cap_history(self) -> list[PersonCap]:
-        with self._connect() as conn:
-            return [PersonCap(*row) for row in conn.execute(f"SELECT {_PERSON_CAP_COLUMNS} FROM person_caps ORDER BY id")]
-
-    def person_spend(self, first: str, last: str) -> PersonSpend:
-        """The worst horizon window touching the service dates ``first..last``: what one person has lost in it
-        across every card-level charge of every product (pending ones included), the cap, and those charges."""
-        first, last = _day(first), _day(last)
-        if last < first:
-            raise LedgerError(f"empty date range {first}..{last}")
-        with self._connect() as conn:
-            cap = self._person_cap(conn)
-            spends = [PersonSpend(window, compose([c.cost for c in members], delta_target=cap.delta), cap, tuple(members))
-                      for window, members in self._windows(conn, first, last)]
-        return max(spends, key=lambda s: (s.guarantee.epsilon, s.guarantee.delta, len(s.charges)))
-
-    def person_window(self, dates: Collection[str]) -> PersonSpend:
-        """``person_spend`` over the span of ``dates`` (a release's service dates)."""
-        days = sorted(_day(d) for d in dates)
-        if not days:
-            raise LedgerError("person_window needs at least one date")
-        return self.person_spend(days[0], days[-1])
-
-    def trip_charges(self, first: str, last: str) -> list[Charge]:
-        """Trip-unit charges on service dates ``first..last``: outside the person account (module docstring), so a
-        statement over those dates must flag them."""
-        with self._connect() as conn:
-            return self._charges(conn, "unit = ? AND last_date >= ? AND first_date <= ? ORDER BY id",
-                                 (PrivacyUnit.TRIP.value, _day(first), _day(last)))
 
     def cap(self, unit: str) -> Cap:
         with self._connect() as conn:

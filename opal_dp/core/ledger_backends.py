@@ -61,7 +61,7 @@ class SQLiteBackend:
         reserve_private(self.path)  # 0600 before SQLite opens it; its -wal and -shm files take that mode
         with self.connect() as conn:
             if conn.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
-                from opal_dp.core.ledger import LedgerError
+                from opal_dp.core.ledger_records import LedgerError
 
                 raise LedgerError(f"cannot put the ledger {self.path} in WAL mode")
 
@@ -126,7 +126,7 @@ class PostgresBackend:
         try:
             import psycopg2  # noqa: F401  (the `cluster` extra)
         except ImportError as exc:
-            from opal_dp.core.ledger import LedgerError
+            from opal_dp.core.ledger_records import LedgerError
 
             raise LedgerError(
                 "a PostgreSQL ledger needs psycopg2: pip install 'opal_dp[cluster]'"
