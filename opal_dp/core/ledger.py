@@ -311,7 +311,7 @@ class PrivacyLedger(PersonAccount):
 
     def _check_period(self, conn: Any, r: Request) -> None:
         """A date belongs to one card_period scope only: periods must not overlap."""
-        if r.unit != PrivacyUnit.CARD_PERIOD.value:
+        if PrivacyUnit(r.unit) is not PrivacyUnit.CARD_PERIOD:
             return
         other = conn.execute(
             "SELECT c.scope FROM draws d JOIN charges c ON c.id = d.charge_id WHERE d.date = ? AND c.unit = ?"

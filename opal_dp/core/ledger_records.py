@@ -207,9 +207,9 @@ def _lock_keys(r: Request) -> list[str]:
     """The rows a request locks (PostgreSQL): its scope, and for card_period its date, which must belong to
     one period only (``_check_period`` reads other scopes)."""
     keys = [f"scope|{r.unit}|{r.scope}"]
-    if r.unit == PrivacyUnit.CARD_PERIOD.value:
+    if PrivacyUnit(r.unit) is PrivacyUnit.CARD_PERIOD:
         keys.append(f"date|{r.unit}|{r.date}")
-    if r.unit in CARD_UNITS:
+    if PrivacyUnit(r.unit).bounds_cards:
         keys.append("person")  # the person account reads every card-level charge near the request's dates
     return keys
 
@@ -217,7 +217,7 @@ def _lock_keys(r: Request) -> list[str]:
 def _covered(r: Request) -> tuple[str, str]:
     """The first and last service date a charge for ``r`` covers: its date, or for a card_period the whole
     period named by its scope ``first..last`` (a period with gaps is covered end to end: conservative)."""
-    if r.unit != PrivacyUnit.CARD_PERIOD.value:
+    if PrivacyUnit(r.unit) is not PrivacyUnit.CARD_PERIOD:
         return _day(r.date), _day(r.date)
     first, sep, last = r.scope.partition("..")
     if not sep or not _day(first) <= _day(r.date) <= _day(last):

@@ -62,7 +62,7 @@ class PersonAccount:
 
     def _check_person(self, conn: Any, r: Request, first: str, last: str) -> None:
         """Refuse a card-level charge that would take any horizon window touching its dates past the person cap."""
-        if r.unit not in CARD_UNITS:
+        if not PrivacyUnit(r.unit).bounds_cards:
             return
         cap = self._person_cap(conn)
         if within([c.cost for c in self._near(conn, first, last)] + [r.cost], cap.epsilon, cap.delta, REL_TOL):

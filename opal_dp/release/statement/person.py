@@ -12,17 +12,18 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from opal_dp.core.accounting import compose
-from opal_dp.core.ledger import CARD_UNITS, Charge, PrivacyLedger
+from opal_dp.core.ledger import Charge, PrivacyLedger
+from opal_dp.core.units import PrivacyUnit
 
 
 def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Collection[Charge]) -> dict:
     """The ``person`` section for a release over ``dates`` made of ``charges`` (its own ledger charges)."""
     spend = ledger.person_window(dates)
     cap = spend.cap
-    mine = [c for c in charges if c.unit in CARD_UNITS]
+    mine = [c for c in charges if PrivacyUnit(c.unit).bounds_cards]
     share = compose([c.cost for c in mine], delta_target=cap.delta)
     trips = ledger.trip_charges(min(dates), max(dates))
-    unbounded = [c for c in charges if c.unit not in CARD_UNITS]
+    unbounded = [c for c in charges if not PrivacyUnit(c.unit).bounds_cards]
     if unbounded:  # a trip-unit release: its marginals bound nothing per person, whatever else it holds
         added = (f"; its card-level files add (epsilon = {share.epsilon:.4g}, delta = {share.delta:.3g}) to a person "
                  f"cap of (epsilon = {cap.epsilon:g}, delta = {cap.delta:g}) over any {cap.horizon_days} days") if mine else (
