@@ -80,7 +80,7 @@ def write_parquet_exclusive(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
         return read_parquet(path)
     finally:
         os.unlink(tmp)
-    _fsync_folder(path.parent)
+    fsync_folder(path.parent)
     return frame
 
 
@@ -136,7 +136,8 @@ def _parquet_bytes(frame: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """Make a folder's entries (a rename, a new file) durable."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -41,6 +41,7 @@ from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
+from opal_dp.private_files import fsync_folder
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
 from opal_dp.release.od.publish import OD_TABLES, validate_od
 from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, sum_problems
@@ -234,15 +235,6 @@ def write_durably(path: Path, text: str) -> None:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def fsync_folder(folder: Path) -> None:
-    """Make a folder's entries (a rename, a new file) durable."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def validate_published(folder: Path) -> None:

@@ -20,7 +20,8 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.permissions import PUBLIC_DIR, make_dirs
 from opal_dp.release.synthetic.archetypes import ARCHETYPES
-from opal_dp.release.publish import LATEST, LINK_PREFIX, RELEASE_ID, STAGING_PREFIX, fsync_folder, publish_lock, write_durably
+from opal_dp.private_files import fsync_folder
+from opal_dp.release.publish import LATEST, LINK_PREFIX, RELEASE_ID, STAGING_PREFIX, publish_lock, write_durably
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, StatementError
 from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp.release.synthetic.queries import MARGINAL_PREFIX
