@@ -36,13 +36,13 @@ PARTITIONS = {f"{DAY}|{mode}" for mode in MODES}
 CHILD = textwrap.dedent("""
     import os, signal, sys
     import dagster as dg
-    import opal_dp.release.marginals.engine as engine
+    import opal_dp.release.charged as charged
     import opal_dp.release.publish as publish
     from opal_dp.cli import run_release
     from opal_dp.core import PrivacyLedger
 
     owner_name, attr, when, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    owner = {"engine": engine, "publish": publish, "PrivacyLedger": PrivacyLedger, "os": os}[owner_name]
+    owner = {"charged": charged, "publish": publish, "PrivacyLedger": PrivacyLedger, "os": os}[owner_name]
     real = getattr(owner, attr)
     calls = 0
 
@@ -129,7 +129,7 @@ def data_dir(tmp_path, monkeypatch) -> Path:
     "owner, attr, when, n",
     [
         ("PrivacyLedger", "begin_many", "after", 1),  # everything charged, nothing drawn yet
-        ("engine", "write_parquet_exclusive", "after", 3),  # three draws stored, none completed
+        ("charged", "write_parquet_exclusive", "after", 3),  # three draws stored, none completed
         ("PrivacyLedger", "complete_many", "after", 1),  # all completed, the run's outputs never written
     ],
 )
