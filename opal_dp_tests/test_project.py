@@ -88,7 +88,7 @@ def test_a_non_editable_install_releases_with_an_explicit_data_directory(tmp_pat
     where = subprocess.run([sys.executable, "-c", "import opal_dp; print(opal_dp.__file__)"], cwd=elsewhere,
                            env=env, capture_output=True, text=True, check=True).stdout
     assert Path(where.strip()).is_relative_to(site)
-    done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--no-sample", "--data-dir", str(data),
+    done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--data-dir", str(data),
                            "--workers", "2"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -100,6 +100,6 @@ def test_release_refuses_fewer_than_one_worker(tmp_path):
     from opal_dp.cli import main
 
     with pytest.raises(SystemExit, match="--workers must be at least 1, got 0"):
-        main(["release", "--no-sample", "--data-dir", str(tmp_path), "--workers", "0"])
+        main(["release", "--data-dir", str(tmp_path), "--workers", "0"])
     assert "--workers N" in subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--help"],
                                            capture_output=True, text=True, check=True).stdout

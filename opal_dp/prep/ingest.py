@@ -55,26 +55,42 @@ class IngestResult:
         return len(self.accepted) + len(self.rejected)
 
 
-def raw_files(raw_dir: Path) -> dict[str, Path]:
-    """Service date (ISO string) -> raw file. Two files for one day is an error, not a guess."""
-    found: dict[str, Path] = {}
-    for path in sorted(raw_dir.glob("trips_*")):
+def scan_raw_files(raw_dir: Path) -> tuple[dict[str, list[Path]], dict[str, str]]:
+    """Service date (ISO string) -> its raw files (normally one), and file name -> why it names no service date."""
+    days: dict[str, list[Path]] = {}
+    unusable: dict[str, str] = {}
+    for path in sorted(Path(raw_dir).glob("trips_*")):
         match = RAW_FILE.match(path.name)
         if not match:
             continue
-        day = match["date"]
-        _parse_date(day, path)
-        if day in found:
-            raise RawInputError(f"{path}: a second raw file for service date {day} (also {found[day]})")
-        found[day] = path
-    return found
+        try:
+            _parse_date(match["date"], path)
+        except RawInputError as err:
+            unusable[path.name] = str(err)
+            continue
+        days.setdefault(match["date"], []).append(path)
+    return days, unusable
+
+
+def raw_files(raw_dir: Path) -> dict[str, Path]:
+    """Service date (ISO string) -> raw file. Two files for one day is an error, not a guess."""
+    days, unusable = scan_raw_files(raw_dir)
+    if unusable:
+        raise RawInputError(next(iter(unusable.values())))
+    return {day: _only_file(raw_dir, day, paths) for day, paths in days.items()}
 
 
 def raw_file_for(raw_dir: Path, service_date: str) -> Path:
-    files = raw_files(raw_dir)
-    if service_date not in files:
+    """The one raw file of ``service_date``; other days' files do not matter."""
+    return _only_file(raw_dir, service_date, scan_raw_files(raw_dir)[0].get(service_date, []))
+
+
+def _only_file(raw_dir: Path, service_date: str, paths: list[Path]) -> Path:
+    if not paths:
         raise RawInputError(f"{raw_dir}: no raw file trips_{service_date}.(csv|csv.gz|parquet)")
-    return files[service_date]
+    if len(paths) > 1:
+        raise RawInputError(f"{paths[1]}: a second raw file for service date {service_date} (also {paths[0]})")
+    return paths[0]
 
 
 def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
