@@ -75,24 +75,29 @@ def test_an_empty_data_directory_is_refused_without_generating_anything(tmp_path
 def test_the_sample_only_with_sample_and_every_published_file_set_says_it_is_synthetic(tmp_path, home, monkeypatch,
                                                                                        capsys):
     monkeypatch.setattr(sample, "SAMPLE_SCALE", 0.002)
-    monkeypatch.setattr(sample, "SAMPLE_DATES", sample.SAMPLE_DATES[:2])
+    monkeypatch.setattr(sample, "SAMPLE_DATES", sample.SAMPLE_DATES[:1])
     data = tmp_path / "new"
     release(data, "--sample")
-    days = ["20160725", "20160726"]
+    days = ["20160725"]
     assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days, "pending_dates": []}
     assert published_dates(data) == set(days)
     text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
     assert "**Synthetic data: the trips behind this release are the bundled synthetic sample" in text
-    assert "the bundled SYNTHETIC sample (generated trips, not real travel) for 2 of 2 days" in capsys.readouterr().out
+    assert "the bundled SYNTHETIC sample (generated trips, not real travel) for 1 of 1 days" in capsys.readouterr().out
 
-    # A real day next to the sample: --sample adds nothing, and the release says which dates are synthetic.
+    # A real day and a malformed one next to the sample: --sample adds nothing, the release says which dates are
+    # synthetic, and --strict-days publishes the good days but exits with an error for the bad one.
     write_day(data / "raw", BYTES, tiny_day(BYTES))
+    write_day(data / "raw", BAD, tiny_day(BAD, seed=1).drop(columns="tap_off_stop"))
     files = sorted(p.name for p in (data / "raw").iterdir())
-    release(data, "--sample")
+    with pytest.raises(SystemExit, match="--strict-days: 1 days could not be used"):
+        release(data, "--sample", "--strict-days")
     assert sorted(p.name for p in (data / "raw").iterdir()) == files
     assert "--sample: nothing generated" in capsys.readouterr().err
-    assert statement(data)["data"]["synthetic_sample_dates"] == days and len(published_dates(data)) == 3
-    assert "**Synthetic data: the trips behind dates 20160725, 20160726 are" in (
+    assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days,
+                                       "pending_dates": ["20160726"]}
+    assert published_dates(data) == {"20160725", "20160727"}
+    assert "**Synthetic data: the trips behind dates 20160725 are" in (
         data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
 
 
@@ -152,6 +157,3 @@ def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(t
     for marker in MARKERS:
         assert marker not in printed.out + printed.err + logs
     assert "dagster._core" not in printed.out + printed.err and "Traceback" not in printed.out + printed.err
-
-    with pytest.raises(SystemExit, match="--strict-days: 1 days could not be used"):
-        release(data, "--strict-days")
