@@ -83,6 +83,15 @@ def test_dagster_records_each_partitions_blocking_checks_as_passed_and_other_des
             assert set(status) == keys, spec.key
 
 
+def test_the_ledger_is_a_table_in_the_ui_without_nan(released):
+    instance, _ = released
+    meta = instance.get_latest_materialization_event(dg.AssetKey("privacy_ledger")).asset_materialization.metadata
+    table = meta["ledger"]
+    assert [c.name for c in table.schema.columns][:5] == ["unit", "scope", "epsilon", "delta", "rho"]
+    trip = [r.data for r in table.records if r.data["unit"] == "trip"]
+    assert len(trip) == 8 and all(r["rho"] is None and r["charges"] == 6 and r["cap_epsilon"] > 0 for r in trip)
+
+
 def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
     """Six marginals per (date, mode) under the trip unit, and one OD tree per date on its card_day scope."""
     ledger = PrivacyBudget().ledger(default_storage())

@@ -232,6 +232,24 @@ def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dic
         )
 
 
+LEDGER_COLUMNS = {"unit": "string", "scope": "string", "epsilon": "float", "delta": "float", "rho": "float",
+                  "charges": "int", "draws": "int", "pending": "int", "cap_epsilon": "float", "cap_delta": "float"}
+
+
+def ledger_table(summary: pd.DataFrame) -> dg.TableMetadataValue:
+    """The ledger as a table the UI sorts and filters: one row per (unit, scope); rho empty where the scope's
+    charges are not all zCDP."""
+    cast = {"string": str, "int": int, "float": float}
+
+    def cell(value, kind: str):
+        return None if kind == "float" and math.isnan(value) else cast[kind](value)
+
+    return dg.MetadataValue.table(
+        [dg.TableRecord({name: cell(row[name], kind) for name, kind in LEDGER_COLUMNS.items()})
+         for row in summary.to_dict("records")],
+        schema=dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in LEDGER_COLUMNS.items()]))
+
+
 @dg.asset(
     group_name="release",
     deps=[*RELEASE_KEYS.values(), RELEASE_DRAWS],
@@ -264,6 +282,6 @@ def privacy_ledger(privacy_budget: PrivacyBudget, storage: OpalStorage) -> dg.Ou
             "cap_set": f"{cap.action} {cap.set_at}: {cap.reason}",
             "max_epsilon_per_unit": float(mine["epsilon"].max()) if len(mine) else 0.0,
             "max_delta_per_unit": float(mine["delta"].max()) if len(mine) else 0.0,
-            "ledger": dg.MetadataValue.md(summary.to_markdown(index=False) if len(summary) else "empty"),
+            "ledger": ledger_table(summary),
         },
     )
