@@ -59,7 +59,7 @@ def scan_raw_files(raw_dir: Path) -> tuple[dict[str, list[Path]], dict[str, str]
     """Service date (ISO string) -> its raw files (normally one), and file name -> why it names no service date."""
     days: dict[str, list[Path]] = {}
     unusable: dict[str, str] = {}
-    for path in sorted(Path(raw_dir).glob("trips_*")):
+    for path in sorted(raw_dir.glob("trips_*")):
         match = RAW_FILE.match(path.name)
         if not match:
             continue
