@@ -15,7 +15,8 @@ from benchmarks.pipeline import run_pipeline
 from benchmarks.synthetic import run_synthetic
 from benchmarks.units import run_comparison, run_design_comparison
 from opal_dp.core import PrivacyUnit
-from opal_dp.synth.trips import DEFAULT_SEED
+from opal_dp.release.options import Design
+from opal_dp.simulate.trips import DEFAULT_SEED
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 NOTES = [
@@ -181,7 +182,7 @@ def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, mill
     """``--repeat`` runs of the pipeline under ``unit`` and ``design``: medians, or the error of the first failed
     repeat."""
     repeats = []
-    name = unit if design == "sbh" else f"{unit}-{design}"
+    name = unit if Design.parse(design) is Design.SBH else f"{unit}-{design}"
     for i in range(args.repeat):
         run_dir = args.out / "runs" / f"scale-{scale:g}" / name / f"repeat-{i}"
         try:

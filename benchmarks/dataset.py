@@ -63,7 +63,7 @@ def ensure_fortnight(cache: Path, scale: float, seed: int) -> Fortnight:
     partial.mkdir(parents=True)
     print(f"generating the fortnight at scale {scale:g} (seed {seed}) into {entry}", file=sys.stderr)
     done = subprocess.run(
-        [sys.executable, "-m", "opal_dp.synth", "--scale", str(scale), "--start", START, "--days", str(DAYS),
+        [sys.executable, "-m", "opal_dp.simulate", "--scale", str(scale), "--start", START, "--days", str(DAYS),
          "--seed", str(seed), "--out", str(partial), "--format", "parquet"],
         capture_output=True,
         text=True,

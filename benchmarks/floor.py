@@ -4,7 +4,7 @@ Per day file: read the five needed Parquet columns, bin (15-minute window from t
 location label from a stop-id lookup array), count each tap's joint (mode, window, location)
 histogram with one ``np.bincount`` (the one-way marginals are sums of it, not further passes over
 the rows), then release the bins present with the pipeline's own mechanism: ``StabilityHistogram``
-with the default ``PrivacyBudget`` parameters, i.e. our exact discrete Laplace on the OS CSPRNG
+with the default ``PrivacySettings`` parameters, i.e. our exact discrete Laplace on the OS CSPRNG
 (``opal_dp.core.DiscreteLaplace`` + ``SecureBits``) and the same integer threshold. The four modes of
 a day are released in one call per marginal (the noise is iid, so this is the same distribution as
 one call per partition). No validation, no intermediates on disk, no published files.
@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.release.settings import PrivacySettings
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import location_labels, stop_labels
 from opal_dp.prep.schemas import WINDOW_MINUTES, WINDOWS_PER_DAY
-from opal_dp.release.marginals import MARGINALS, Marginal
+from opal_dp.release.marginals.tables import MARGINALS, Marginal
 
 WINDOW_US = WINDOW_MINUTES * 60 * 1_000_000
 N_WINDOWS = WINDOWS_PER_DAY + 1  # index 0 is the unknown window (-1), as in marginals.histogram
@@ -119,7 +119,7 @@ class FloorResult:
 def run_floor(files: list[Path]) -> FloorResult:
     started = time.perf_counter()
     labels = Labels.load()
-    mechanisms = PrivacyBudget().plan().mechanisms
+    mechanisms = PrivacySettings().plan().mechanisms
     read_bin = count = noise = 0.0
     rows = 0
     present_total = {m.name: 0 for m in MARGINALS}

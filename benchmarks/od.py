@@ -22,8 +22,8 @@ from opal_dp.network import load_stops
 from opal_dp.prep.binning import bin_trips
 from opal_dp.prep.ingest import ingest_file
 from opal_dp.prep.sequences import TripAlphabet, card_day_sequences
-from opal_dp.release.od import consistent_tree, od_counts
-from opal_dp.release.od_evaluation import EPSILONS, evaluate
+from opal_dp.release.od.generate import consistent_tree, od_counts
+from opal_dp.reports.od_evaluation import EPSILONS, evaluate
 
 HEIGHTS = (2, 4, 6)
 PAPER = ("Chen et al. (KDD 2012) on STM data, h = 12: worst case (epsilon 0.5, max |Q| = 3) average relative error "
@@ -93,7 +93,7 @@ def markdown(od: dict, command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.dataset import ensure_fortnight
-    from opal_dp.synth.trips import DEFAULT_SEED
+    from opal_dp.simulate.trips import DEFAULT_SEED
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.od", description=__doc__)
     parser.add_argument("--scale", type=float, default=1.0)

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.floor import N_MODES, TAPS, Labels, bin_day, day_histograms
-from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.settings import PrivacySettings
+from opal_dp.release.marginals.tables import MARGINALS
 
 
 @dataclass
@@ -62,7 +62,7 @@ def opendp_threshold(files: list[Path]) -> PeerResult:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    ours = PrivacyBudget().plan().mechanisms
+    ours = PrivacySettings().plan().mechanisms
     space = (dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64)),
              dp.l01inf_distance(dp.absolute_distance(T=dp.i64)))
     measurements = {}
@@ -91,8 +91,8 @@ def opendp_polars(files: list[Path]) -> PeerResult:
     import polars as pl
 
     dp.enable_features("contrib")
-    budget = PrivacyBudget()
-    epsilon, delta = budget.partition_cap
+    budget = PrivacySettings()
+    epsilon, delta = budget.nominal
     weights = [budget.epsilon[m.name] for m in MARGINALS]
 
     def release_day(day, labels: Labels) -> int:
@@ -120,8 +120,8 @@ def opendp_polars(files: list[Path]) -> PeerResult:
 def pipelinedp(files: list[Path]) -> PeerResult:
     import pipeline_dp
 
-    budget = PrivacyBudget()
-    epsilon, delta = budget.partition_cap
+    budget = PrivacySettings()
+    epsilon, delta = budget.nominal
     params = {
         m.name: pipeline_dp.AggregateParams(
             noise_kind=pipeline_dp.NoiseKind.LAPLACE,

@@ -22,6 +22,8 @@ from pathlib import Path
 from benchmarks.memory import TreeRssSampler
 from opal_dp import settings
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.core import PrivacyUnit
+from opal_dp.release.options import Design
 from opal_dp.release.publish import LATEST
 
 REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pipeline`` resolves
@@ -80,8 +82,8 @@ def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
     from opal_dp.cli import run_release
     from opal_dp.prep.ingest import raw_files
 
-    budget = {"privacy_unit": unit} | ({"release_design": design} if design != "sbh" else {})
-    if unit == "card_period":
+    budget = {"privacy_unit": unit} | ({"release_design": design} if Design.parse(design) is not Design.SBH else {})
+    if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD:
         budget["period"] = ",".join(sorted(raw_files(STORAGE.raw_dir)))
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
@@ -127,11 +129,11 @@ def _rows_accepted(instance) -> int | None:
 def _ledger_summary(budget: dict) -> dict:
     """Draws and charges in the ledger: one draw per (partition, marginal) and one charge per (scope,
     marginal) is what a clean release leaves; and what one unit pays per scope at most."""
-    from opal_dp.defs.shared.budget import PrivacyBudget
+    from opal_dp.release.settings import PrivacySettings
 
     if not (STORAGE.private_dir / "ledger.sqlite").exists():
         return {}
-    ledger = PrivacyBudget(**budget).ledger(STORAGE)
+    ledger = PrivacySettings(**budget).ledger(STORAGE)
     draws, charges = ledger.draws(), {c.id: c for c in ledger.charges()}
     pairs = [(d.part, charges[d.charge_id].marginal) for d in draws]
     scopes = ledger.summary()
@@ -148,7 +150,7 @@ def _lines(path: Path) -> int:
 
 if __name__ == "__main__":
     data_dir, result_path = map(Path, sys.argv[1:3])
-    if settings.data_dir_from_env() != data_dir.absolute():
+    if settings.data_dir_from_env() != str(data_dir.absolute()):
         raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {settings.data_dir_from_env()}")
     measured = _measure_release(*sys.argv[3:5])
     result_path.write_text(json.dumps(measured, indent=2) + "\n")

@@ -6,7 +6,7 @@ then, with nothing else running, the floor of each week's files (``benchmarks.fl
 The parent measures each week's wall time and samples the RSS of the process and its per-day workers
 (``benchmarks.memory``); the child writes each week's start and end, so each week gets its own peak. Bounded
 memory means the per-week peak does not grow with the weeks already processed. Raw files: ``python -m
-opal_dp.synth --days 91`` (the benchmark's fortnight is its first 14 days).
+opal_dp.simulate --days 91`` (the benchmark's fortnight is its first 14 days).
 """
 
 from __future__ import annotations

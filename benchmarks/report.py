@@ -167,7 +167,7 @@ def markdown(results: dict) -> str:
             "",
             "Release step: `release_marginals` seconds summed over the release runs (target: public_domain <= 1.5× "
             "sbh). Utility and risk are internal, not DP: both designs drawn in memory on the same trips and compared "
-            "with the true cells (`opal_dp.release.design_comparison`; a suppressed bin counts as 0, relative error "
+            "with the true cells (`opal_dp.reports.design_comparison`; a suppressed bin counts as 0, relative error "
             "over every true cell >= 100). Targets for public_domain: trips in listed cells >= sbh, lower one-way "
             "RMSE, differencing residual 0, <= 20 false cells per day.",
             "",

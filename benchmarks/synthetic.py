@@ -36,8 +36,8 @@ def run_synthetic(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, epsilon
     from opal_dp.core import ContributionBounds
     from opal_dp.network import load_stops
     from opal_dp.prep.ingest import ingest_file, raw_files
-    from opal_dp.release.synthetic_generator import PARQUET
-    from opal_dp.release.synthetic_score import evaluate
+    from opal_dp.release.synthetic.generator import PARQUET
+    from opal_dp.reports.synthetic_score import evaluate
 
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -80,8 +80,8 @@ def _child(raw_dir: Path, run_dir: Path, result_file: Path, epsilon: float) -> N
     from opal_dp.prep.binning import bin_trips
     from opal_dp.prep.bounding import keep_mask
     from opal_dp.prep.ingest import ingest_file, raw_files
-    from opal_dp.release import synthetic_queries as sq
-    from opal_dp.release.synthetic_generator import generate, write_synthetic
+    from opal_dp.release.synthetic import queries as sq
+    from opal_dp.release.synthetic.generator import generate, write_synthetic
 
     started = time.perf_counter()
     stops, bounds, key = load_stops(), ContributionBounds(), os.urandom(32)
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from benchmarks import report
     from benchmarks.dataset import ensure_fortnight
-    from opal_dp.synth.trips import DEFAULT_SEED
+    from opal_dp.simulate.trips import DEFAULT_SEED
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.synthetic", description=__doc__)
     parser.add_argument("--scale", type=float, default=1.0)

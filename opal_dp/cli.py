@@ -27,12 +27,15 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.defs.shared.jobs import run_plan
 from opal_dp.defs.shared.logs import STEP_LISTENERS
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_backends import open_backend
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.locations import DataLocation, normalise_data_dir
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.ingest import scan_raw_files
-from opal_dp.release.plan import DESIGNS, MECHANISMS
-from opal_dp.release.public_domain import OTHER
+from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.publish import LATEST, latest_release
 
 BUDGET = "privacy_budget"
@@ -60,7 +63,7 @@ def run_release(
     instance: dg.DagsterInstance,
     dates: list[str] | None = None,
     budget: Mapping[str, object] | None = None,
-    data_dir: Path | None = None,
+    data_dir: str | Path | None = None,
     log_file: Path | None = None,
     progress: bool = False,
     synthetic: bool = False,
@@ -83,7 +86,8 @@ def run_release(
     from opal_dp.definitions import defs as load_defs
 
     defs = load_defs()
-    storage = OpalStorage(data_dir=str(data_dir or settings.data_dir_from_env()), ledger_url=settings.ledger_url_from_env())
+    storage = OpalStorage(data_dir=normalise_data_dir(data_dir) if data_dir else settings.data_dir_from_env(),
+                          ledger_url=settings.ledger_url_from_env())
     days = sorted(dates or scan_raw_files(storage.raw_dir)[0])
     if not days:
         raise SystemExit(f"no raw files in {storage.raw_dir}")
@@ -189,7 +193,7 @@ def budget_config(args: argparse.Namespace, days: list[str]) -> dict[str, object
         value = getattr(args, name)
         if value is not None:
             config[name] = value
-    if args.privacy_unit == PrivacyUnit.CARD_PERIOD.value:
+    if PrivacyUnit(args.privacy_unit) is PrivacyUnit.CARD_PERIOD:
         config["period"] = args.period or ",".join(days)
     return config
 
@@ -203,7 +207,7 @@ def ensure_dagster_home(path: Path) -> Path:
     return path
 
 
-def summary(results: ReleaseRuns, storage: OpalStorage) -> list[str]:
+def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     """The lines a person needs after a release: what was released, from what data, under what guarantee, what
     was left out and why, and where everything is."""
     folder = latest_release(storage.published_dir)
@@ -247,9 +251,9 @@ def main(argv: list[str] | None = None) -> None:
                          help="generate the bundled synthetic sample (a fortnight of generated trips, not real travel) "
                               "if the raw folder holds no real raw file, creating the data directory if needed; the "
                               "release then says it is synthetic. Never adds a file next to real raw files")
-    release.add_argument("--data-dir", type=Path,
-                         help="data directory holding raw/ (default: $OPAL_DP_DATA_DIR or ./data); it must exist "
-                              "unless --sample")
+    release.add_argument("--data-dir",
+                         help="data directory holding raw/, a path or a URI (default: $OPAL_DP_DATA_DIR or ./data); "
+                              "it must exist unless --sample")
     release.add_argument("--verbose", action="store_true", help="print Dagster's event log too")
     release.add_argument("--workers", type=int, metavar="N",
                          help="processes for the per-day work (default: $OPAL_DP_WORKERS or the machine's CPUs; "
@@ -262,8 +266,8 @@ def main(argv: list[str] | None = None) -> None:
                               "home (default: warn; also $OPAL_DP_STRICT_PERMISSIONS=1)")
     release.add_argument("--privacy-unit", choices=[u.value for u in PrivacyUnit], default=PrivacyUnit.TRIP.value,
                          help="whom the release protects (default: trip, the 2016 release)")
-    release.add_argument("--mechanism", choices=MECHANISMS, help="default: laplace; gaussian for card_period")
-    release.add_argument("--design", dest="release_design", choices=DESIGNS,
+    release.add_argument("--mechanism", choices=[m.value for m in Mechanism], help="default: laplace; gaussian for card_period")
+    release.add_argument("--design", dest="release_design", choices=[d.value for d in Design],
                          help="release design: sbh (default, the 2016 design) or public_domain (noise on every "
                               "public cell, consistent tables with remainder rows)")
     release.add_argument("--relation", choices=["replace_one", "add_remove"],
@@ -278,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--acknowledge-ledger-reset", metavar="REASON",
                          help="use a new or replaced ledger although releases were already published (recorded)")
     ledger = sub.add_parser("ledger", help="inspect the privacy ledger or raise a cap")
-    ledger.add_argument("--data-dir", type=Path, help="data directory (default: $OPAL_DP_DATA_DIR or ./data)")
+    ledger.add_argument("--data-dir", help="data directory, a path or a URI (default: $OPAL_DP_DATA_DIR or ./data)")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
     ledger_sub.add_parser("show", help="caps, cap history and what each scope costs")
     raise_cap = ledger_sub.add_parser("raise-cap", help="raise a unit's cap per scope (recorded, with the reason)")
@@ -298,15 +302,16 @@ def main(argv: list[str] | None = None) -> None:
         print(ensure_dagster_home(args.path))
 
 
-def _storage(args: argparse.Namespace) -> OpalStorage:
-    return OpalStorage(data_dir=str((args.data_dir or settings.data_dir_from_env()).absolute()),
-                       ledger_url=settings.ledger_url_from_env())
+def _location(args: argparse.Namespace) -> DataLocation:
+    """The data location the command line asks for: a URI is kept as given, a local path made absolute."""
+    data_dir = normalise_data_dir(args.data_dir) if args.data_dir else settings.data_dir_from_env()
+    return DataLocation(data_dir=data_dir, ledger_url=settings.ledger_url_from_env())
 
 
 def _release(args: argparse.Namespace) -> None:
     for category in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=category)
-    storage = _storage(args)
+    storage = _location(args)
     if args.workers is not None:
         if args.workers < 1:
             raise SystemExit(f"--workers must be at least 1, got {args.workers}")
@@ -328,12 +333,12 @@ def _release(args: argparse.Namespace) -> None:
     if not days:
         raise SystemExit(f"no raw files in {storage.raw_dir}: put one file per service day there "
                          "(trips_YYYY-MM-DD.csv, .csv.gz or .parquet), or give --sample for the synthetic sample")
-    os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.private_dir / "dagster_home")))
-    log_file = storage.private_dir / "logs" / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
+    os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.dagster_home)))
+    log_file = storage.logs_dir / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     make_dirs(log_file.parent)
-    print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or 'sbh'} from {storage.raw_dir}; full log: {log_file}")
+    print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or Design.SBH} from {storage.raw_dir}; full log: {log_file}")
     with dg.DagsterInstance.get() as instance:
-        results = run_release(instance, budget=budget_config(args, days), data_dir=storage.root,
+        results = run_release(instance, budget=budget_config(args, days), data_dir=storage.data_dir,
                               log_file=None if args.verbose else log_file, progress=not args.verbose,
                               synthetic=args.synthetic)
     print("\n".join(summary(results, storage)))
@@ -346,9 +351,9 @@ def _release(args: argparse.Namespace) -> None:
         raise SystemExit(f"--strict-days: {len(results.failed_days)} days could not be used (listed above)")
 
 
-def _sample(storage: OpalStorage) -> None:
+def _sample(storage: DataLocation) -> None:
     """The bundled synthetic sample in an empty raw folder (or one holding only the sample); never beside real files."""
-    from opal_dp.synth.sample import RealDataPresent, ensure_sample
+    from opal_dp.simulate.sample import RealDataPresent, ensure_sample
 
     try:
         ensure_sample(storage.raw_dir)
@@ -357,9 +362,11 @@ def _sample(storage: OpalStorage) -> None:
 
 
 def _ledger(args: argparse.Namespace) -> None:
-    from opal_dp.defs.shared.budget import PrivacyBudget
-
-    ledger = PrivacyBudget().ledger(_storage(args))
+    """The ledger as it is: reading it never creates one, nor records a cap."""
+    location = _location(args).ledger_location
+    if not open_backend(location).exists():
+        raise SystemExit(f"no privacy ledger at {location}: nothing has been released from this data folder")
+    ledger = PrivacyLedger(location, {})
     if args.ledger_command == "raise-cap":
         cap = ledger.raise_cap(args.unit, args.epsilon, args.delta, args.reason)
         print(f"cap for {cap.unit} raised to (epsilon={cap.epsilon:g}, delta={cap.delta:g}) at {cap.set_at}: {cap.reason}")

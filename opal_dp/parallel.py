@@ -1,6 +1,6 @@
 """Per-day work on all the machine's cores: the same plain function, one call per day, in worker processes.
 
-The calls read their inputs and write their outputs themselves (private files, ``opal_dp.storage``) and return
+The calls read their inputs and write their outputs themselves (private files, ``opal_dp.private_files``) and return
 only small summaries, so the caller never holds a day's trips: memory is bounded by ``workers`` days, whatever
 the number of days. ``$OPAL_DP_WORKERS`` (``opal_dp.settings``) says how many processes; with one, or one call,
 everything runs in the calling process, in order, as it does in a daemonic process (a Celery worker's

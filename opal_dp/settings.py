@@ -30,9 +30,12 @@ STRICT_PERMISSIONS_ENV = "OPAL_DP_STRICT_PERMISSIONS"
 _FLAGS = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": False, "no": False}
 
 
-def data_dir_from_env() -> Path:
-    """``$OPAL_DP_DATA_DIR``, else ``./data``, as an absolute path."""
-    return Path(os.environ.get(DATA_DIR_ENV) or Path.cwd() / "data").absolute()
+def data_dir_from_env() -> str:
+    """``$OPAL_DP_DATA_DIR``, else ``./data``: a URI as given, a local path made absolute
+    (``opal_dp.locations.normalise_data_dir``)."""
+    from opal_dp.locations import normalise_data_dir
+
+    return normalise_data_dir(os.environ.get(DATA_DIR_ENV) or Path.cwd() / "data")
 
 
 def ledger_url_from_env() -> str | None:
@@ -64,3 +67,11 @@ def workers_from_env() -> int:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{WORKERS_ENV} must be a positive integer, got {value!r}")
     return int(value)
+
+
+# The public page's catalogue entry (``opal_dp.release.page.catalogue.PageSettings``): who publishes, whom to
+# contact, under which licence (SPDX id; default CC-BY-4.0), how often a release comes out (default weekly).
+PUBLISHER_ENV = "OPAL_DP_PUBLISHER"
+CONTACT_ENV = "OPAL_DP_CONTACT"
+LICENCE_ENV = "OPAL_DP_LICENCE"
+UPDATE_FREQUENCY_ENV = "OPAL_DP_UPDATE_FREQUENCY"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from benchmarks.__main__ import main
-from opal_dp.release.od_publish import OD_TABLES
+from opal_dp.release.od.publish import OD_TABLES
 from opal_dp.release.publish import FILES, TABLES
 
 PIPELINE_RUNS = {"private_stages", "release", "rollup"}
@@ -74,7 +74,7 @@ def test_od_benchmark_smoke(tmp_path):
 
     from benchmarks.od import markdown as od_markdown
     from benchmarks.od import run_od
-    from opal_dp.synth.trips import generate_days
+    from opal_dp.simulate.trips import generate_days
 
     list(generate_days([date(2016, 7, 25), date(2016, 7, 26)], tmp_path / "raw", seed=3, scale=0.005))
     od = run_od(tmp_path / "raw", queries=50)

@@ -19,10 +19,10 @@ import pytest
 from opal_dp.defs.marginals.release import CHECK_SPECS
 from opal_dp.defs.shared.executor import BACKEND_ENV, BROKER_ENV, EXECUTOR_ENV
 from opal_dp.network import MODES
-from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.publish import latest_release, validate_published
 from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
-from opal_dp.synth.sample import SAMPLE_DATES, ensure_sample
+from opal_dp.simulate.sample import SAMPLE_DATES, ensure_sample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = REPO_ROOT / "deploy"

@@ -16,7 +16,7 @@ from opal_dp.permissions import (
     PUBLIC_DIR, PUBLIC_FILE, ExposedDataError, check_folders, create_file, exposed, make_dirs, private_umask,
     reserve_private,
 )
-from opal_dp.storage import write_parquet_atomic, write_parquet_exclusive
+from opal_dp.private_files import write_parquet_atomic, write_parquet_exclusive
 
 
 def mode(path) -> int:

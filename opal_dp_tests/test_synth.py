@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from opal_dp.network import MODES, load_stops
-from opal_dp.synth import sample
-from opal_dp.synth.network_builder import build_stops
-from opal_dp.synth.trips import (
+from opal_dp.simulate import sample
+from opal_dp_tests.network_builder import build_stops
+from opal_dp.simulate.trips import (
     COLUMNS,
     MANLY_TAP_OFF_S,
     build_population,
@@ -272,7 +272,7 @@ def test_the_sample_is_never_added_next_to_real_files_and_a_changed_file_is_real
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "opal_dp.synth", *args], capture_output=True, text=True, check=True)
+    return subprocess.run([sys.executable, "-m", "opal_dp.simulate", *args], capture_output=True, text=True, check=True)
 
 
 def test_cli_help():

@@ -41,7 +41,8 @@ from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
 from opal_dp.network import MODES
 from opal_dp.prep.bounding import bound_day
-from opal_dp.release.marginals import BY_NAME, histograms
+from opal_dp.release.marginals.tables import BY_NAME, histograms
+from opal_dp.release.options import Mechanism
 
 MARGINAL = BY_NAME["tap_on_time_loc"]
 DAY = date(2016, 7, 25)
@@ -118,12 +119,12 @@ conversion is loose for one Gaussian, so a smaller epsilon would leave room for 
 
 
 def audit_mechanism_for(
-    kind: str, bounds: ContributionBounds, noise=None
+    kind: Mechanism | str, bounds: ContributionBounds, noise=None
 ) -> tuple[HistogramMechanism, float, float]:
-    """The mechanism of family ``kind`` ("laplace" or "gaussian") calibrated to one card-day under
+    """The mechanism of family ``kind`` (``Mechanism``) calibrated to one card-day under
     ``bounds`` at the audit's relaxed claim, with that claim (epsilon, delta)."""
     sens = sensitivity(PrivacyUnit.CARD_DAY, Relation.ADD_REMOVE, bounds)
-    if kind == "laplace":
+    if Mechanism.parse(kind).pure:
         epsilon, delta = LAPLACE_CLAIM
         return StabilityHistogram(epsilon, delta, sens, noise), epsilon, delta
     epsilon, delta = GAUSSIAN_CLAIM

@@ -1,4 +1,4 @@
-"""Empirical privacy audit of the public-domain design's measurements (``opal_dp.release.public_domain``).
+"""Empirical privacy audit of the public-domain design's measurements (``opal_dp.release.marginals.public_domain``).
 
 What is audited. A tap's three tables are each measured once by ``public_domain.noisy`` (every cell of the
 public domain plus noise from the table's law, zeros included); least squares and rounding then read only
@@ -33,7 +33,7 @@ from opal_dp.core.accounting import zcdp_epsilon
 from opal_dp.core.mechanism import Relation
 from opal_dp.core.sensitivity import Sensitivity
 from opal_dp.core.sparse_noise import ThresholdNoise
-from opal_dp.release.public_domain import DesignNoise, noisy
+from opal_dp.release.marginals.public_domain import DesignNoise, noisy
 
 BUSY = 50
 """Other trips in each touched cell of the ``interior`` pair."""
@@ -69,7 +69,7 @@ def claim(noise: DesignNoise, table: str) -> tuple[float, float]:
     """The (epsilon, delta) a table's measurement must meet: its charged epsilon with delta 0 (Laplace), or its
     charged rho converted at ``GAUSSIAN_DELTA`` (Gaussian)."""
     budget = noise.budget[table]
-    if noise.mechanism == "laplace":
+    if noise.mechanism.pure:
         return budget, 0.0
     return zcdp_epsilon(budget, GAUSSIAN_DELTA), GAUSSIAN_DELTA
 

@@ -21,7 +21,7 @@ from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
 from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.ingest import RawInputError, ingest_file, raw_file_for
 from opal_dp.prep.sequences import TripAlphabet, card_day_sequences, to_frame
-from opal_dp.storage import write_parquet_atomic
+from opal_dp.private_files import write_parquet_atomic
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,13 @@ from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
-from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME, Marginal
-from opal_dp.release.od_publish import OD_TABLES, validate_od
-from opal_dp.release.public_domain import OTHER, OTHER_WINDOW, sum_problems
-from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
-from opal_dp.release.statement import STATEMENT_JSON, STATEMENT_MD, open_data_partition, render_markdown
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
+from opal_dp.release.od.publish import OD_TABLES, validate_od
+from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, sum_problems
+from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
+from opal_dp.release.page.catalogue import PageSettings
+from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, open_data_partition, stated_design
+from opal_dp.release.statement.markdown import render_markdown
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
@@ -151,13 +153,14 @@ def _categorical(column: pd.Series, categories: list[str] | None = None) -> pd.C
 
 def publish(
     published_dir: Path, tables: Mapping[str, pd.DataFrame], statement: dict, release_id: str, stops: pd.DataFrame,
-    od: Mapping[str, pd.DataFrame] | None = None,
+    od: Mapping[str, pd.DataFrame] | None = None, page: PageSettings = PageSettings(),
 ) -> Path:
     """Write, validate and fsync the release in a staging folder, rename it to ``<release_id>``, then
     repoint ``latest``, then write ``latest.json``. A crash at any point leaves both naming complete releases
     (between the two, ``latest.json`` the previous one, until the next publish); stale staging
     folders are removed by the next publish. Refuses an existing release id. ``stops``: the public stop
-    list, which places the locations on the page's map."""
+    list, which places the locations on the page's map; ``page``: the publisher, contact, licence and update
+    frequency the page states. The page, written last, lists the size of every other file."""
     if not RELEASE_ID.fullmatch(release_id) or release_id == LATEST:
         raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}, got {release_id!r}")
     if statement["release"]["id"] != release_id:
@@ -180,7 +183,8 @@ def publish(
             write_durably(staging / f"{table}.csv", frame.to_csv(index=False, lineterminator="\n"))
         write_durably(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
         write_durably(staging / STATEMENT_MD, render_markdown(statement))
-        write_durably(staging / PAGE, render_index(tables, statement, stops))
+        sizes = {p.name: p.stat().st_size for p in staging.iterdir()}
+        write_durably(staging / PAGE, render_index(tables, statement, stops, sizes, page))
         validate_published(staging)
         fsync_folder(staging)
         os.rename(staging, target)
@@ -258,7 +262,7 @@ def validate_published(folder: Path) -> None:
     if (folder / STATEMENT_MD).read_text(encoding="utf-8") != render_markdown(statement):
         raise PublishedFormatError(f"{folder / STATEMENT_MD} does not render {STATEMENT_JSON}")
     partitions = {(k["date"], k["mode"]) for k in statement["partitions"]["keys"]}
-    remainders = statement.get("design", {}).get("name", "sbh") == "public_domain"
+    remainders = stated_design(statement).consistent
     for table in TABLES:
         _validate_table(folder / f"{table}.csv", table, partitions, remainders)
     if remainders:
@@ -271,8 +275,8 @@ def validate_published(folder: Path) -> None:
 
 
 def _validate_page(path: Path, statement: dict) -> None:
-    """The page must be self-contained, state the statement's guarantee, and link to every other file of the
-    release and to nothing else."""
+    """The page must be self-contained, state the statement's guarantee, link to every other file of the
+    release and to nothing else, and state their sizes truly."""
     page = path.read_text(encoding="utf-8")
     guarantee = statement["guarantee"]
     if stated_guarantee(page) != (guarantee["epsilon"], guarantee["delta"]):
@@ -285,6 +289,9 @@ def _validate_page(path: Path, statement: dict) -> None:
     if linked != others:
         raise PublishedFormatError(f"{path}: must link to exactly the other files {sorted(others)}, "
                                    f"links to {sorted(linked)}")
+    actual = {name: (path.parent / name).stat().st_size for name in others}
+    if stated_sizes(page) != actual:
+        raise PublishedFormatError(f"{path}: the file sizes it states are not those of the files")
 
 
 def _validate_table(path: Path, table: str, partitions: set[tuple[str, str]], remainders: bool = False) -> None:

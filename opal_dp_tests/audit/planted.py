@@ -92,7 +92,7 @@ def noise_ignoring_sensitivity(noise):
     from dataclasses import replace
 
     from opal_dp.core.sensitivity import Sensitivity
-    from opal_dp.release.public_domain import calibrate
+    from opal_dp.release.marginals.public_domain import calibrate
 
     one = calibrate(noise.mechanism, Sensitivity(1, 1, 1, 1), noise.budget, noise.laws["time"].bits)
     return replace(noise, laws=one.laws)
@@ -102,7 +102,7 @@ def joint_at_whole_budget(noise):
     """Public-domain design: the joint measured at the whole tap budget instead of its share of it."""
     from dataclasses import replace
 
-    from opal_dp.release.public_domain import calibrate
+    from opal_dp.release.marginals.public_domain import calibrate
 
     whole = sum(noise.budget.values())
     spent = calibrate(noise.mechanism, noise.sensitivity, {t: whole for t in noise.budget}, noise.laws["time"].bits)

@@ -11,7 +11,7 @@ import pytest
 from opal_dp.audit.public_domain import audit_table, measurement_pairs, unit_change
 from opal_dp.core import ContributionBounds, PrivacyUnit, Relation, SeededBits, sensitivity
 from opal_dp.core.sensitivity import Sensitivity
-from opal_dp.release.public_domain import calibrate
+from opal_dp.release.marginals.public_domain import calibrate
 from opal_dp_tests.audit.planted import joint_at_whole_budget, noise_ignoring_sensitivity, zeros_not_noised
 
 LAPLACE = {"time-loc": 2.0, "time": 1.0, "loc": 1.0}  # the trip release's epsilon per table

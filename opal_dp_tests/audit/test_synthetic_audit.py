@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from opal_dp.audit import synthetic as audit
+from opal_dp_tests.audit import synthetic_audit as audit
 from opal_dp.core import ContributionBounds
 from opal_dp.core.bits import SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian

@@ -63,7 +63,7 @@ def free_port() -> int:
 def write_raw_day(raw_dir: Path, day: date) -> Path:
     """One small raw day file: the synthetic generator if present, otherwise a hand-made one."""
     try:
-        from opal_dp.synth.trips import generate_days
+        from opal_dp.simulate.trips import generate_days
     except ImportError:  # the generator is optional for this test
         return _write_handmade_day(raw_dir, day)
     ((path, _rows),) = list(generate_days([day], raw_dir, seed=7, scale=0.002))

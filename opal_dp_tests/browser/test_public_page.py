@@ -1,6 +1,8 @@
-"""The public page of a real release in a real browser: after a small end-to-end release (one synthetic day,
-raw file -> published), ``index.html`` opened over file:// shows its guarantee, charts and map, its links
-resolve to the release's files, and it requests nothing but itself. Screenshot: test-artifacts/public-page.png.
+"""The public page of a real release in a real browser: after a small end-to-end release (a Friday and a Saturday
+of synthetic trips, raw files -> published), ``index.html`` opened over file:// shows its guarantee, catalogue
+entry, trend and time-of-day charts and map, its links resolve to the release's files, it requests nothing but
+itself, it reads at 390 px wide without scrolling sideways, and axe-core (shipped by the axe-playwright-python
+package) finds nothing serious or critical at desktop or phone width. Screenshots: test-artifacts/public-page*.png.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import pandas as pd
 import pytest
 
 from opal_dp.release.publish import LATEST, files_of
-from opal_dp.release.site import PAGE
-from opal_dp.settings import DATA_DIR_ENV
-from opal_dp.synth.trips import generate_days
+from opal_dp.release.page.render import PAGE
+from opal_dp.settings import DATA_DIR_ENV, PUBLISHER_ENV
+from opal_dp.simulate.trips import generate_days
 from opal_dp_tests.browser.chromium import (
     BROWSER_MARKS,
     CHROMIUM,
@@ -29,63 +31,129 @@ from opal_dp_tests.browser.chromium import (
 )
 
 pytestmark = BROWSER_MARKS
-SCALE = 0.01  # about 2,000 trips: every mode gets published counts
+SCALE = 0.01  # about 2,000 trips a day: every mode gets published counts
+DAYS = [date(2016, 7, 29), date(2016, 7, 30)]  # a weekday and a weekend day
+PUBLISHER = "Example Transport Agency"
+DESKTOP, PHONE = 1280, 390
+SERIOUS = ("serious", "critical")
 
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
-    """The folder of a release published end to end from one synthetic raw day."""
+    """The folder of a release published end to end from two synthetic raw days."""
     from opal_dp.cli import run_release
 
     root = tmp_path_factory.mktemp("public-page")
-    list(generate_days([date(2016, 7, 25)], root / "raw", seed=11, scale=SCALE))
+    list(generate_days(DAYS, root / "raw", seed=11, scale=SCALE))
     with pytest.MonkeyPatch.context() as env:
         env.setenv(DATA_DIR_ENV, str(root))
+        env.setenv(PUBLISHER_ENV, PUBLISHER)
         run_release(dg.DagsterInstance.ephemeral(), data_dir=root, log_file=root / "runs.log")
     return (root / "published" / LATEST).resolve()
 
 
-def test_public_page_is_self_contained_and_shows_the_release(release: Path) -> None:
+@pytest.fixture(scope="module")
+def browser():
     require_chromium()
-    statement = json.loads((release / "privacy.json").read_text(encoding="utf-8"))
-    time = pd.read_csv(release / "time.csv", dtype=str)
-    modes = sorted(set(time.loc[time["tap"] == "on", "mode"]))  # modes with a published tap-on count
-    assert modes, "the release published no tap-on time counts: raise SCALE"
-    url = (release / PAGE).as_uri()
-    requests: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(viewport={"width": 1000, "height": 900})
-            context.on("request", lambda request: requests.append(request.url))
-            context.route("http*://**", lambda route: route.abort())  # nothing may go out, even if asked
-            page = context.new_page()
-            page.goto(url)
-
-            guarantee = page.locator("p.guarantee")
-            expect(guarantee).to_be_visible()
-            expect(guarantee).to_contain_text(f"protect {statement['privacy_unit']['protects']}")
-            expect(guarantee).to_contain_text(f"epsilon = {statement['guarantee']['epsilon']:.4g}")
-            expect(guarantee).to_contain_text(f"delta = {statement['guarantee']['delta']:.3g}")
-            charts = page.locator("svg.time-chart")
-            expect(charts).to_have_count(len(modes))
-            for mode in modes:
-                chart = page.locator(f"svg#time-{mode}")
-                expect(chart).to_be_visible()
-                assert chart.locator("rect").count() > 0, f"no bars for {mode}"
-                expect(page.locator(f"table#top-{mode}")).to_be_visible()
-            assert page.locator("path.error-bars").count() == len(modes)
-            site_map = page.locator("svg.map")
-            expect(site_map).to_be_visible()
-            assert site_map.locator("circle").count() > 0
-            box = site_map.bounding_box()
-            assert box and box["width"] > 300 and box["height"] > 100
-
-            hrefs = page.locator("a[href]").evaluate_all("links => links.map(a => a.href)")
-            targets = {Path(unquote(urlparse(href).path)) for href in hrefs}
-            assert {t.name for t in targets} == set(files_of(statement)) - {PAGE}
-            assert all(t.parent == release and t.is_file() for t in targets), targets
-            screenshot(page, "public-page", full_page=True)
+            yield browser
         finally:
             browser.close()
-    assert requests == [url], f"the page requested more than itself: {requests}"
+
+
+def open_page(browser, release: Path, width: int, requests: list[str]):
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.on("request", lambda request: requests.append(request.url))
+    context.route("http*://**", lambda route: route.abort())  # nothing may go out, even if asked
+    page = context.new_page()
+    page.goto((release / PAGE).as_uri())
+    return page
+
+
+def test_public_page_is_self_contained_and_shows_the_release(release: Path, browser) -> None:
+    statement = json.loads((release / "privacy.json").read_text(encoding="utf-8"))
+    time = pd.read_csv(release / "time.csv", dtype=str)
+    modes = sorted({k["mode"] for k in statement["partitions"]["keys"]})  # every released mode gets its charts
+    assert set(time["mode"]) == set(modes), "a released mode published no time counts: raise SCALE"
+    requests: list[str] = []
+    page = open_page(browser, release, DESKTOP, requests)
+
+    guarantee = page.locator("p.guarantee")
+    expect(guarantee).to_be_visible()
+    expect(guarantee).to_contain_text(f"protect {statement['privacy_unit']['protects']}")
+    expect(guarantee).to_contain_text(f"epsilon = {statement['guarantee']['epsilon']:.4g}")
+    expect(guarantee).to_contain_text(f"delta = {statement['guarantee']['delta']:.3g}")
+    lead = page.locator("#plain-guarantee")
+    expect(lead).to_be_visible()
+    assert lead.bounding_box()["y"] < page.locator("#dataset").bounding_box()["y"]  # the guarantee comes first
+    expect(page.locator("#licence")).to_have_text("Creative Commons Attribution 4.0 International (CC BY 4.0)")
+    expect(page.locator("#dataset")).to_contain_text(PUBLISHER)
+    expect(page.locator("#coverage")).to_have_text("2016-07-29 to 2016-07-30 (2 service dates)")
+    charts = page.locator("svg.time-chart")
+    expect(charts).to_have_count(len(modes))
+    for mode in modes:
+        chart = page.locator(f"svg#time-{mode}")
+        expect(chart).to_be_visible()
+        assert chart.locator("rect").count() > 0, f"no bars for {mode}"
+        expect(page.locator(f"table#top-{mode}")).to_be_visible()
+        trend = page.locator(f"svg#trend-{mode}")
+        expect(trend).to_be_visible()
+        marked = {t.split(", ")[0].split()[-1] for t in trend.locator("title").all_text_contents() if "tap-ons" in t}
+        published = set(time.loc[(time["tap"] == "on") & (time["mode"] == mode), "date"])
+        assert marked == {"(weekday)" if d == "20160729" else "(weekend)" for d in published}, mode
+    assert page.locator("path.error-bars").count() == len(modes)
+    for view in ("svg#map", "svg#map-centre"):
+        site_map = page.locator(view)
+        expect(site_map).to_be_visible()
+        assert site_map.locator("circle").count() > 0 and site_map.locator("g.scale-bar").count() == 1
+        box = site_map.bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 100
+    drawn = set(page.locator("svg#map-centre circle title").all_text_contents())
+    assert {t.split(",")[0] for t in drawn} >= {"Bus", "Ferry", "Light rail", "Train"}  # every mode shows
+    sizes = page.locator("span.size").evaluate_all("s => s.map(e => [e.dataset.file, Number(e.dataset.bytes)])")
+    assert dict(sizes) == {name: (release / name).stat().st_size for name in files_of(statement) if name != PAGE}
+
+    hrefs = page.locator("a[href]").evaluate_all("links => links.map(a => a.href)")
+    targets = {Path(unquote(urlparse(href).path)) for href in hrefs}
+    assert {t.name for t in targets} == set(files_of(statement))  # the other files, and the page's own sections
+    assert all(t.parent == release and t.is_file() for t in targets), targets
+    screenshot(page, "public-page", full_page=True)
+    assert requests == [(release / PAGE).as_uri()], f"the page requested more than itself: {requests}"
+
+
+def test_public_page_reads_on_a_phone(release: Path, browser) -> None:
+    requests: list[str] = []
+    page = open_page(browser, release, PHONE, requests)
+    widths = page.evaluate("[document.documentElement.scrollWidth, document.body.scrollWidth]")
+    assert max(widths) <= PHONE, f"the page scrolls sideways at {PHONE} px: {widths}"
+    for locator in ("#plain-guarantee", "#licence", "#coverage", "svg.trend-chart >> nth=0", "svg#map-centre"):
+        element = page.locator(locator)
+        expect(element).to_be_visible()
+        box = element.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE, f"{locator} does not fit: {box}"
+    expect(page.locator("#dataset")).to_contain_text(PUBLISHER)
+    screenshot(page, "public-page-phone", full_page=True)
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+def test_public_page_passes_axe_core(release: Path, browser, width: int) -> None:
+    from axe_playwright_python.sync_playwright import Axe
+
+    page = open_page(browser, release, width, [])
+    results = Axe().run(page)
+    assert results.response["testEngine"]["name"] == "axe-core"
+    serious = [v for v in results.response["violations"] if v["impact"] in SERIOUS]
+    assert not serious, results.generate_report()
+
+
+def test_the_accessibility_check_finds_a_planted_problem(release: Path, browser) -> None:
+    """The check can fail: an image without alternative text and an unlabelled form field are critical."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    page = open_page(browser, release, DESKTOP, [])
+    page.evaluate("document.querySelector('main').insertAdjacentHTML('afterbegin', "
+                  "'<svg role=\"img\" width=\"9\" height=\"9\"></svg><input type=\"text\">')")
+    found = {v["id"] for v in Axe().run(page).response["violations"] if v["impact"] in SERIOUS}
+    assert {"svg-img-alt", "label"} <= found, found

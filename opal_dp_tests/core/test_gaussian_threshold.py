@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit, Relation, SeededBits, Sensitivity
 from opal_dp.core.discrete_gaussian import DiscreteGaussian, release_probability
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram, sigma_for
-from opal_dp.release.plan import build_plan
+from opal_dp.release.marginals.plan import build_plan
 from opal_dp_tests.core.helpers import binomial_interval
 from opal_dp_tests.core.test_opendp_oracle import NOMINAL, PERIOD
 

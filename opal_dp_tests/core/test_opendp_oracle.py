@@ -13,7 +13,7 @@ import opendp.prelude as dp
 import pytest
 
 from opal_dp.core import ContributionBounds, PrivacyUnit, Relation, StabilityHistogram, release_probability
-from opal_dp.release.plan import build_plan
+from opal_dp.release.marginals.plan import build_plan
 from opal_dp_tests.core.helpers import binomial_interval, trip_sbh
 
 dp.enable_features("contrib")

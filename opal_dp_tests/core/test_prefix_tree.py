@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from opal_dp.audit.prefix_tree import audit_tree
+from opal_dp_tests.audit.prefix_tree_audit import audit_tree
 from opal_dp.core import SecureBits, SeededBits
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, _measure, build_noisy_prefix_tree
 from opal_dp.core.sparse_noise import LaplaceNoise

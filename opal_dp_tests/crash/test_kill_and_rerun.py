@@ -23,7 +23,7 @@ from opal_dp.core import PrivacyLedger
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.network import MODES
-from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.publish import LATEST, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
@@ -36,7 +36,7 @@ PARTITIONS = {f"{DAY}|{mode}" for mode in MODES}
 CHILD = textwrap.dedent("""
     import os, signal, sys
     import dagster as dg
-    import opal_dp.release.engine as engine
+    import opal_dp.release.marginals.engine as engine
     import opal_dp.release.publish as publish
     from opal_dp.cli import run_release
     from opal_dp.core import PrivacyLedger

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from opal_dp.settings import DATA_DIR_ENV
-from opal_dp.synth.trips import generate_days
+from opal_dp.simulate.trips import generate_days
 
 DAYS = [date(2016, 7, 25), date(2016, 7, 30)]  # a weekday and a Saturday
 SCALE = 0.01

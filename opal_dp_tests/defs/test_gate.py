@@ -15,7 +15,7 @@ from opal_dp.cli import run_release
 from opal_dp.definitions import defs
 from opal_dp.defs.shared.partitions import RANGE_START
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.release.marginals import COUNT, MARGINALS
+from opal_dp.release.marginals.tables import COUNT, MARGINALS
 from opal_dp_tests.defs.conftest import DAYS
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 

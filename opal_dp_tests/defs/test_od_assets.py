@@ -8,7 +8,7 @@ import pandas as pd
 from opal_dp.definitions import defs
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.release.od import inconsistent_parents
+from opal_dp.release.od.generate import inconsistent_parents
 from opal_dp_tests.defs.conftest import DAYS
 
 

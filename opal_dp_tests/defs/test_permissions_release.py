@@ -12,7 +12,7 @@ import pytest
 
 from opal_dp.cli import ensure_dagster_home, main
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
-from opal_dp.synth.trips import generate_days
+from opal_dp.simulate.trips import generate_days
 from opal_dp_tests.defs.conftest import DAYS, SCALE
 
 pytestmark = pytest.mark.slow

@@ -15,11 +15,11 @@ from opal_dp.defs.marginals.release import CHECK_SPECS, PLAUSIBLE_PAIRS
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.partitions import date_mode
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.release.checks import DESIGN_CHECKS
-from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.marginals.checks import DESIGN_CHECKS
+from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
-from opal_dp.release.od_publish import od_tables
+from opal_dp.release.od.publish import od_tables
 from opal_dp.release.publish import LATEST, LATEST_JSON, RELEASE_ID, files_of, latest_release, to_open_data
 from opal_dp_tests.defs.conftest import DAYS
 

@@ -7,9 +7,10 @@ import pytest
 
 from opal_dp.cli import run_release
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.storage import LEDGER_FILE, default_storage
+from opal_dp.defs.shared.storage import default_storage
+from opal_dp.locations import LEDGER_FILE
 from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
-from opal_dp.synth.trips import generate_days
+from opal_dp.simulate.trips import generate_days
 from opal_dp_tests.defs.conftest import DAYS, SCALE
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from opal_dp import cli
 from opal_dp.cli import budget_config, main, run_release
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.release.public_domain import OTHER
+from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.publish import PublishedFormatError, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 

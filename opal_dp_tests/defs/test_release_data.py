@@ -16,7 +16,8 @@ from opal_dp.cli import ensure_dagster_home, main
 from opal_dp.network import MODES
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp.release.publish import LATEST
-from opal_dp.synth import sample
+from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE
+from opal_dp.simulate import sample
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 GOOD, BAD, BYTES = "2016-07-25", "2016-07-26", "2016-07-27"
@@ -55,7 +56,7 @@ def test_one_real_day_is_released_alone_and_nothing_is_added_to_raw(tmp_path, ho
     assert statement(data)["data"] == {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": []}
     out = capsys.readouterr().out
     assert "released 4 partitions (1 days x modes)" in out and "SYNTHETIC" not in out
-    assert "Synthetic" not in (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
+    assert "SYNTHETIC" not in (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
 
 
 def test_a_data_directory_that_does_not_exist_is_refused_and_not_created(tmp_path, home):
@@ -82,7 +83,7 @@ def test_the_sample_only_with_sample_and_every_published_file_set_says_it_is_syn
     assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days, "pending_dates": []}
     assert published_dates(data) == set(days)
     text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
-    assert "**Synthetic data: the trips behind this release are the bundled synthetic sample" in text
+    assert f"> **{SYNTHETIC_SAMPLE}**" in text
     assert "the bundled SYNTHETIC sample (generated trips, not real travel) for 1 of 1 days" in capsys.readouterr().out
 
     # A real day and a malformed one next to the sample: --sample adds nothing, the release says which dates are
@@ -97,8 +98,8 @@ def test_the_sample_only_with_sample_and_every_published_file_set_says_it_is_syn
     assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days,
                                        "pending_dates": ["20160726"]}
     assert published_dates(data) == {"20160725", "20160727"}
-    assert "**Synthetic data: the trips behind dates 20160725 are" in (
-        data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
+    text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
+    assert f"> **{SYNTHETIC_SAMPLE}**" in text and "Synthetic (the bundled sample): dates 20160725; the other" in text
 
 
 def bad_bytes_day(raw: Path) -> tuple[Path, list[int]]:

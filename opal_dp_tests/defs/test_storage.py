@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from upath import UPath
 
-from opal_dp.defs.shared.storage import LEDGER_FILE, OpalStorage
+from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.locations import LEDGER_FILE
 
 
 def test_local_paths_and_file_uris_are_the_same_plain_local_folder(tmp_path):

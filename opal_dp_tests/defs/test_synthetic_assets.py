@@ -11,12 +11,13 @@ import pytest
 
 from opal_dp import settings
 from opal_dp.cli import run_release
-from opal_dp.defs.shared.budget import PrivacyBudget, published_ledger_draws
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.release.settings import published_ledger_draws
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.defs.synthetic.assets import synthetic_card_ids_are_fresh, synthetic_dir
 from opal_dp.network import load_stops
 from opal_dp.prep.ingest import ingest_file
-from opal_dp.release.synthetic_generator import CSV, PARQUET
+from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 DAYS = ["2016-07-25", "2016-07-26"]

@@ -7,7 +7,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opal_dp.release.marginals import MARGINALS, histograms, histograms_from_cells, true_cells
+from opal_dp.release.marginals.tables import MARGINALS, histograms, histograms_from_cells, true_cells
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
 

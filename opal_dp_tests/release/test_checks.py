@@ -12,7 +12,7 @@ import json
 
 from opal_dp.core import DiscreteLaplace, PrivacyCost, SeededBits, compose
 from opal_dp.core.ledger import Charge, Draw
-from opal_dp.release.checks import (
+from opal_dp.release.marginals.checks import (
     BLOCKING_CHECKS,
     DESIGN_CHECKS,
     ReleaseUnderCheck,
@@ -20,7 +20,7 @@ from opal_dp.release.checks import (
     noise_sum_bound,
     plausibility,
 )
-from opal_dp.release.marginals import BY_NAME
+from opal_dp.release.marginals.tables import BY_NAME
 from opal_dp_tests.core.helpers import trip_sbh
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]

@@ -12,7 +12,7 @@ from hypothesis.extra import numpy as hnp
 from scipy import stats
 
 from opal_dp.core import DiscreteLaplace, SecureBits
-from opal_dp.release.consistency import Estimate, largest_remainder, least_squares, round_with_remainders
+from opal_dp.release.marginals.consistency import Estimate, largest_remainder, least_squares, round_with_remainders
 from opal_dp_tests.core.helpers import ALPHA
 
 TRUTH = np.array([[0, 3, 40, 7, 0], [12, 0, 0, 1, 90], [5, 5, 5, 5, 5], [0, 0, 0, 0, 200]])

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from opal_dp.core.sparse_noise import tail_probability
-from opal_dp.release.design_comparison import COLUMNS, compare_released
-from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.plan import build_plan
-from opal_dp.release.public_domain import OTHER
-from opal_dp.release.schemas import OTHER_WINDOW, DesignComparison
+from opal_dp.reports.design_comparison import COLUMNS, compare_released
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.marginals.public_domain import OTHER
+from opal_dp.release.marginals.schemas import OTHER_WINDOW, DesignComparison
 
 KEYS = ["2016-07-25|bus", "2016-07-25|ferry"]  # two partitions of one day
 LABELS = ["A", "B", "C", OTHER]

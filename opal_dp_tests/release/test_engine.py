@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, DiscreteLaplace, PrivacyLedger, SeededBits
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.release.engine import fingerprint, release_partitions
-from opal_dp.release.marginals import MARGINALS, histograms
-from opal_dp.release.plan import build_plan
-from opal_dp.storage import read_parquet, write_parquet_exclusive
+from opal_dp.release.marginals.engine import fingerprint, release_partitions
+from opal_dp.release.marginals.tables import MARGINALS, histograms
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.private_files import read_parquet, write_parquet_exclusive
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
@@ -129,7 +129,7 @@ def test_a_resumed_charge_loads_the_draw_a_killed_run_had_stored(tmp_path, store
 
 def _requests(parts):
     from opal_dp.core.ledger import Request
-    from opal_dp.release.engine import mechanism_id
+    from opal_dp.release.marginals.engine import mechanism_id
 
     p = plan(SeededBits(0))
     truths = {k: histograms(v) for k, v in parts.items()}

@@ -13,10 +13,10 @@ from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tr
 from opal_dp.core.units import PrivacyUnit
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet, to_frame
-from opal_dp.storage import write_parquet_atomic
-from opal_dp.release.od import _isotonic, consistent_tree, inconsistent_parents, od_counts, sequences_of, top_sequences
-from opal_dp.release.od_engine import OdPlan, release_od_days
-from opal_dp.release.od_publish import od_tables, validate_od
+from opal_dp.private_files import write_parquet_atomic
+from opal_dp.release.od.generate import _isotonic, consistent_tree, inconsistent_parents, od_counts, sequences_of, top_sequences
+from opal_dp.release.od.engine import OdPlan, release_od_days
+from opal_dp.release.od.publish import od_tables, validate_od
 
 TAXONOMY = Taxonomy(np.array([0, 3, 6]), np.array([3, 3, 4]))
 

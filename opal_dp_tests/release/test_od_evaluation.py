@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from opal_dp.core.prefix_tree import Taxonomy
-from opal_dp.release.od_evaluation import answer_queries, evaluate, random_queries, top_patterns
+from opal_dp.reports.od_evaluation import answer_queries, evaluate, random_queries, top_patterns
 
 
 def test_count_queries_match_brute_force():

@@ -14,7 +14,7 @@ from scipy import stats
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit, Relation, SecureBits, Sensitivity, sensitivity
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
-from opal_dp.release.public_domain import (
+from opal_dp.release.marginals.public_domain import (
     OTHER,
     calibrate,
     domain,

@@ -10,12 +10,12 @@ import pytest
 
 from opal_dp.core import PrivacyLedger
 from opal_dp.prep.binning import location_labels
-from opal_dp.release.checks import DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems
-from opal_dp.release import engine
-from opal_dp.release.engine import PartialTap, release_partitions
-from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.plan import build_plan
-from opal_dp.release.public_domain import OTHER, sum_problems
+from opal_dp.release.marginals.checks import DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems
+from opal_dp.release.marginals import engine
+from opal_dp.release.marginals.engine import PartialTap, release_partitions
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.marginals.public_domain import OTHER, sum_problems
 from opal_dp.release.publish import to_open_data
 
 STOPS = pd.DataFrame({

@@ -25,7 +25,7 @@ from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES, load_stops
 from opal_dp.release import publish as publish_module
-from opal_dp.release.marginals import MARGINALS
+from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.publish import (
     FILES,
     PublishedFormatError,
@@ -34,7 +34,7 @@ from opal_dp.release.publish import (
     to_open_data,
     validate_published,
 )
-from opal_dp.storage import write_parquet_atomic
+from opal_dp.private_files import write_parquet_atomic
 from opal_dp_tests.release.test_statement import PARTS, released as ledger_release
 from opal_dp_tests.release.test_statement import statement as ledger_statement
 
@@ -178,6 +178,7 @@ def _replace(old: str, new: str, count: int = 1):
         ("index.html", _replace('class="epsilon" data-value="8.0"', 'class="epsilon" data-value="0.8"'), "guarantee"),
         ("index.html", _replace('class="delta"', 'class="d"'), "guarantee"),
         ("index.html", _replace('href="PRIVACY.md"', 'title="PRIVACY.md"', -1), "link to exactly"),
+        ("index.html", _replace('data-bytes="', 'data-bytes="1'), "sizes"),
     ],
 )
 def test_validation_rejects_malformed_files(tmp_path, file, corrupt, message):

@@ -14,7 +14,10 @@ from opal_dp.core import sbh
 from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
 from opal_dp.release.publish import FILES, to_open_data
-from opal_dp.release.site import PAGE, external_references, links, render_index, stated_guarantee
+from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
+from opal_dp.release.page.catalogue import PageSettings
+from opal_dp.release.statement.markdown import render_markdown
+from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp_tests.conftest import TINY_STOPS
 from opal_dp_tests.release.test_publish import releases, statement
 
@@ -56,7 +59,8 @@ def as_read(tables: dict[str, pd.DataFrame], shuffle: int | None = None) -> dict
 
 
 def test_links_are_the_release_files(page):
-    assert set(links(page)) == set(FILES) - {PAGE}
+    assert {u for u in links(page) if not u.startswith("#")} == set(FILES) - {PAGE}
+    assert {u[1:] for u in links(page) if u.startswith("#")} <= set(re.findall(r'<section id="([^"]+)"', page))
     assert external_references(page) == []
     assert "<script" not in page and "http" not in page
 
@@ -85,23 +89,27 @@ def test_error_bars_are_the_stated_noise_bounds(page, stated):
     on_time = next(m for m in stated["marginals"] if m["name"] == "tap_on_time")
     assert (on_time["noise"], on_time["scale"], on_time["error_bound_95"]) == ("discrete_laplace", 2.0, 6)
     # bus: one day, so the bar of a published count is the statement's own bound
-    bus = re.search(r'<svg class="time-chart" id="time-bus".*?</svg>', page)[0]
-    assert "<title>2:30: 18.0 ± 6.0 per day</title>" in bus
+    bus = re.search(r'<svg class="chart time-chart" id="time-bus".*?</svg>', page)[0]
+    assert "<title>2:30, tap-ons: 18.0 ± 6.0 per day</title>" in bus
+    assert "<title>2:30, tap-offs: 69.0 ± 6.0 per day</title>" in bus
     # train: two days, both listing 2:30 (counts 118 and 218): the bound of the sum of two draws, halved
-    train = re.search(r'<svg class="time-chart" id="time-train".*?</svg>', page)[0]
+    train = re.search(r'<svg class="chart time-chart" id="time-train".*?</svg>', page)[0]
     two_days = error_bound_of_sum(sbh.pmf(2.0)[1], 2) / 2
-    assert two_days != 6.0 and f"<title>2:30: 168.0 ± {two_days:,.1f} per day</title>" in train
-    assert len(re.findall("<rect ", bus)) == 3 and 'id="time-ferry"' not in page  # ferry was not released
+    assert two_days != 6.0 and f"<title>2:30, tap-ons: 168.0 ± {two_days:,.1f} per day</title>" in train
+    assert len(re.findall("<rect ", bus)) == 3 + 3 and 'id="time-ferry"' not in page  # ferry was not released
 
 
 def test_map_and_top_locations(page):
-    circles = re.findall(r"<circle [^>]*><title>([^<]*)</title>", page)
+    whole = re.search(r'<svg class="map" id="map".*?</svg>', page)[0]
+    circles = re.findall(r"<circle [^>]*><title>([^<]*)</title>", whole)
     assert sorted(circles) == sorted(["Bus, postcode 2000: 18.0 tap-ons per day",
                                       "Bus, postcode 2010: 19.0 tap-ons per day",
                                       "Train, Central: 170.0 tap-ons per day"])
     assert "3 published locations with no coordinates" in page  # bus Central, train 2000 and 2010
     top = re.search(r'<table class="top-locations" id="top-train">.*?</table>', page, re.S)[0]
     assert re.findall(r"<tr><td>([^<]*)</td>", top) == ["Central", "2010", "2000"]
+    assert re.search(r'<svg class="map" id="map".*?class="scale-bar".*?</svg>', page)
+    assert ">Central</text>" in whole  # the busiest place is labelled
 
 
 def test_labels_are_escaped(tables, stated, stops):
@@ -142,3 +150,95 @@ def test_a_mode_with_nothing_published_gets_a_note_not_a_chart(tables, stated, s
     assert 'id="time-bus"' not in page and 'id="top-bus"' not in page
     assert "No time-of-day count of this mode was published." in page
     assert "No location count of this mode was published." in page
+
+
+def test_the_page_reads_on_a_phone_and_has_a_catalogue_entry(page, stated):
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    assert "Creative Commons Attribution 4.0 International (CC BY 4.0)" in page and "CC-BY-4.0" in page
+    assert '<span id="coverage">2016-07-25 to 2016-07-26 (2 service dates)</span>' in page
+    assert "weekly" in page and "Publisher</dt><dd>not stated" in page
+    assert "release r1, 2016-07-25 to 2016-07-26 (2 service dates)" in page  # the citation
+
+
+def test_the_catalogue_settings_are_the_publishers_and_escaped(tables, stated, stops, monkeypatch):
+    monkeypatch.setenv("OPAL_DP_PUBLISHER", "Transport <Agency> & Co")
+    monkeypatch.setenv("OPAL_DP_CONTACT", "opendata@agency.example")
+    monkeypatch.setenv("OPAL_DP_LICENCE", "CC0-1.0")
+    monkeypatch.setenv("OPAL_DP_UPDATE_FREQUENCY", "")
+    settings = PageSettings.from_env()
+    assert settings == PageSettings("Transport <Agency> & Co", "opendata@agency.example", "CC0-1.0", "weekly")
+    page = render_index(tables, stated, stops, settings=settings)
+    assert "Transport &lt;Agency&gt; &amp; Co" in page and "<Agency>" not in page
+    assert "Creative Commons Zero 1.0 Universal (CC0 1.0)" in page and "CC BY 4.0" not in page
+    assert "opendata@agency.example" in page and external_references(page) == []
+
+
+def test_daily_trend_is_the_sum_of_time_csv_per_date_and_tap(page):
+    train = re.search(r'<svg class="chart trend-chart" id="trend-train".*?</svg>', page)[0]
+    titles = re.findall(r"<title>([^<]*)</title>", train)
+    three = error_bound_of_sum(sbh.pmf(2.0)[1], 3)
+    # tap-on: every window; tap-off: the -1 rows (no tap-off recorded) left out
+    assert titles == [f"Mon 25 Jul 2016 (weekday), tap-ons: {118 + 119 + 120} ± {three:,.0f}",
+                      f"Tue 26 Jul 2016 (weekday), tap-ons: {218 + 219 + 220} ± {three:,.0f}",
+                      f"Mon 25 Jul 2016 (weekday), tap-offs: {169 + 170 + 171} ± {three:,.0f}",
+                      f"Tue 26 Jul 2016 (weekday), tap-offs: {269 + 270 + 271} ± {three:,.0f}"]
+    assert "Service date</text>" in train and "Trips per day</text>" in train
+
+
+def test_weekends_are_shaded_and_marked(tables, stated, stops):
+    weekend = copy.deepcopy(stated)
+    weekend["partitions"]["keys"] = [{"date": "20160730", "mode": "bus"}, {"date": "20160801", "mode": "bus"}]
+    bus = {name: frame[frame["mode"] == "bus"].assign(date=frame["date"].astype(str).replace("20160725", "20160730"))
+           for name, frame in tables.items()}
+    page = render_index(bus, weekend, stops)
+    trend = re.search(r'<svg class="chart trend-chart" id="trend-bus".*?</svg>', page)[0]
+    assert len(re.findall(r'fill="#e8e8e8"', trend)) == 2  # Saturday 30 and Sunday 31 July are shaded
+    assert re.search(r'<rect [^>]*><title>Sat 30 Jul 2016 \(weekend\), tap-ons: 57 ± ', trend)  # a square
+    assert "<title>Sat 30 Jul 2016 (weekend), tap-offs: 210 ± " in trend
+
+
+def test_the_data_dictionary_names_every_column(page, tables, stated, stops):
+    dictionary = re.search(r'<section id="dictionary".*?</section>', page, re.S)[0]
+    documented = re.findall(r"<tr><td><code>([^<]*)</code></td>", dictionary)
+    assert documented == list(next(iter(tables.values())).columns)
+    assert "<strong>postcode</strong> of the stop for bus" in dictionary and "<code>-1</code>: unknown" in dictionary
+    assert "<code>other</code>" not in dictionary  # no remainder rows in this design
+    with_od = copy.deepcopy(stated) | {"od": {}, "design": {"name": "public_domain", "tau": 5,
+                                                         "expected_false_cells_per_day": 1.0}}
+    dictionary = re.search(r'<section id="dictionary".*?</section>', render_index(tables, with_od, stops), re.S)[0]
+    assert "<code>other</code>: a remainder row" in dictionary
+    assert {"origin, destination", "rank", "trips", "sequence"} <= set(
+        re.findall(r"<tr><td><code>([^<]*)</code></td>", dictionary))
+
+
+def test_file_sizes_are_stated_when_given(tables, stated, stops, page):
+    assert stated_sizes(page) == {}
+    sizes = {"time.csv": 812, "privacy.json": 25_547, "PRIVACY.md": 1_250_000}
+    sized = render_index(tables, stated, stops, sizes)
+    assert stated_sizes(sized) == sizes
+    assert ">812 B</span>" in sized and ">25.5 kB</span>" in sized and ">1.25 MB</span>" in sized
+
+
+def test_the_synthetic_sample_is_said_plainly(tables, stated, stops, page):
+    assert 'id="synthetic-sample"' not in page and "SYNTHETIC SAMPLE" not in render_markdown(stated)
+    sample = copy.deepcopy(stated) | {"data": {"synthetic_sample": True}}
+    assert 'id="synthetic-sample"' in render_index(tables, sample, stops)
+    assert "SYNTHETIC SAMPLE" in render_markdown(sample)
+    for odd in ({"synthetic_sample": "yes"}, "sample", None):  # read defensively: only a true flag counts
+        assert 'id="synthetic-sample"' not in render_index(tables, copy.deepcopy(stated) | {"data": odd}, stops)
+
+
+def test_the_plain_guarantee_comes_first(page, stated, tables, stops):
+    lead = re.search(r'<p class="lead" id="plain-guarantee">([^<]*)</p>', page)
+    assert lead and lead.start() < page.index('<section id="dataset"')
+    assert "one trip" in lead[1] and "epsilon = 8" in lead[1]
+    person = copy.deepcopy(stated) | {"person": {"epsilon": 12.5, "delta": 1e-6, "window_days": 365,
+                                                 "this_release": {"epsilon": 4.0, "delta": 2e-7}}}
+    sentence = ("Over any 365 days, one person's total privacy loss across every file published is at most "
+                "(epsilon = 12.5, delta = 1e-06); this release adds at most (epsilon = 4, delta = 2e-07).")
+    assert f'id="plain-guarantee">{html.escape(sentence)}</p>' in render_index(tables, person, stops)
+    assert render_markdown(person).splitlines()[2] == f"**{sentence}**"
+    told = copy.deepcopy(stated) | {"person": {"sentence": "Said by the statement."}}
+    assert 'id="plain-guarantee">Said by the statement.</p>' in render_index(tables, told, stops)
+    for odd in ({"epsilon": "12"}, [], {"sentence": " "}):  # malformed: today's sentence
+        assert plain_guarantee(copy.deepcopy(stated) | {"person": odd}) == plain_guarantee(stated)

@@ -11,18 +11,19 @@ from pathlib import Path
 import pytest
 
 from opal_dp.core import DiscreteLaplace, PrivacyLedger, SeededBits
-from opal_dp.release.engine import release_partitions
-from opal_dp.release.marginals import MARGINALS
-from opal_dp.release.plan import build_plan
-from opal_dp.release.statement import (
+from opal_dp.release.marginals.engine import release_partitions
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.statement.build import (
     PACKAGES,
     TRUE_COUNTS,
     StatementError,
     ledger_evidence,
     open_data_partition,
     privacy_statement,
-    render_markdown,
 )
+from opal_dp.release.statement.markdown import _runs, render_markdown
+from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp_tests.release.test_engine import partition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,3 +207,25 @@ def test_evidence_must_come_from_this_ledger(tmp_path):
     other = PrivacyLedger(tmp_path / "other.sqlite", CAPS)
     with pytest.raises(StatementError, match="no draws"):
         ledger_evidence(other, draws)
+
+
+def test_privacy_md_opens_with_the_plain_guarantee_and_compresses_scopes_and_draws(tmp_path):
+    s = statement(*released(tmp_path))
+    lines = render_markdown(s).splitlines()
+    assert lines[2] == f"**{plain_guarantee(s)}**" and "one trip" in lines[2] and "epsilon = 8" in lines[2]
+    scopes = [line for line in lines if line.endswith("basic composition |")]
+    assert scopes == [r"| 3 scopes, 2016-07-25\|bus ... 2016-07-26\|train | 8 | 7.5e-07 | - | 6 | basic composition |"]
+    draws = s["ledger"]["draws"]
+    assert draws == list(range(draws[0], draws[-1] + 1)) and len(draws) == 18
+    assert f"; 18 draws: {draws[0]}-{draws[-1]}." in render_markdown(s)
+    assert "- bus: 1 date, 2016-07-25" in lines and "- train: 2 dates, 2016-07-25 to 2016-07-26" in lines
+    # scopes that differ stay on their own rows, named in full
+    s["guarantee"]["scopes"][1]["epsilon"] = 3.0
+    rows = [line for line in render_markdown(s).splitlines() if "basic composition |" in line]
+    assert rows == [r"| 2 scopes, 2016-07-25\|bus ... 2016-07-26\|train | 8 | 7.5e-07 | - | 6 | basic composition |",
+                    r"| 2016-07-25\|train | 3 | 7.5e-07 | - | 6 | basic composition |"]
+
+
+@pytest.mark.parametrize(("numbers", "runs"), [([1, 2, 3, 4, 7, 9, 10], "1-4, 7, 9-10"), ([5], "5"), ([], "")])
+def test_runs_of_consecutive_numbers(numbers, runs):
+    assert _runs(numbers) == runs

@@ -18,11 +18,11 @@ from opal_dp.network import load_stops
 from opal_dp.prep.binning import bin_trips
 from opal_dp.prep.bounding import keep_mask
 from opal_dp.prep.ingest import ingest_file
-from opal_dp.release import synthetic_generator as gen
-from opal_dp.release import synthetic_queries as sq
-from opal_dp.release import synthetic_score as score
-from opal_dp.release.archetypes import ARCHETYPES, card_days
-from opal_dp.synth.trips import generate_days
+from opal_dp.release.synthetic import generator as gen
+from opal_dp.release.synthetic import queries as sq
+from opal_dp.reports import synthetic_score as score
+from opal_dp.release.synthetic.archetypes import ARCHETYPES, card_days
+from opal_dp.simulate.trips import generate_days
 
 DAYS = (date(2016, 7, 29), date(2016, 7, 30))  # a Friday and a Saturday
 KEY = b"\x07" * 32
@@ -175,8 +175,8 @@ def test_k_marginal_score_and_baselines(tmp_path, network, truths, private):
 
 
 def test_statement_comes_from_the_ledger_and_publication_is_atomic(tmp_path, network, truths):
-    from opal_dp.release.statement import StatementError
-    from opal_dp.release.synthetic_publish import publish_synthetic, render_markdown, synthetic_statement
+    from opal_dp.release.statement.build import StatementError
+    from opal_dp.release.synthetic.publish import publish_synthetic, render_markdown, synthetic_statement
 
     plan = _plan(network, list(truths), epsilon=4.0)
     ledger = _ledger(tmp_path)

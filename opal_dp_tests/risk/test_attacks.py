@@ -10,8 +10,8 @@ import pytest
 
 from opal_dp.core import Relation
 from opal_dp_tests.core.helpers import trip_sbh
-from opal_dp.release.marginals import COUNT, LOC, MARGINALS, TIME
-from opal_dp.risk.attacks import (
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME
+from opal_dp.reports.attacks import (
     any_marginal,
     differencing,
     differencing_in_chunks,

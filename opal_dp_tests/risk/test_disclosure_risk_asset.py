@@ -8,7 +8,7 @@ import pytest
 from opal_dp.definitions import defs
 from opal_dp.defs.marginals.risk import disclosure_risk
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.release.marginals import COUNT, MARGINALS, TIME
+from opal_dp.release.marginals.tables import COUNT, MARGINALS, TIME
 from opal_dp_tests.risk.test_attacks import manly_release
 
 

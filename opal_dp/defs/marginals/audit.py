@@ -12,7 +12,7 @@ from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
 from opal_dp.defs.shared.automation import ROLLUP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
-from opal_dp.release import public_domain as pd_design
+from opal_dp.release.marginals import public_domain as pd_design
 
 AUDIT_RUNS = 10**6
 @dg.asset(group_name="report", automation_condition=ROLLUP, **labels("internal"))
@@ -26,7 +26,7 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
     bounding and samplers are those of the release.
     """
     plan = privacy_budget.plan()
-    if plan.design == "public_domain":
+    if plan.design.consistent:
         distinct = {json.dumps(noise.describe(), sort_keys=True): tap for tap, noise in plan.noise.items()}
         reports = {f"tap_{tap}_{table}": audit_table(plan.noise[tap], table, plan.relation, runs=AUDIT_RUNS)
                    for tap in sorted(distinct.values()) for table in pd_design.TABLES}  # taps noised alike: once

@@ -19,20 +19,22 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.binning import location_labels
 from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.sequences import TripAlphabet
-from opal_dp.release.checks import ReleaseUnderCheck, blocking_problems
-from opal_dp.release.marginals import BOUNDED, MARGINALS, histograms_from_cells, same_bins
-from opal_dp.release.od_publish import od_gate, od_statement, od_tables
-from opal_dp.release.public_domain import Domain, domain
+from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
+from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
+from opal_dp.release.od.publish import od_gate, od_statement, od_tables
+from opal_dp.release.marginals.public_domain import Domain, domain
+from opal_dp.release.options import Design
 from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
-from opal_dp.release.statement import (
+from opal_dp.release.page.catalogue import PageSettings
+from opal_dp.release.statement.markdown import render_markdown
+from opal_dp.release.statement.build import (
     LedgerEvidence,
     StatementError,
     ledger_evidence,
     privacy_statement,
-    render_markdown,
 )
-from opal_dp.storage import read_parquet
-from opal_dp.synth.sample import sample_days
+from opal_dp.private_files import read_parquet
+from opal_dp.simulate.sample import sample_days
 
 
 def complete_partitions(
@@ -51,7 +53,7 @@ def complete_partitions(
 
 def data_origin(storage: OpalStorage, draw_ids: dict[tuple[str, str], int], pending: list[str]) -> dict:
     """The statement's ``data``: whether published dates are the bundled synthetic sample (by the generator's
-    record of its files, ``synth.sample``, never by the values) and the dates not released, as published dates."""
+    record of its files, ``simulate.sample``, never by the values) and the dates not released, as published dates."""
     days = sorted({date_and_mode(k)[0] for k, _ in draw_ids})
     synthetic = sample_days(storage.raw_dir, days)
     published = sorted({d.replace("-", "") for d in synthetic})
@@ -99,7 +101,7 @@ def _gate(
                 cap = caps[charge.unit]
                 mechanism = json.loads(charge.mechanism)
                 public = None  # the ledger's design chooses the checks, not this run's configuration
-                if mechanism.get("design") == "public_domain":
+                if Design.parse(mechanism.get("design", Design.SBH)).consistent:
                     mode = date_and_mode(key)[1]
                     public = domains.setdefault((mode, m.tap), domain(stops, mode, m.tap))
                 yield ReleaseUnderCheck(key, m, frame, truths[m.name], mechanism, draw, charge,
@@ -183,7 +185,8 @@ def published_release(
              storage, statement)
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od)
+    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od,
+                     PageSettings.from_env())
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder)),

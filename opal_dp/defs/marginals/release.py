@@ -18,10 +18,11 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.trips.private_stages import OVER_BOUND
 from opal_dp.prep.binning import location_labels
 from opal_dp.prep.binning import split_by_mode
-from opal_dp.release.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
-from opal_dp.release.engine import release_partitions
-from opal_dp.release.marginals import BY_NAME, MARGINALS, true_cells
-from opal_dp.release.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
+from opal_dp.release.marginals.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
+from opal_dp.release.marginals.engine import release_partitions
+from opal_dp.release.marginals.tables import BY_NAME, MARGINALS, true_cells
+from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
+from opal_dp.release.options import Design
 
 RELEASE_PREFIX = "release"
 TRUE_CELLS, RELEASE_DRAWS = "true_cells", "release_draws"
@@ -146,7 +147,7 @@ def release_marginals(
             frames[marginal.name],
             marginal.name,
             metadata={  # the same for every partition of the run
-                "release_design": plan.design,
+                "release_design": plan.design.value,
                 "privacy_unit": plan.unit.value,
                 "relation": plan.relation.value,
                 **{k: dg.MetadataValue.json(v) if isinstance(v, dict) else v
@@ -192,7 +193,7 @@ def _record_per_partition(context, released_by_key: dict, spend: dict, plan, pro
             mine = [f"{check}: {p}" for check, found in problems.items() for p in found
                     if p.startswith(f"{key} {name}:")]
             suppressed = {"bins_suppressed (internal, not DP)": len(result.truth) - len(result.frame)} \
-                if plan.design == "sbh" else {}  # the public-domain design lists cells absent from the data too
+                if not plan.design.consistent else {}  # the public-domain design lists cells absent from the data too
             context.add_asset_metadata({
                 "dagster/row_count": len(result.frame),
                 **suppressed,
@@ -205,7 +206,7 @@ def _record_per_partition(context, released_by_key: dict, spend: dict, plan, pro
         context.add_asset_metadata({"dagster/row_count": len(released)}, asset_key=RELEASE_DRAWS, partition_key=key)
 
 
-def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dict]], design: str):
+def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dict]], design: Design):
     """A result for every check spec; a check of another release design passes as skipped, saying why."""
     for marginal in MARGINALS:
         prefix = f"{marginal.name}:"

@@ -14,14 +14,14 @@ from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.permissions import make_dirs, reserve_private
-from opal_dp.release.design_comparison import compare_designs
-from opal_dp.release.design_comparison import comparison_plot as design_plot
-from opal_dp.release.marginals import MARGINALS, histograms_from_cells
-from opal_dp.release.plan import DESIGNS
-from opal_dp.release.schemas import DesignComparison
-from opal_dp.release.schemas import UnitComparison, UtilitySummary
-from opal_dp.release.unit_comparison import comparison_plot, compare_units
-from opal_dp.release.utility import busiest_location_plot, partition_utility, summarise
+from opal_dp.reports.design_comparison import compare_designs
+from opal_dp.reports.design_comparison import comparison_plot as design_plot
+from opal_dp.release.marginals.tables import MARGINALS, histograms_from_cells
+from opal_dp.release.options import Design
+from opal_dp.release.marginals.schemas import DesignComparison
+from opal_dp.release.marginals.schemas import UnitComparison, UtilitySummary
+from opal_dp.reports.unit_comparison import comparison_plot, compare_units
+from opal_dp.reports.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
 
@@ -54,7 +54,7 @@ def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released
     summary = UtilitySummary.validate(summarise(rows))
     metadata = {"summary": dg.MetadataValue.md(summary.to_markdown(index=False, floatfmt=".4f"))}
     if plot is not None:
-        path = storage.private_dir / "reports" / "busiest_location.png"
+        path = storage.reports_dir / "busiest_location.png"
         make_dirs(path.parent)
         reserve_private(path).write_bytes(plot)
         metadata["plot"] = dg.MetadataValue.md(f"![true vs released](data:image/png;base64,{base64.b64encode(plot).decode()})")
@@ -105,7 +105,7 @@ def design_comparison(
     """Release every materialised partition under both designs in memory and compare with its true cells (not
     charged: nothing here is released)."""
     stops = reference.stops()
-    plans = {design: privacy_budget.plan(stops, design) for design in DESIGNS}
+    plans = {design: privacy_budget.plan(stops, design) for design in Design}
     keys = materialised(trip_partitions, true_cells)
     parts = ((key, trip_partitions[key], true_cells[key]) for key in keys)
     table = DesignComparison.validate(compare_designs(parts, plans))

@@ -8,8 +8,8 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.partitions import date_and_mode
-from opal_dp.release.marginals import MARGINALS
-from opal_dp.risk.attacks import (
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.reports.attacks import (
     AUTO_TAP_OFF_MODES,
     any_marginal,
     differencing_in_chunks,

@@ -10,7 +10,7 @@ from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.prep.sequences import TripAlphabet, from_frame
-from opal_dp.release.od_evaluation import evaluate, evaluation_plot
+from opal_dp.reports.od_evaluation import evaluate, evaluation_plot
 
 QUERIES = 2_000  # per (epsilon, tree, query length); the benchmark runs the paper's 40,000
 
@@ -25,7 +25,7 @@ QUERIES = 2_000  # per (epsilon, tree, query length); the benchmark runs the pap
 )
 def od_evaluation(trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget,
                   reference: ReferenceNetwork) -> dg.Output[pd.DataFrame]:
-    """Seed §5.1 and §5.2 on one day (``release.od_evaluation``)."""
+    """Seed §5.1 and §5.2 on one day (``reports.od_evaluation``)."""
     days = materialised(trip_sequences)
     if not days:
         raise dg.Failure(description="no trip_sequences materialised yet")

@@ -1,6 +1,6 @@
 """OD release, private and DP stages: card-day sequences (private) and the noisy prefix tree of each date (DP,
-charged to the ledger, made consistent). Thin wrappers over ``prep.sequences``, ``release.od_engine`` and
-``release.od``; publishing is in ``defs.marginals.publish`` (one atomic publication)."""
+charged to the ledger, made consistent). Thin wrappers over ``prep.sequences``, ``release.od.engine`` and
+``release.od.generate``; publishing is in ``defs.marginals.publish`` (one atomic publication)."""
 
 import dagster as dg
 import numpy as np
@@ -17,8 +17,8 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.parallel import map_calls
 from opal_dp.prep.day_files import sequences_day
 from opal_dp.prep.sequences import TripAlphabet
-from opal_dp.release.od import consistent_tree, inconsistent_parents
-from opal_dp.release.od_engine import release_od_days
+from opal_dp.release.od.generate import consistent_tree, inconsistent_parents
+from opal_dp.release.od.engine import release_od_days
 
 PRIVATE = "private_parquet"
 OD_TREE_COLUMNS = ("level", "parent", "symbol", "count", "terminal", "draw_id")

@@ -19,7 +19,7 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.storage import PartitionStore
+from opal_dp.private_files import PartitionStore
 
 
 class PartitionFrames(Mapping[str, pd.DataFrame]):

@@ -1,6 +1,6 @@
-"""Synthetic card-day trips (issue 14): thin wrappers over ``release.synthetic_queries`` (the only step that
-reads private trips), ``release.synthetic_generator`` (post-processing of the stored DP draws) and
-``release.synthetic_publish``. Opt-in: the ``synthetic`` job, or ``python -m opal_dp.cli release --synthetic``."""
+"""Synthetic card-day trips (issue 14): thin wrappers over ``release.synthetic.queries`` (the only step that
+reads private trips), ``release.synthetic.generator`` (post-processing of the stored DP draws) and
+``release.synthetic.publish``. Opt-in: the ``synthetic`` job, or ``python -m opal_dp.cli release --synthetic``."""
 
 import base64
 import json
@@ -21,11 +21,11 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.trips.private_stages import CARD_DAYS
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.bounding import keep_mask, select_card_days
-from opal_dp.release import synthetic_queries as sq
-from opal_dp.release.schemas import SyntheticScores, SyntheticTrips
-from opal_dp.release.synthetic_score import evaluate, score_plot
-from opal_dp.release.synthetic_generator import PARQUET, generate, write_synthetic
-from opal_dp.release.synthetic_publish import publish_synthetic, synthetic_statement
+from opal_dp.release.synthetic import queries as sq
+from opal_dp.release.marginals.schemas import SyntheticScores, SyntheticTrips
+from opal_dp.reports.synthetic_score import evaluate, score_plot
+from opal_dp.release.synthetic.generator import PARQUET, generate, write_synthetic
+from opal_dp.release.synthetic.publish import publish_synthetic, synthetic_statement
 
 GROUP = "synthetic"
 MANIFEST = "release.json"
@@ -47,7 +47,7 @@ def synthetic_release(
     context: dg.AssetExecutionContext, binned_trips: PartitionFrames, card_days: PartitionFrames,
     privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
 ) -> dg.MaterializeResult:
-    """The card-level DP queries of every binned day (``release.synthetic_queries``), charged to the ledger's
+    """The card-level DP queries of every binned day (``release.synthetic.queries``), charged to the ledger's
     card_period scope of the period; records which draws stand for them."""
     days = sorted(binned_trips)
     if not days:
@@ -161,7 +161,7 @@ def synthetic_report(
                                     reference.stops(), rng)
     scores = SyntheticScores.validate(scores)
     plot = score_plot(scores, distribution)
-    path = make_dirs(storage.private_dir / "reports") / "synthetic_score.png"
+    path = make_dirs(storage.reports_dir) / "synthetic_score.png"
     reserve_private(path).write_bytes(plot)
     return dg.Output(scores, metadata={
         "scores (internal, not DP)": dg.MetadataValue.md(scores.to_markdown(index=False, floatfmt=".4g")),

@@ -1,0 +1,177 @@
+"""A release plan: the privacy unit, its contribution bounds, the neighbouring relation and one calibrated
+mechanism per marginal, plus how (date, mode) partitions map to ledger scopes.
+
+One plan composes a unit, a bounding, a mechanism family and an accountant; nothing else in the pipeline
+depends on which were chosen.
+
+Budget. The configuration gives a nominal (epsilon_j, delta_j) per marginal; one full release of a scope
+costs the unit (sum epsilon_j, sum delta_j):
+- ``laplace`` (SBH): marginal j is (epsilon_j, delta_j)-DP; basic composition adds them up.
+- ``gaussian`` (thresholded discrete Gaussian, zCDP): half of each delta_j goes to marginal j's threshold
+  events; the total rho is the largest whose OpenDP conversion at the other half (sum delta_j / 2) stays
+  within sum epsilon_j, split between the marginals in proportion to epsilon_j. Composed by the ledger's
+  accountant the six charges give exactly (sum epsilon_j, sum delta_j) for the scope; composition over many
+  partitions of a period is where zCDP is worth it (rho adds up, the conversion is paid once).
+
+Design. ``sbh`` (the 2016 design above) or ``public_domain`` (``release.marginals.public_domain``): noise on every cell of
+the public domain, the three tables of a tap measured together and made consistent. Its Laplace charges are pure
+epsilon_j-DP (delta 0); its Gaussian takes the largest total rho whose conversion at sum delta_j stays within
+sum epsilon_j (no threshold events to pay for), split in proportion to epsilon_j. Its publication threshold tau
+is the smallest with at most ``FALSE_CELLS_PER_DAY`` expected false cells per day over the public domains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+
+import pandas as pd
+
+from opal_dp.core import (
+    ContributionBounds,
+    DiscreteLaplace,
+    HistogramMechanism,
+    PrivacyUnit,
+    Relation,
+    StabilityHistogram,
+    sensitivity,
+)
+from opal_dp.core.accounting import zcdp_rho_for
+from opal_dp.core.discrete_gaussian import DiscreteGaussian
+from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
+from opal_dp.network import MODES, load_stops
+from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.release.marginals.tables import MARGINALS, TAPS
+from opal_dp.release.options import Design, Mechanism
+
+FALSE_CELLS_PER_DAY = 5.0
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    unit: PrivacyUnit
+    relation: Relation
+    bounds: ContributionBounds
+    period: tuple[str, ...]  # card_period: the period's dates (ISO), sorted; else empty
+    mechanism: Mechanism
+    mechanisms: Mapping[str, HistogramMechanism | pd_design.DomainMeasurement]
+    design: Design = Design.SBH
+    noise: Mapping[str, pd_design.DesignNoise] = field(default_factory=dict)  # public_domain: by tap
+    domains: Mapping[tuple[str, str], pd_design.Domain] = field(default_factory=dict)  # public_domain: (mode, tap)
+    tau: int | None = None  # public_domain: the publication threshold
+
+    def scope(self, day: str, mode: str) -> str:
+        """The ledger scope of the (date, mode) partition for this unit."""
+        if self.unit is PrivacyUnit.TRIP:
+            return f"{day}|{mode}"
+        if self.unit is PrivacyUnit.CARD_DAY:
+            return day
+        if day not in self.period:
+            raise ValueError(f"{day} is not a date of the card_period period {self.period_name}")
+        return self.period_name
+
+    @property
+    def period_name(self) -> str:
+        return f"{self.period[0]}..{self.period[-1]}" if self.period else ""
+
+    def bounds_json(self) -> str:
+        """The public contribution bounds as recorded with every ledger charge."""
+        if self.unit is PrivacyUnit.TRIP:
+            return json.dumps({"unit": self.unit.value}, sort_keys=True)
+        bounds = self.bounds.describe()
+        if self.unit is PrivacyUnit.CARD_PERIOD:
+            bounds["period_days"] = len(self.period)
+        else:
+            del bounds["max_days_per_card"]
+        return json.dumps({"unit": self.unit.value, **bounds}, sort_keys=True)
+
+
+def parse_period(text: str) -> tuple[str, ...]:
+    """``"2016-07-25..2016-07-31,2016-08-08..2016-08-14"`` (ranges and single dates) -> sorted ISO dates."""
+    days: set[str] = set()
+    for piece in (p.strip() for p in text.split(",") if p.strip()):
+        first, _, last = piece.partition("..")
+        start, end = date.fromisoformat(first), date.fromisoformat(last or first)
+        if end < start:
+            raise ValueError(f"period range {piece!r} ends before it starts")
+        days.update(date.fromordinal(o).isoformat() for o in range(start.toordinal(), end.toordinal() + 1))
+    if not days:
+        raise ValueError("a period needs at least one date")
+    return tuple(sorted(days))
+
+
+def build_plan(
+    unit: PrivacyUnit | str,
+    epsilon: Mapping[str, float],
+    delta: Mapping[str, float],
+    *,
+    relation: Relation | str | None = None,
+    mechanism: Mechanism | str | None = None,
+    bounds: ContributionBounds = ContributionBounds(),
+    period: tuple[str, ...] = (),
+    laplace: DiscreteLaplace | None = None,
+    gaussian: DiscreteGaussian | None = None,
+    design: Design | str = Design.SBH,
+    stops: pd.DataFrame | None = None,
+) -> ReleasePlan:
+    """The plan for ``unit`` at the nominal per-marginal budget (module docstring). ``stops``: the public stop
+    list the public-domain design takes its domains from (default: the shipped reference list)."""
+    design = Design.parse(design)
+    unit = PrivacyUnit(unit)
+    relation = unit.default_relation if relation is None else Relation(relation)
+    mechanism = Mechanism.default_for(unit) if mechanism is None else Mechanism.parse(mechanism)
+    if unit is PrivacyUnit.CARD_PERIOD and not period:
+        raise ValueError("the card_period unit needs its period (the dates it covers)")
+    names = [m.name for m in MARGINALS]
+    if sorted(epsilon) != sorted(names) or sorted(delta) != sorted(names):
+        raise ValueError(f"epsilon and delta must give exactly the marginals {names}")
+    sens = sensitivity(unit, relation, bounds, len(period) if unit is PrivacyUnit.CARD_PERIOD else None)
+    period = tuple(period) if unit is PrivacyUnit.CARD_PERIOD else ()
+    if design is Design.PUBLIC_DOMAIN:
+        return _public_domain_plan(unit, relation, bounds, period, mechanism, sens, epsilon, delta,
+                                   load_stops() if stops is None else stops)
+    if mechanism.pure:
+        noise = laplace or DiscreteLaplace()
+        mechanisms = {name: StabilityHistogram(epsilon[name], delta[name], sens, noise) for name in names}
+    else:
+        noise = gaussian or DiscreteGaussian()
+        total_epsilon = math.fsum(epsilon.values())
+        rho = zcdp_rho_for(total_epsilon, math.fsum(delta.values()) / 2)
+        mechanisms = {
+            name: GaussianThresholdHistogram(rho * epsilon[name] / total_epsilon, delta[name] / 2, sens, noise)
+            for name in names
+        }
+    return ReleasePlan(unit, relation, bounds, period, mechanism, mechanisms)
+
+
+def _public_domain_plan(
+    unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, period: tuple[str, ...], mechanism: Mechanism,
+    sens, epsilon: Mapping[str, float], delta: Mapping[str, float], stops: pd.DataFrame,
+) -> ReleasePlan:
+    """The public-domain design's plan (module docstring): one ``DesignNoise`` per tap, one tau for all."""
+    if mechanism.pure:
+        budget = dict(epsilon)
+    else:
+        total_epsilon = math.fsum(epsilon.values())
+        rho = zcdp_rho_for(total_epsilon, math.fsum(delta.values()))
+        budget = {name: rho * epsilon[name] / total_epsilon for name in epsilon}
+    by_tap = {m.tap: {} for m in MARGINALS}
+    for m in MARGINALS:
+        by_tap[m.tap][m.table] = m.name
+    noise = {tap: pd_design.calibrate(mechanism, sens, {table: budget[name] for table, name in tables.items()})
+             for tap, tables in by_tap.items()}
+    domains = {(mode, tap): pd_design.domain(stops, mode, tap) for mode in MODES for tap in TAPS
+               if (stops["mode"] == mode).any()}
+    pieces = [(noise[tap], dom.cells) for (_, tap), dom in domains.items()]
+    tau = pd_design.min_tau_over(pieces, FALSE_CELLS_PER_DAY)
+    false_cells = math.fsum(pd_design.expected_false_cells(n, cells, tau) for n, cells in pieces)
+    digest = hashlib.sha256(json.dumps({f"{m}|{t}": d.locations for (m, t), d in sorted(domains.items())},
+                                       sort_keys=True).encode()).hexdigest()
+    mechanisms = {name: pd_design.DomainMeasurement(table, noise[tap], tau, false_cells, digest)
+                  for tap, tables in by_tap.items() for table, name in tables.items()}
+    return ReleasePlan(unit, relation, bounds, period, mechanism, {m.name: mechanisms[m.name] for m in MARGINALS},
+                       Design.PUBLIC_DOMAIN, noise, domains, tau)

@@ -1,0 +1,119 @@
+"""The OD prefix tree of one date, charged to the privacy ledger under the protocol of ``release.charged``: ask the
+ledger before any noise is drawn (reuse a stored tree of the same input, resume, or charge), build and store the
+noisy tree at the recorded place, then complete the draw.
+
+How OD composes with the marginals (``OdPlan``). One tree protects a card-day at ``epsilon_od`` (pure DP,
+``core.prefix_tree``), and every trip of the card-day is in it, so it composes with every other release about
+those trips:
+
+- unit ``card_day``: the tree is one more charge on the date's scope, next to the six marginals; the ledger adds
+  them up against the same cap, and refuses a tree that would take the date over it;
+- unit ``trip``: the marginals protect one trip only and make no card-day claim; the tree is charged to the
+  ``card_day`` scope of its date (its own cap), so repeated trees of a date still add up there;
+- unit ``card_period``: a card's period holds one card-day per date, and each date's tree is its own mechanism:
+  each is charged separately (``od <date>``) to the period's scope, which therefore pays ``epsilon_od`` per date
+  on top of the marginals (basic composition; conservative when a card travels on fewer days).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opal_dp.core import PrivacyCost, PrivacyLedger, PrivacyUnit
+from opal_dp.core.ledger import Charge, Draw, Request
+from opal_dp.core.prefix_tree import NoisyTree, Taxonomy, TreeBudget, build_noisy_prefix_tree
+from opal_dp.parallel import map_calls
+from opal_dp.prep.sequences import from_frame
+from opal_dp.private_files import read_parquet, write_parquet_exclusive
+from opal_dp.release.charged import Pending, release_charged
+
+OD = "od"
+
+
+@dataclass(frozen=True)
+class OdPlan:
+    """Unit, scope and cost of the OD trees under the marginals' configured ``unit`` (module docstring)."""
+
+    unit: PrivacyUnit  # the marginals' unit
+    budget: TreeBudget
+    taxonomy: Taxonomy
+    period_name: str = ""  # card_period only
+
+    @property
+    def ledger_unit(self) -> PrivacyUnit:
+        return PrivacyUnit.CARD_PERIOD if self.unit is PrivacyUnit.CARD_PERIOD else PrivacyUnit.CARD_DAY
+
+    def scope(self, day: str) -> str:
+        return self.period_name if self.unit is PrivacyUnit.CARD_PERIOD else day
+
+    def marginal(self, day: str) -> str:
+        return f"{OD} {day}" if self.unit is PrivacyUnit.CARD_PERIOD else OD
+
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost.approx_dp(self.budget.epsilon, 0.0)
+
+    def mechanism(self) -> str:
+        digest = hashlib.sha256(self.taxonomy.first.tobytes() + self.taxonomy.size.tobytes()).hexdigest()
+        return json.dumps({"mechanism": "noisy_prefix_tree", "taxonomy_sha256": digest,
+                           **self.budget.describe(self.taxonomy)}, sort_keys=True)
+
+    def bounds(self) -> str:
+        return json.dumps({"unit": PrivacyUnit.CARD_DAY.value, "max_trips": self.budget.height}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class OdDraw:
+    tree: pd.DataFrame  # the noisy tree (``TREE_COLUMNS``), as stored at the draw's release_ref
+    draw: Draw
+    charge: Charge
+    decision: str
+
+
+def fingerprint(sequences: np.ndarray, key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` of the multiset of sequences (row order does not matter)."""
+    rows = np.ascontiguousarray(sequences.astype(np.int32))
+    ordered = rows[np.lexsort(rows.T[::-1])] if len(rows) else rows
+    return hmac.new(key, ordered.tobytes() + str(rows.shape).encode(), hashlib.sha256).hexdigest()
+
+
+def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: PrivacyLedger, root: Path, run_id: str,
+                    fingerprint_key: bytes, fresh: bool = False) -> Iterator[tuple[str, OdDraw]]:
+    """The noisy tree of each date's stored card-day sequences (``{date: path}``), charged first (module docstring).
+
+    Every date is asked of the ledger before any noise is drawn; the fingerprints and the trees are computed a
+    date per worker process (``opal_dp.parallel``), which reads its sequences and stores its tree itself. Yields
+    ``(date, OdDraw)`` in the given order, one tree in memory at a time."""
+    days = list(sequences)
+    prints = map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days])
+    requests = [Request(plan.ledger_unit.value, plan.scope(day), day, day, plan.marginal(day), "add_remove",
+                        plan.cost(), plan.mechanism(), plan.bounds(), print_) for day, print_ in zip(days, prints)]
+
+    def serve(pending: Sequence[Pending]) -> list[Path]:
+        """Build every tree not yet stored, a date per worker (each stores its own), and hand back the paths."""
+        builds = [(sequences[p.request.part], plan.taxonomy, plan.budget, p.path) for p in pending if not p.stored]
+        for _ in map_calls(build_tree, builds):
+            pass
+        return [p.path for p in pending]
+
+    for served in release_charged(requests, serve, ledger, root, run_id, fresh):
+        yield served.request.part, OdDraw(read_parquet(served.value), served.draw, served.charge, served.decision)
+
+
+def sequences_fingerprint(path: Path, key: bytes) -> str:
+    """``fingerprint`` of the sequences stored at ``path`` (in a worker)."""
+    return fingerprint(from_frame(read_parquet(path)), key)
+
+
+def build_tree(path: Path, taxonomy: Taxonomy, budget: TreeBudget, out: Path) -> None:
+    """The noisy tree of the sequences at ``path``, noise from the OS CSPRNG, stored once at ``out`` (in a
+    worker; a tree already there stands, as ``write_parquet_exclusive`` keeps it)."""
+    noisy: NoisyTree = build_noisy_prefix_tree(from_frame(read_parquet(path)), taxonomy, budget)
+    write_parquet_exclusive(pd.DataFrame(noisy.columns()), out)

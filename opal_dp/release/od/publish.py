@@ -1,0 +1,139 @@
+"""The OD part of a publication: ``od.csv`` and ``od-sequences.csv`` from the consistent DP trees, the ``od`` section
+of the privacy statement built from the ledger, and the checks the publish gate and the folder validation run.
+
+``od.csv``: ``date,mode,origin,destination,count`` (``YYYYMMDD``; bus locations are postcodes, other modes stop
+names, ``-1`` an unknown tap-off), one row per trip symbol with a positive count, by date, mode, origin,
+destination. ``od-sequences.csv``: ``date,rank,trips,sequence,count``, the most frequent sanitized card-day
+sequences per date (trips ``mode:origin>destination`` joined by `` | ``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from opal_dp.core import PrivacyLedger
+from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.release.od.generate import consistent_tree, inconsistent_parents, od_counts, top_sequences
+
+OD_TABLES = ("od", "od-sequences")
+OD_COLUMNS = ["date", "mode", "origin", "destination", "count"]
+SEQUENCE_COLUMNS = ["date", "rank", "trips", "sequence", "count"]
+DESCRIPTION = (
+    "Origin-destination counts and trip chains from a noisy prefix tree of each card-day's trips (Chen et al., "
+    "KDD 2012: hybrid granularity, Theorem 4.1 empty nodes, constrained inference). Each card-day's sequence of "
+    "(mode, origin, destination) trips in tap-on order, truncated to the first `height` trips, is one record: "
+    "the tree is epsilon-DP for adding or removing all trips of one card on one day (pure DP, delta 0). od.csv "
+    "counts the trips among those first `height` of each card-day; both files come only from the DP tree."
+)
+
+
+def od_gate(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path, alphabet: TripAlphabet) -> list[str]:
+    """Problems with the trees about to be published: each must come from a completed ledger draw whose stored
+    noisy tree gives it exactly, be consistent, and use only public symbols."""
+    problems = []
+    ids = {day: int(tree["draw_id"].iloc[0]) for day, tree in trees.items()}
+    draws = {d.id: d for d in ledger.draws(ids.values())}
+    for day, tree in trees.items():
+        draw = draws.get(ids[day])
+        if draw is None or draw.status != "complete" or draw.date != day:
+            problems.append(f"{day} od: no completed ledger draw {ids[day]} of that date")
+            continue
+        stored = consistent_tree(pd.read_parquet(root / draw.release_ref))
+        if not stored.equals(tree.drop(columns=["draw_id"]).reset_index(drop=True)):
+            problems.append(f"{day} od: the tree asset is not the inference of the ledger's stored draw {draw.id}")
+        if inconsistent_parents(tree):
+            problems.append(f"{day} od: {inconsistent_parents(tree)} nodes differ from their children plus terminals")
+        symbol = tree["symbol"][tree["level"] > 0]
+        if ((symbol < 0) | (symbol >= alphabet.size)).any():
+            problems.append(f"{day} od: a symbol outside the public alphabet")
+    return problems
+
+
+def od_tables(trees: Mapping[str, pd.DataFrame], alphabet: TripAlphabet, top: int) -> dict[str, pd.DataFrame]:
+    days = sorted(trees)
+    od = [od_counts(trees[d], alphabet.symbols, _compact(d)) for d in days]
+    seqs = [top_sequences(trees[d], alphabet.symbols, _compact(d), top) for d in days]
+    od_frame = pd.concat(od, ignore_index=True) if od else pd.DataFrame(columns=OD_COLUMNS)
+    return {"od": od_frame.sort_values(OD_COLUMNS[:4], ignore_index=True)[OD_COLUMNS],
+            "od-sequences": (pd.concat(seqs, ignore_index=True) if seqs else pd.DataFrame(columns=SEQUENCE_COLUMNS))}
+
+
+def od_statement(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> dict:
+    """The statement's ``od`` section, from the ledger records of the trees' draws."""
+    draws = ledger.draws([int(t["draw_id"].iloc[0]) for t in trees.values()])
+    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws}}
+    scopes = {(c.unit, c.scope) for c in charges.values()}
+    spend = [s for s in ledger.summary() if (s.unit, s.scope) in scopes]
+    params = {c.mechanism for c in charges.values()}
+    if len(params) != 1:
+        raise ValueError("the published OD trees were drawn with different parameters")
+    mechanism = json.loads(params.pop())
+    return {
+        "description": DESCRIPTION,
+        "protects": "all trips of one card on one service day (its whole sequence), added or removed",
+        "epsilon_per_tree": mechanism["epsilon"],
+        "delta": 0.0,
+        "height": mechanism["height"],
+        "parameters": mechanism,
+        "dates": [_compact(d) for d in sorted(trees)],
+        "draws": sorted(d.id for d in draws),
+        "composition": (
+            "Each tree is one more charge on the ledger scope of its date (card_day unit) or of the period "
+            "(card_period unit, one charge per date), next to the marginals of the same trips: the ledger adds them "
+            "up against the scope's cap and refuses a draw that would exceed it. Under the trip unit the "
+            "marginals make no card-day claim, and the trees are charged to the card_day scope of their date."
+        ),
+        "scopes": [{"unit": s.unit, "scope": s.scope, "epsilon": s.guarantee.epsilon, "delta": s.guarantee.delta,
+                    "cap_epsilon": s.cap.epsilon, "cap_delta": s.cap.delta} for s in spend],
+        "files": [f"{t}.csv" for t in OD_TABLES],
+    }
+
+
+def od_markdown(od: Mapping) -> list[str]:
+    lines = ["## Origin-destination release (od.csv, od-sequences.csv)", "", od["description"], "",
+             f"- protects: {od['protects']}",
+             f"- epsilon per tree (one tree per date): {od['epsilon_per_tree']}, delta {od['delta']}",
+             f"- height (trips per card-day kept): {od['height']}",
+             f"- dates: {', '.join(od['dates'])}", "", od["composition"], "",
+             "| unit | scope | epsilon spent | delta spent | cap epsilon | cap delta |", "|---|---|---|---|---|---|"]
+    lines += [f"| {s['unit']} | {s['scope']} | {s['epsilon']:.4g} | {s['delta']:.3g} | {s['cap_epsilon']:.4g} | "
+              f"{s['cap_delta']:.3g} |" for s in od["scopes"]]
+    return [*lines, ""]
+
+
+def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
+    """Problems with the published OD files: columns, dates of the statement, locations and sequences inside the
+    public alphabet, positive integer counts."""
+    problems = []
+    frame = pd.read_csv(folder / "od.csv", dtype=str, keep_default_na=False)
+    if list(frame.columns) != OD_COLUMNS:
+        return [f"od.csv: columns must be {OD_COLUMNS}"]
+    known = alphabet.symbols.set_index(["mode", "origin", "destination"]).index
+    if not pd.MultiIndex.from_frame(frame[["mode", "origin", "destination"]]).isin(known).all():
+        problems.append("od.csv: a (mode, origin, destination) outside the public domain")
+    problems += _dates_and_counts("od.csv", frame, od["dates"])
+    seqs = pd.read_csv(folder / "od-sequences.csv", dtype=str, keep_default_na=False)
+    if list(seqs.columns) != SEQUENCE_COLUMNS:
+        return [*problems, f"od-sequences.csv: columns must be {SEQUENCE_COLUMNS}"]
+    labels = set(alphabet.symbols["mode"] + ":" + alphabet.symbols["origin"] + ">" + alphabet.symbols["destination"])
+    trips = [t for s in seqs["sequence"] for t in s.split(" | ")]
+    if any(t not in labels for t in trips):
+        problems.append("od-sequences.csv: a trip outside the public domain")
+    return problems + _dates_and_counts("od-sequences.csv", seqs, od["dates"])
+
+
+def _dates_and_counts(name: str, frame: pd.DataFrame, dates: Sequence[str]) -> list[str]:
+    out = []
+    if not frame["date"].isin(dates).all():
+        out.append(f"{name}: a date that privacy.json does not list")
+    if not frame["count"].str.fullmatch(r"[1-9]\d*").all():
+        out.append(f"{name}: a count that is not a positive integer")
+    return out
+
+
+def _compact(day: str) -> str:
+    return day.replace("-", "")

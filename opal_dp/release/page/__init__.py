@@ -1,0 +1,1 @@
+"""The public page of a release (``index.html``): rendering, catalogue entry, charts and map."""

@@ -1,0 +1,156 @@
+"""What an open-data portal asks of a dataset page besides the data: publisher, contact, licence, citation,
+update frequency and temporal coverage; a data dictionary of every published column; the files with their
+sizes. Publisher, contact, licence and update frequency are settings (``PageSettings``, from the environment);
+everything else comes from the statement and the published files.
+
+Nothing here links outside the release folder: the licence is named (with its SPDX identifier), not linked,
+and the contact is text, because the publisher refuses a page that refers to anything outside the release.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from opal_dp import settings
+from opal_dp.release.page.common import e, iso
+from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD
+
+LICENCES = {  # SPDX identifier -> full name
+    "CC-BY-4.0": "Creative Commons Attribution 4.0 International (CC BY 4.0)",
+    "CC0-1.0": "Creative Commons Zero 1.0 Universal (CC0 1.0)",
+    "CC-BY-SA-4.0": "Creative Commons Attribution-ShareAlike 4.0 International (CC BY-SA 4.0)",
+    "ODbL-1.0": "Open Data Commons Open Database License 1.0 (ODbL)",
+    "PDDL-1.0": "Open Data Commons Public Domain Dedication and License 1.0 (PDDL)",
+}
+NOT_STATED = "not stated"
+TITLE = "Public-transport trips by smart-card tap (differentially private counts)"
+TABLE_NOTES = {  # published table -> what a row counts
+    "time-loc": "trips per mode, date, tap, 15-minute window and location",
+    "time": "trips per mode, date, tap and 15-minute window (loc is -)",
+    "loc": "trips per mode, date, tap and location (time is -)",
+}
+OD_NOTES = {
+    "od": "trips per date, mode, origin and destination, from a noisy prefix tree per date",
+    "od-sequences": "the most frequent card-day trip chains of each date, from the same trees",
+}
+
+
+@dataclass(frozen=True)
+class PageSettings:
+    """Who publishes the release and on what terms. ``licence``: an SPDX identifier (named in full if known) or
+    any text; ``update_frequency``: how often a new release comes out, as people read it."""
+
+    publisher: str = NOT_STATED
+    contact: str = NOT_STATED
+    licence: str = "CC-BY-4.0"
+    update_frequency: str = "weekly"
+
+    @classmethod
+    def from_env(cls) -> PageSettings:
+        """``$OPAL_DP_PUBLISHER``, ``$OPAL_DP_CONTACT``, ``$OPAL_DP_LICENCE``, ``$OPAL_DP_UPDATE_FREQUENCY``; an unset
+        or empty variable keeps the default."""
+        names = {"publisher": settings.PUBLISHER_ENV, "contact": settings.CONTACT_ENV,
+                 "licence": settings.LICENCE_ENV, "update_frequency": settings.UPDATE_FREQUENCY_ENV}
+        return cls(**{field: os.environ[name].strip() for field, name in names.items()
+                      if os.environ.get(name, "").strip()})
+
+    @property
+    def licence_name(self) -> str:
+        return LICENCES.get(self.licence, self.licence)
+
+
+def coverage(dates: list[str]) -> str:
+    span = iso(dates[0]) if len(dates) == 1 else f"{iso(dates[0])} to {iso(dates[-1])}"
+    return f"{span} ({len(dates)} service date{'s' * (len(dates) > 1)})"
+
+
+def dataset_section(page: PageSettings, statement: Mapping, dates: list[str]) -> str:
+    """The dataset's metadata as a definition list, citation included."""
+    release = statement["release"]
+    citation = (f"{page.publisher if page.publisher != NOT_STATED else 'Publisher not stated'} "
+                f"({release['created_at'][:4]}). {TITLE}, release {release['id']}, {coverage(dates)}. "
+                f"Licence: {page.licence}.")
+    items = {
+        "Publisher": e(page.publisher),
+        "Contact": e(page.contact),
+        "Licence": f'<span id="licence">{e(page.licence_name)}</span> (SPDX: <code>{e(page.licence)}</code>). '
+                   "Reuse must credit the publisher and keep the privacy statement with the data.",
+        "Temporal coverage": f'<span id="coverage">{e(coverage(dates))}</span>',
+        "Update frequency": e(page.update_frequency) + ": each release republishes every date it covers.",
+        "Release": f"{e(release['id'])}, created {e(release['created_at'])}",
+        "Cite as": f'<span id="citation">{e(citation)}</span>',
+    }
+    rows = "".join(f"<dt>{k}</dt><dd>{v}</dd>\n" for k, v in items.items())
+    return (f'<section id="dataset" aria-labelledby="dataset-title">\n<h2 id="dataset-title">About this dataset</h2>\n'
+            f'<dl class="meta">\n{rows}</dl>\n</section>\n')
+
+
+def dictionary_section(statement: Mapping) -> str:
+    """Every column of every published CSV: what it holds and its special values."""
+    remainders = statement.get("design", {}).get("name") == "public_domain"
+    other = "; <code>other</code>: a remainder row of time-loc.csv, the sum of the combinations not listed on " \
+            "their own (see above)" if remainders else ""
+    columns = [
+        ("mode", "all", "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
+        ("date", "all", "service date (the tap-on date), <code>YYYYMMDD</code>"),
+        ("tap", "time-loc, time, loc", "<code>on</code>: where and when the trip started; <code>off</code>: where "
+                                       "and when it ended"),
+        ("time", "time-loc, time, loc", "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to "
+                                        "23:45); <code>-</code>: all times of the day together (loc.csv); "
+                                        f"<code>-1</code>: unknown, a trip without a tap-off{other}"),
+        ("loc", "time-loc, time, loc", "where the tap was: the <strong>postcode</strong> of the stop for bus, the "
+                                       "<strong>stop name</strong> for train, ferry and light rail; <code>-</code>: "
+                                       "all locations together (time.csv); <code>-1</code>: unknown, a trip without a "
+                                       f"tap-off{other}"),
+        ("count", "all", "the noisy number of trips, a positive integer; a combination that is not listed had no "
+                         "trips or too few to publish"),
+    ]
+    if "od" in statement:
+        columns += [
+            ("origin, destination", "od", "where the trip started and ended, labelled as <code>loc</code>"),
+            ("rank", "od-sequences", "1 for the most frequent chain of the date, then 2, ..."),
+            ("trips", "od-sequences", "how many trips the chain has"),
+            ("sequence", "od-sequences", "the trips of the chain, each <code>mode:origin&gt;destination</code>, "
+                                         "joined by <code> | </code>"),
+        ]
+    rows = "".join(f"<tr><td><code>{e(c)}</code></td><td>{e(f)}</td><td>{d}</td></tr>\n" for c, f, d in columns)
+    return (
+        '<section id="dictionary" aria-labelledby="dictionary-title">\n<h2 id="dictionary-title">Data dictionary</h2>\n'
+        '<div class="wide" role="region" aria-label="Data dictionary table" tabindex="0">\n<table>\n<tr><th>column'
+        f"</th><th>files</th><th>meaning</th></tr>\n{rows}</table>\n</div>\n"
+        "<p><code>-</code> and <code>-1</code> differ: <code>-</code> means the column was summed over (every value "
+        "together), <code>-1</code> means the value is unknown.</p>\n</section>\n"
+    )
+
+
+def files_section(published: Mapping[str, pd.DataFrame], statement: Mapping, sizes: Mapping[str, int]) -> str:
+    """The files of the release, each with what it holds, its rows and its size in bytes."""
+    notes = {f"{name}.csv": (note, len(published[name])) for name, note in TABLE_NOTES.items()}
+    if "od" in statement:
+        notes |= {f"{name}.csv": (note, None) for name, note in OD_NOTES.items()}
+    notes |= {STATEMENT_JSON: ("the privacy statement, machine-readable", None),
+              STATEMENT_MD: ("the privacy statement for people", None)}
+    rows = "".join(
+        f'<tr><td><a href="{name}">{name}</a></td><td>{note}</td><td class="num">'
+        f"{'' if count is None else f'{count:,}'}</td><td class=\"num\">{_size(name, sizes)}</td></tr>\n"
+        for name, (note, count) in notes.items()
+    )
+    return (
+        '<section id="files" aria-labelledby="files-title">\n<h2 id="files-title">Files</h2>\n<p>CSV files are UTF-8 '
+        "with a header row; the columns of time-loc.csv, time.csv and loc.csv are <code>mode,date,tap,time,loc,"
+        'count</code>, as in the 2016 Opal open data.</p>\n<div class="wide" role="region" aria-label="Files table" '
+        f'tabindex="0">\n<table>\n<tr><th>file</th><th>holds</th><th class="num">rows</th><th class="num">size</th>'
+        f"</tr>\n{rows}</table>\n</div>\n</section>\n"
+    )
+
+
+def _size(name: str, sizes: Mapping[str, int]) -> str:
+    if name not in sizes:
+        return ""
+    n = sizes[name]
+    shown = f"{n:,} B" if n < 1000 else f"{n / 1000:,.1f} kB" if n < 1_000_000 else f"{n / 1e6:,.2f} MB"
+    return f'<span class="size" data-file="{e(name)}" data-bytes="{n}">{shown}</span>'

@@ -1,0 +1,214 @@
+"""The charts of the public page, as inline SVG with no script: a value shows on hover through a ``<title>``
+element, and each chart has a title for screen readers and axis titles.
+
+- Daily trend (``time.csv``): the published trips of each date and mode, tap-on and tap-off, weekends shaded
+  and marked with squares; a table of the same figures for readers who cannot hover.
+- Time of day (``time.csv``): average tap-ons and tap-offs per day in each 15-minute window, with error bars.
+
+Tap-off totals leave out the ``-1`` rows (trips without a recorded tap-off), so tap-on minus tap-off shows how
+many trips had none. Each figure is a sum of published counts; its ± is the 95% bound on the noise of that sum
+(``page.common.per_day``); counts that were suppressed count as 0 and are not covered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+
+from opal_dp.prep.binning import window_label
+from opal_dp.prep.schemas import UNKNOWN_LABEL, WINDOWS_PER_DAY
+from opal_dp.release.statement.build import CONFIDENCE
+from opal_dp.release.page.common import (
+    COLOURS,
+    MODE_NAMES,
+    TAP_NAMES,
+    day,
+    e,
+    is_weekend,
+    marginal_of,
+    nice_axis,
+    per_day,
+    rows_of,
+)
+
+WINDOW_INDEX = {window_label(w): w for w in range(WINDOWS_PER_DAY)}
+FRAME = {"width": 560, "height": 250, "left": 80, "right": 24, "top": 12, "bottom": 52}
+WEEKEND_FILL = "#e8e8e8"
+
+
+def daily_totals(time: pd.DataFrame, mode: str, statement: Mapping) -> pd.DataFrame:
+    """Per published date of ``mode``: trips by tap (tap-offs without ``-1``) and the 95% bound of each."""
+    columns = {}
+    for tap in ("on", "off"):
+        rows = rows_of(time, mode, tap)
+        rows = rows[rows["time"] != UNKNOWN_LABEL] if tap == "off" else rows
+        totals = per_day(rows, "date", 1, marginal_of(statement, "time.csv", tap))
+        columns |= {tap: totals["average"], f"{tap}_error": totals["error"]}
+    return pd.DataFrame(columns).sort_index()
+
+
+def trend_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
+    dates = sorted({d for m in modes for d in days[m]})
+    first, last = day(dates[0]), day(dates[-1])
+    calendar = [first + timedelta(n) for n in range((last - first).days + 1)]
+    blocks = []
+    for mode in modes:
+        totals = daily_totals(time, mode, statement)
+        if totals.empty:
+            blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n<p class=\"note\">No time count of this mode was published."
+                          "</p>\n")
+            continue
+        blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{_trend_chart(mode, totals, calendar)}{_trend_table(mode, totals)}")
+    return (
+        '<section id="trend" aria-labelledby="trend-title">\n<h2 id="trend-title">Trips per day</h2>\n<p>The published '
+        "trips of each service date, from time.csv: tap-ons (solid line) and recorded tap-offs (dashed line; "
+        f"trips without a tap-off are left out). Weekends are shaded and marked with squares.</p>\n"
+        f"{_trend_legend()}{''.join(blocks)}"
+        f'<p class="note">Hover over a point, or open the table, for its value and its {CONFIDENCE:.0%} noise bound '
+        "(the bound of the sum of the noise of the counts it adds up). Counts that were not published count as 0; a "
+        "date without a point had no published count.</p>\n</section>\n"
+    )
+
+
+def _trend_legend() -> str:
+    line = '<svg class="key" width="34" height="12" aria-hidden="true"><line x1="1" x2="33" y1="6" y2="6" ' \
+           'stroke="#333" stroke-width="2"{}/></svg>'
+    solid, dashed = line.format(""), line.format(' stroke-dasharray="6 4"')
+    return (
+        f'<p class="legend">{solid} tap-on {dashed} tap-off '
+        '<svg class="key" width="12" height="12" aria-hidden="true"><circle cx="6" cy="6" r="4.5" fill="#333"/></svg>'
+        ' weekday <svg class="key" width="14" height="12" aria-hidden="true"><rect x="1" y="0" width="12" height="12" '
+        f'fill="{WEEKEND_FILL}"/><rect x="3" y="2" width="8" height="8" fill="#333"/></svg> weekend</p>\n'
+    )
+
+
+def _trend_chart(mode: str, totals: pd.DataFrame, calendar: list) -> str:
+    f = FRAME
+    width, height = f["width"] - f["left"] - f["right"], f["height"] - f["top"] - f["bottom"]
+    step, top = nice_axis(max(float(np.nanmax(totals[["on", "off"]].to_numpy())), 4.0))
+    slot = width / len(calendar)
+    half = min(4.0, max(slot / 3, 1.5))  # a marker's half width: smaller when many dates share the axis
+    index = {d.strftime("%Y%m%d"): i for i, d in enumerate(calendar)}
+
+    def x(i: int) -> float:
+        return f["left"] + (i + 0.5) * slot
+
+    def y(value: float) -> float:
+        return f["top"] + height * (1 - value / top)
+
+    out = [f'<svg class="chart trend-chart" id="trend-{mode}" viewBox="0 0 {f["width"]} {f["height"]}" role="img" '
+           f'aria-label="{MODE_NAMES[mode]}: trips per day, tap-on and tap-off, {calendar[0]:%d %b %Y} to '
+           f'{calendar[-1]:%d %b %Y}">']
+    out += [f'<rect x="{x(i) - slot / 2:.1f}" y="{f["top"]}" width="{slot:.1f}" height="{height}" fill="{WEEKEND_FILL}"/>'
+            for i, d in enumerate(calendar) if is_weekend(d)]
+    out.append(_y_grid(step, top, y, f["left"], f["left"] + width))
+    every = max(1, -(-len(calendar) // 6))
+    out += [f'<text x="{x(i):.1f}" y="{f["top"] + height + 16}" text-anchor="middle">{d:%a} {d.day} {d:%b}</text>'
+            for i, d in enumerate(calendar) if i % every == 0]
+    out.append(_axis_titles("Service date", "Trips per day", f))
+    for tap, dash in (("on", ""), ("off", ' stroke-dasharray="6 4"')):
+        points = [(index[d], v, err) for d, v, err in zip(totals.index, totals[tap], totals[f"{tap}_error"])
+                  if not np.isnan(v)]
+        path = "".join(f"{'L' if k and i == points[k - 1][0] + 1 else 'M'}{x(i):.1f} {y(v):.1f}"
+                       for k, (i, v, _) in enumerate(points))
+        out.append(f'<path d="{path}" fill="none" stroke="{COLOURS[mode]}" stroke-width="2"{dash}/>')
+        for i, v, err in points:
+            d = calendar[i]
+            label = (f"{d:%a %d %b %Y} ({'weekend' if is_weekend(d) else 'weekday'}), {TAP_NAMES[tap]}s: "
+                     f"{v:,.0f} ± {err:,.0f}")
+            fill = COLOURS[mode] if tap == "on" else "#fff"
+            shape = (f'<rect x="{x(i) - half:.1f}" y="{y(v) - half:.1f}" width="{2 * half:.1f}" height="{2 * half:.1f}"'
+                     if is_weekend(d) else f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="{half + 0.5:.1f}"')
+            out.append(f'{shape} fill="{fill}" stroke="{COLOURS[mode]}" stroke-width="2"><title>{e(label)}</title>'
+                       f'{"</rect>" if is_weekend(d) else "</circle>"}')
+    out.append(f'<line x1="{f["left"]}" x2="{f["left"] + width}" y1="{y(0):.1f}" y2="{y(0):.1f}" stroke="#444"/>')
+    return "".join(out) + "</svg>\n"
+
+
+def _trend_table(mode: str, totals: pd.DataFrame) -> str:
+    rows = "".join(
+        f'<tr><td>{day(d):%a %Y-%m-%d}</td><td class="num">{_figure(r.on, r.on_error)}</td>'
+        f'<td class="num">{_figure(r.off, r.off_error)}</td></tr>\n'
+        for d, r in zip(totals.index, totals.itertuples())
+    )
+    return (f"<details><summary>{MODE_NAMES[mode]}: the figures as a table</summary>\n<table>\n<tr><th>date</th>"
+            f'<th class="num">tap-ons</th><th class="num">tap-offs</th></tr>\n{rows}</table>\n</details>\n')
+
+
+def _figure(value: float, error: float) -> str:
+    return "-" if np.isnan(value) else f"{value:,.0f} ± {error:,.0f}"
+
+
+def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str],
+                        statement: Mapping) -> str:
+    charts = []
+    for mode in modes:
+        averages = {}
+        for tap in ("on", "off"):
+            rows = rows_of(time, mode, tap)
+            averages[tap] = per_day(rows.assign(window=rows["time"].map(WINDOW_INDEX)), "window", len(days[mode]),
+                                    marginal_of(statement, "time.csv", tap)).reindex(range(WINDOWS_PER_DAY),
+                                                                                      fill_value=0.0)
+        body = (_time_chart(mode, averages) if len(rows_of(time, mode, "on")) + len(rows_of(time, mode, "off")) else
+                '<p class="note">No time-of-day count of this mode was published.</p>\n')
+        charts.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
+    on = marginal_of(statement, "time.csv", "on")
+    return (
+        '<section id="time-of-day" aria-labelledby="time-of-day-title">\n<h2 id="time-of-day-title">Trips by time of '
+        "day</h2>\n<p>Average trips per day in each 15-minute window, from time.csv: tap-ons (dark bars) and "
+        f"tap-offs (light bars), each with its error bar.</p>\n{''.join(charts)}"
+        f'<p class="note">Error bars: with {CONFIDENCE:.0%} probability the noise in the average lies within the '
+        f"bar. Each published count in time.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
+        f"{on['scale']:.4g} (privacy.json); for one count the bound is ±{on['error_bound_95']}, and for an average "
+        "over days it is the bound of the sum of the counts' noise, divided by the days. Counts that were not "
+        "published count as 0: the bars do not cover them.</p>\n</section>\n"
+    )
+
+
+def _time_chart(mode: str, averages: Mapping[str, pd.DataFrame]) -> str:
+    f = FRAME
+    width, height = f["width"] - f["left"] - f["right"], f["height"] - f["top"] - f["bottom"]
+    peak = max(float((a["average"] + a["error"]).max()) for a in averages.values())
+    step, top = nice_axis(max(peak, 4.0))
+    slot = width / WINDOWS_PER_DAY
+    bar = slot / 2
+
+    def y(value: float) -> float:
+        return f["top"] + height * (1 - value / top)
+
+    out = [f'<svg class="chart time-chart" id="time-{mode}" viewBox="0 0 {f["width"]} {f["height"]}" role="img" '
+           f'aria-label="{MODE_NAMES[mode]}: average tap-ons and tap-offs per day by 15-minute window">',
+           _y_grid(step, top, y, f["left"], f["left"] + width)]
+    out += [f'<text x="{f["left"] + w * slot:.1f}" y="{f["top"] + height + 16}" text-anchor="middle">{w // 4}:00</text>'
+            for w in range(0, WINDOWS_PER_DAY + 1, 16)]
+    out.append(_axis_titles("Time of day (start of the 15-minute window)", "Trips per day (average)", f))
+    whiskers = []
+    for offset, (tap, opacity) in enumerate((("on", "1"), ("off", "0.45"))):
+        average, error = averages[tap]["average"].to_numpy(), averages[tap]["error"].to_numpy()
+        for w in np.flatnonzero(average > 0):
+            x, a, err = f["left"] + w * slot + offset * bar, average[w], error[w]
+            out.append(f'<rect x="{x:.2f}" y="{y(a):.1f}" width="{bar:.2f}" height="{y(0) - y(a):.1f}" '
+                       f'fill="{COLOURS[mode]}" fill-opacity="{opacity}"><title>{window_label(w)}, {TAP_NAMES[tap]}s: '
+                       f"{a:,.1f} ± {err:,.1f} per day</title></rect>")
+            mid, low, high = x + bar / 2, y(max(a - err, 0.0)), y(a + err)
+            whiskers.append(f"M{mid:.1f} {low:.1f}V{high:.1f}")
+    out.append(f'<path class="error-bars" d="{"".join(whiskers)}" stroke="#222" stroke-width="0.8" fill="none"/>')
+    out.append(f'<line x1="{f["left"]}" x2="{f["left"] + width}" y1="{y(0):.1f}" y2="{y(0):.1f}" stroke="#444"/>')
+    return "".join(out) + "</svg>\n"
+
+
+def _y_grid(step: float, top: float, y, left: float, right: float) -> str:
+    return "".join(f'<line x1="{left}" x2="{right}" y1="{y(k * step):.1f}" y2="{y(k * step):.1f}" stroke="#d0d0d0"/>'
+                   f'<text x="{left - 5}" y="{y(k * step) + 4:.1f}" text-anchor="end">{k * step:,.0f}</text>'
+                   for k in range(round(top / step) + 1))
+
+
+def _axis_titles(x_title: str, y_title: str, f: Mapping[str, int]) -> str:
+    middle = f["top"] + (f["height"] - f["top"] - f["bottom"]) / 2
+    return (f'<text class="axis-title" x="{f["left"] + (f["width"] - f["left"] - f["right"]) / 2:.1f}" '
+            f'y="{f["height"] - 8}" text-anchor="middle">{e(x_title)}</text>'
+            f'<text class="axis-title" transform="translate(14 {middle:.1f}) rotate(-90)" text-anchor="middle">'
+            f"{e(y_title)}</text>")

@@ -1,0 +1,74 @@
+"""What the parts of the public page share: mode names and colours, escaping, dates, place names, and the
+average per day of published counts with the 95% bound on its noise.
+
+A bound is that of a sum of as many independent draws of the noise ``privacy.json`` states (kind and scale of the
+marginal the counts come from) as the average adds up, divided by the days: the noise is public, so the bound
+is a function of published parameters only.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping
+from datetime import date
+
+import pandas as pd
+
+from opal_dp.core.accuracy import error_bound_of_sum
+from opal_dp.prep.schemas import UNKNOWN_LABEL
+from opal_dp.release.statement.build import CONFIDENCE, TAILS
+
+MODE_NAMES = {"bus": "Bus", "ferry": "Ferry", "light_rail": "Light rail", "train": "Train"}
+COLOURS = {"bus": "#b03a2e", "ferry": "#117a65", "light_rail": "#7d3c98", "train": "#9c640c"}
+TAP_NAMES = {"on": "tap-on", "off": "tap-off"}
+
+
+def e(value: object) -> str:
+    """``value`` as HTML text or attribute value."""
+    return html.escape(str(value), quote=True)
+
+
+def day(text: str) -> date:
+    """A published ``YYYYMMDD`` date."""
+    return date(int(text[:4]), int(text[4:6]), int(text[6:]))
+
+
+def iso(text: str) -> str:
+    return day(text).isoformat()
+
+
+def is_weekend(d: date) -> bool:
+    return d.weekday() >= 5
+
+
+def place(mode: str, label: str) -> str:
+    """A published location label for people: bus labels are postcodes, others stop names."""
+    if label == UNKNOWN_LABEL:
+        return "unknown"
+    return f"postcode {label}" if mode == "bus" else label
+
+
+def marginal_of(statement: Mapping, file: str, tap: str) -> Mapping:
+    """The statement's marginal published in ``file`` for ``tap``."""
+    return next(m for m in statement["marginals"] if m["file"] == file and m["tap"] == tap)
+
+
+def rows_of(table: pd.DataFrame, mode: str, tap: str) -> pd.DataFrame:
+    return table[(table["mode"] == mode) & (table["tap"] == tap)]
+
+
+def per_day(rows: pd.DataFrame, key: str | list[str], days: int, marginal: Mapping) -> pd.DataFrame:
+    """Average per day of the counts of ``rows`` by ``key``, with the 95% noise bound of that average."""
+    grouped = rows.groupby(key, sort=False)["count"].agg(["sum", "size"])
+    mass = TAILS[marginal["noise"]].pmf(marginal["scale"])[1]
+    bound = {n: error_bound_of_sum(mass, n, CONFIDENCE) for n in sorted(set(grouped["size"]))}
+    return pd.DataFrame({"average": grouped["sum"] / days, "error": grouped["size"].map(bound) / days})
+
+
+def nice_axis(top: float, intervals: int = 5) -> tuple[float, float]:
+    """A round tick step (1, 2 or 5 times a power of ten) giving at most ``intervals`` intervals, and the axis top."""
+    raw = top / intervals
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    return step, step * math.ceil(top / step)

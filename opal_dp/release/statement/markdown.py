@@ -1,0 +1,224 @@
+"""PRIVACY.md: the privacy statement rendered for people."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import date
+
+from opal_dp.release.od.publish import od_markdown
+from opal_dp.release.options import Design
+from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
+
+
+def render_markdown(statement: Mapping) -> str:
+    """PRIVACY.md: the same statement for people, with a loud warning if the noise was seeded."""
+    s = statement
+    unit, g, ledger = s["privacy_unit"], s["guarantee"], s["ledger"]
+    cap = ledger["cap_in_force"]
+    lines = [f"# Privacy statement: release {s['release']['id']}", ""]
+    if s["noise_seeded"]:
+        lines += [
+            "> **WARNING: THE NOISE OF THIS RELEASE WAS SEEDED. IT IS NOT DIFFERENTIALLY PRIVATE:",
+            "> ANYONE WHO KNOWS THE SEED CAN REMOVE THE NOISE. FOR TESTS ONLY - NEVER PUBLISH IT.**",
+            "",
+        ]
+    lines += [f"**{plain_guarantee(s)}**", ""]
+    if synthetic_sample(s):
+        lines += [f"> **{SYNTHETIC_SAMPLE}**", ""]
+    lines += _data_lines(s)
+    design = s["design"]
+    lines += [
+        f"Created {s['release']['created_at']}. The full detail of every scope, partition and draw is in "
+        "privacy.json.",
+        "",
+        f"## Release design: {design['name']}",
+        "",
+        design["description"],
+        "",
+    ]
+    if Design.parse(design["name"]).consistent:
+        lines += [
+            f"Pure differential privacy (delta = 0): **{'yes' if design['pure_dp'] else 'no (zCDP, converted)'}**. "
+            f"Publication threshold tau = **{design['tau']}**; expected cells listed although their true count is "
+            f"0: **{design['expected_false_cells_per_day']:.3g} per day**.",
+            "",
+            design["post_processing"],
+            "",
+            design["false_cells"],
+            "",
+            "### Remainder rows",
+            "",
+            design["remainder_rows"],
+            "",
+            "| date | mode | tap | trips (from time.csv) |",
+            "|---|---|---|---|",
+            *(f"| {t['date']} | {t['mode']} | {t['tap']} | {t['trips']} |" for t in design["totals"]),
+            "",
+        ]
+    lines += [
+        "## Who is protected, and how much",
+        "",
+        f"Protected: **{unit['protects']}**, at **(epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g})** per "
+        f"{g['per']} (relation `{unit['relation']}`: {unit['meaning']})",
+        "",
+        g["composition"],
+        "",
+        "### Worked examples",
+        "",
+        *(f"- {e['who']}: (epsilon = {e['epsilon']:.4g}, delta = {e['delta']:.3g}), {e['how']}."
+          for e in s["worked_examples"]),
+        "",
+    ]
+    if unit["contribution_bounds"]:
+        lines += [
+            "### Contribution bounds",
+            "",
+            "Applied before the card id was dropped, and public:",
+            "",
+            *(f"- {k}: {'all days of the period' if v is None else v}" for k, v in unit["contribution_bounds"].items()),
+            "",
+        ]
+    lines += [
+        "### Per scope",
+        "",
+        "| scope | epsilon | delta | rho | charges | composition |",
+        "|---|---|---|---|---|---|",
+        *_scope_rows(g["scopes"]),
+        "",
+        "## Presence probability",
+        "",
+        "Probability that one unit alone in an otherwise empty bin (with its largest allowed count there) becomes "
+        "visible:",
+        "",
+        *(f"- {m['name']}: **{m['presence_probability']:.3g}**" for m in s["marginals"]),
+        "",
+        "## Mechanisms",
+        "",
+    ]
+    for name, mech in s["mechanisms"].items():
+        lines += [f"### {name}", "", mech["reference"], "", mech["algorithm"], "",
+                  f"Noise: {mech['noise']} Randomness: {mech['randomness']}.", ""]
+    lines += [
+        "## Parameters per marginal",
+        "",
+        "| marginal | file | tap | noise | epsilon | rho | delta | scale | threshold | min released count | L0 | L1 | L2² | Linf | 95% error bound |",
+        "|---" * 15 + "|",
+        *(
+            f"| {m['name']} | {m['file']} | {m['tap']} | {m['noise']} | {_num(m['epsilon'])} | {_num(m['rho'])} "
+            f"| {m['delta']:.6g} | {m['scale']:.4g} | {m['threshold']:.2f} | {m['min_released_count']} "
+            f"| {m['sensitivity']['l0']} | {m['sensitivity']['l1']} | {m['sensitivity']['l2_squared']} "
+            f"| {m['sensitivity']['linf']} | {m['error_bound_95']} |"
+            for m in s["marginals"]
+        ),
+        "",
+        "## Partitions",
+        "",
+        *_partition_lines(s["partitions"]["keys"]),
+        "",
+        "## Ledger",
+        "",
+        f"Ledger {ledger['id']}; {len(ledger['draws'])} draws: {_runs(ledger['draws'])}.",
+        "",
+        f"Cap in force per {g['per']}: epsilon = {cap['epsilon']:g}, delta = {cap['delta']:.6g} "
+        f"({cap['action']} {cap['set_at']}: {cap['reason']}). {ledger['meaning']}",
+        "",
+        "Cap history:",
+        "",
+        *(f"- {c['set_at']} {c['action']}: epsilon = {c['epsilon']:g}, delta = {c['delta']:.6g} ({c['reason']})"
+          for c in ledger["cap_history"]),
+        "",
+    ]
+    if ledger["acknowledged_resets"]:
+        lines += ["Acknowledged ledger resets:", "",
+                  *(f"- {r['acknowledged_at']}: {r['reason']} (ledgers {', '.join(r['ledger_ids'])})"
+                    for r in ledger["acknowledged_resets"]), ""]
+    if s["also_released_under_other_units"]:
+        lines += ["## Also released under other units", "",
+                  *(f"- {u}: {_date_runs([date.fromisoformat(x) for x in d])}"
+                    for u, d in s["also_released_under_other_units"].items()), ""]
+    if "od" in s:
+        lines += od_markdown(s["od"])
+    lines += [
+        "## What is not protected",
+        "",
+        *(f"- {item}" for item in s["not_protected"]),
+        "",
+        "## Accuracy",
+        "",
+        s["accuracy_note"],
+        "",
+        "| marginal | " + " | ".join(f"n={n}" for n in s["marginals"][0]["release_probability"]) + " |",
+        "|---" * (1 + len(s["marginals"][0]["release_probability"])) + "|",
+        *(
+            f"| {m['name']} | " + " | ".join(map(_probability, m["release_probability"].values())) + " |"
+            for m in s["marginals"]
+        ),
+        "",
+        "## Software",
+        "",
+        *(f"- {package} {v}" for package, v in s["software"].items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _scope_rows(scopes: Sequence[Mapping]) -> list[str]:
+    """Rows of the per-scope table, scopes with identical figures on one row (each scope is in privacy.json)."""
+    groups: dict[tuple, list[str]] = {}
+    for sc in scopes:
+        figures = (f"{sc['epsilon']:.4g}", f"{sc['delta']:.3g}", _num(sc["rho"]), str(sc["charges"]), sc["composition"])
+        groups.setdefault(figures, []).append(sc["scope"].replace("|", "\\|"))
+    return [
+        f"| {names[0] if len(names) == 1 else f'{len(names)} scopes, {names[0]} ... {names[-1]}'} | "
+        + " | ".join(figures) + " |"
+        for figures, names in groups.items()
+    ]
+
+
+def _partition_lines(keys: Sequence[Mapping]) -> list[str]:
+    """One line per mode: its published dates as runs of consecutive days."""
+    by_mode: dict[str, list[date]] = {}
+    for k in keys:
+        by_mode.setdefault(k["mode"], []).append(date(int(k["date"][:4]), int(k["date"][4:6]), int(k["date"][6:])))
+    return [f"- {mode}: {_date_runs(days)}" for mode, days in by_mode.items()]
+
+
+def _date_runs(days: Sequence[date]) -> str:
+    """``8 dates, 2016-07-25 to 2016-08-01``: how many, then runs of consecutive days."""
+    runs = _runs(sorted(d.toordinal() for d in days), lambda n: date.fromordinal(n).isoformat(), " to ")
+    return f"{len(days)} date{'s' * (len(days) > 1)}, {runs}"
+
+
+def _runs(numbers: Sequence[int], show=str, dash: str = "-") -> str:
+    """Sorted integers as runs of consecutive ones: ``1-4, 7, 9-10``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(show(a) if a == b else f"{show(a)}{dash}{show(b)}" for a, b in runs)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _probability(p: float) -> str:
+    """Three significant figures, without rounding a probability below 1 up to "1"."""
+    if p < 0.999:
+        return f"{p:.3g}"
+    return f"1 - {1 - p:.2g}" if p < 1 else "1 - <1e-16"
+
+
+def _data_lines(statement: Mapping) -> list[str]:
+    """Which dates are synthetic when only some are, and which dates are not released (read defensively, like
+    ``synthetic_sample``: a statement may come without ``data``)."""
+    data = statement.get("data") if isinstance(statement.get("data"), Mapping) else {}
+    synthetic, pending = data.get("synthetic_sample_dates") or [], data.get("pending_dates") or []
+    lines = []
+    if synthetic_sample(statement) and 0 < len(synthetic) < len({k["date"] for k in statement["partitions"]["keys"]}):
+        lines += [f"Synthetic (the bundled sample): dates {', '.join(synthetic)}; the other dates are real data.", ""]
+    if pending:
+        lines += [f"Not in this release (data not ready or not usable): {', '.join(pending)}.", ""]
+    return lines

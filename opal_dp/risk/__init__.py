@@ -1,1 +1,0 @@
-"""Disclosure-risk attacks of the 2017 independent assessment, run against our own release (no Dagster)."""
