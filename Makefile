@@ -35,9 +35,11 @@ lock:
 $(DAGSTER_HOME): | $(STAMP)
 	@$(PY) -m opal_dp.cli dagster-home $@ >/dev/null
 
-# make release PRIVACY_UNIT=card_day (or card_period); default: trip, the 2016 release
+# make release PRIVACY_UNIT=card_day (or card_period); default: trip, the 2016 release.
+# On the default ./data the bundled synthetic sample is generated when raw/ holds no real day file (--sample);
+# with $OPAL_DP_DATA_DIR set, only the files there are released.
 release: $(STAMP) | $(DAGSTER_HOME)
-	$(PY) -m opal_dp.cli release $(if $(PRIVACY_UNIT),--privacy-unit $(PRIVACY_UNIT))
+	$(PY) -m opal_dp.cli release $(if $(OPAL_DP_DATA_DIR),,--sample) $(if $(PRIVACY_UNIT),--privacy-unit $(PRIVACY_UNIT))
 
 # The browser test drives Debian's Chromium (Playwright cannot download browsers here).
 $(CHROMIUM):

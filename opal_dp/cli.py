@@ -32,7 +32,8 @@ from opal_dp.core.ledger_backends import open_backend
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.locations import DataLocation, normalise_data_dir
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
-from opal_dp.prep.ingest import raw_files
+from opal_dp.prep.failed_days import failed_days
+from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.publish import LATEST, latest_release
@@ -49,6 +50,15 @@ concurrency:
 STAGE_NAMES = {"private_stages": "private stages", "release": "release", "rollup": "roll-up", "synthetic": "synthetic"}
 
 
+class ReleaseRuns(dict):
+    """The successful runs by job name, and ``failed_days``: service date -> why its raw file could not be used
+    (that day was left out; the others were released)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed_days: dict[str, str] = {}
+
+
 def run_release(
     instance: dg.DagsterInstance,
     dates: list[str] | None = None,
@@ -58,7 +68,7 @@ def run_release(
     progress: bool = False,
     synthetic: bool = False,
     distributed: bool = False,
-) -> dict[str, list[dg.ExecuteInProcessResult | dg.JobExecutionResult]]:
+) -> ReleaseRuns:
     """Register the service dates (default: of every raw file) and materialise everything over them.
 
     ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...);
@@ -68,14 +78,17 @@ def run_release(
     ``distributed``: run each job with its configured executor (the Celery workers of ``deploy/``, on a
     persistent ``instance``) instead of in this process.
     The runs of ``jobs.run_plan``, as a UI backfill makes them, over contiguous ranges of the requested days
-    (normally one), so a day that was not asked for is never touched. Returns the successful runs by job name.
+    (normally one), so a day that was not asked for is never touched. A day whose raw file cannot be used fails
+    its ``private_stages`` run, which names it; the days of that run are then run again without it, and the
+    release and roll-up go ahead over the days that were ingested (the failed day stays registered: the roll-up
+    lists it as pending). Any other failed run stops the release (``SystemExit`` with the run's message).
     """
     from opal_dp.definitions import defs as load_defs
 
     defs = load_defs()
     storage = OpalStorage(data_dir=normalise_data_dir(data_dir) if data_dir else settings.data_dir_from_env(),
                           ledger_url=settings.ledger_url_from_env())
-    days = sorted(dates or raw_files(storage.raw_dir))
+    days = sorted(dates or scan_raw_files(storage.raw_dir)[0])
     if not days:
         raise SystemExit(f"no raw files in {storage.raw_dir}")
     instance.add_dynamic_partitions(
@@ -87,8 +100,9 @@ def run_release(
     if log_file is not None:
         run_config["loggers"] = {"event_log_file": {"config": {"path": str(log_file)}},
                                  **({"step_progress": {}} if progress else {})}
-    results: dict[str, list[dg.ExecuteInProcessResult]] = {}
-    for job, span in run_plan(contiguous_ranges(all_days, days)) + ([("synthetic", None)] if synthetic else []):
+    runs = ReleaseRuns()
+
+    def run(job: str, span: tuple[str, str] | None) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
         tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
         job_def = defs.resolve_job_def(job)
         with _progress_bar(job, span, len(job_def.graph.node_dict), enabled=progress):
@@ -98,11 +112,46 @@ def run_release(
             else:
                 result = job_def.execute_in_process(instance=instance, tags=tags, run_config=run_config,
                                                     raise_on_error=False)
+        if result.success:
+            runs.setdefault(job, []).append(result)
+        return result
+
+    ingested = []
+    for span in contiguous_ranges(all_days, days):
+        span_days = all_days[all_days.index(span[0]):all_days.index(span[1]) + 1]
+        result = run("private_stages", span)
         if not result.success:
-            errors = [e.step_failure_data.error.message.strip() for e in result.all_events if e.is_step_failure]
-            raise SystemExit(f"run {result.run_id} of job {job} failed:\n" + "\n".join(errors))
-        results.setdefault(job, []).append(result)
-    return results
+            failed = {d: why for d, why in failed_days(storage.private_dir).items() if d in span_days}
+            if not failed:  # not a bad raw file: nothing to leave out
+                raise SystemExit(failure_message("private_stages", result))
+            runs.failed_days |= failed
+            span_days = [d for d in span_days if d not in failed]
+            for rest in contiguous_ranges(all_days, span_days):
+                retry = run("private_stages", rest)
+                if not retry.success:
+                    raise SystemExit(failure_message("private_stages", retry))
+        ingested += span_days
+    if not ingested:
+        raise SystemExit("no day could be ingested:\n" + "\n".join(f"{d}: {why}" for d, why in runs.failed_days.items()))
+    for job, span in run_plan(contiguous_ranges(all_days, ingested)) + ([("synthetic", None)] if synthetic else []):
+        if job != "private_stages":
+            result = run(job, span)
+            if not result.success:
+                raise SystemExit(failure_message(job, result))
+    return runs
+
+
+def failure_message(job: str, result: dg.ExecuteInProcessResult | dg.JobExecutionResult) -> str:
+    """What failed in a run, for a person: each failed step's own description (a ``dg.Failure``), else the step
+    and the kind of error; never Dagster's class path or a traceback (the run's log has them)."""
+    lines = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            data = event.step_failure_data
+            described = data.user_failure_data and data.user_failure_data.description
+            lines.append(described.strip() if described else f"step {event.step_key}: {data.error.cls_name} "
+                                                               "(the run's event log has the details)")
+    return f"run {result.run_id} of job {job} failed:\n" + "\n".join(lines)
 
 
 def job_by_name(name: str) -> dg.JobDefinition:
@@ -158,22 +207,37 @@ def ensure_dagster_home(path: Path) -> Path:
     return path
 
 
-def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: DataLocation) -> list[str]:
-    """The lines a person needs after a release: what was released, under what guarantee, and where."""
+def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
+    """The lines a person needs after a release: what was released, from what data, under what guarantee, what
+    was left out and why, and where everything is."""
     folder = latest_release(storage.published_dir)
     statement = json.loads((folder / "privacy.json").read_text(encoding="utf-8"))
-    trips = sum(int(e.materialization.metadata["rows_accepted"].value)
-                for r in results["private_stages"] for e in r.get_asset_materialization_events()
-                if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata)
+    ingested = [e.materialization.metadata for r in results["private_stages"] for e in r.get_asset_materialization_events()
+                if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata]
+    trips = sum(int(m["rows_accepted"].value) for m in ingested)
+    rejected = sum(int(m["rows_rejected"].value) for m in ingested)
     with open(folder / "time-loc.csv", encoding="utf-8", newline="") as rows:
         kinds = Counter(OTHER in (row["time"], row["loc"]) for row in csv.DictReader(rows))
     remainders = f" and {kinds[True]:,} remainder rows" if kinds[True] else ""
-    g, unit = statement["guarantee"], statement["privacy_unit"]
+    g, unit, data = statement["guarantee"], statement["privacy_unit"], statement["data"]
     partitions = statement["partitions"]["keys"]
     days = len({k["date"] for k in partitions})
-    return [
+    lines = [
         f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
         f"{kinds[False]:,} cells listed in time-loc.csv{remainders}",
+    ]
+    if data["synthetic_sample"]:
+        lines.append(f"data: the bundled SYNTHETIC sample (generated trips, not real travel) for "
+                     f"{len(data['synthetic_sample_dates'])} of {days} days; privacy.json and PRIVACY.md say so")
+    if rejected:
+        lines.append(f"rejected rows: {rejected:,} (file, line, field and reason in "
+                     f"{storage.private_dir / 'rejected_trips'}, private; counts per reason on ingested_trips)")
+    lines += [f"not released: {day}: {why}" for day, why in sorted(results.failed_days.items())]
+    failed = {d.replace("-", "") for d in results.failed_days}
+    pending = [d for d in data["pending_dates"] if d not in failed]
+    if pending:
+        lines.append(f"pending (registered, not released): {', '.join(pending)}")
+    return lines + [
         f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}",
         f"release: {storage.published_dir / LATEST} -> {folder.name} (index.html for the public; PRIVACY.md explains the guarantee)",
     ]
@@ -182,13 +246,21 @@ def summary(results: dict[str, list[dg.ExecuteInProcessResult]], storage: DataLo
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m opal_dp.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    release = sub.add_parser("release", help="prepare the sample if needed, then run the pipeline end to end")
-    release.add_argument("--no-sample", action="store_true", help="do not generate the bundled sample")
-    release.add_argument("--data-dir", help="data directory, a path or a URI (default: $OPAL_DP_DATA_DIR or ./data)")
+    release = sub.add_parser("release", help="run the pipeline end to end over the raw days")
+    release.add_argument("--sample", action="store_true",
+                         help="generate the bundled synthetic sample (a fortnight of generated trips, not real travel) "
+                              "if the raw folder holds no real raw file, creating the data directory if needed; the "
+                              "release then says it is synthetic. Never adds a file next to real raw files")
+    release.add_argument("--data-dir",
+                         help="data directory holding raw/, a path or a URI (default: $OPAL_DP_DATA_DIR or ./data); "
+                              "it must exist unless --sample")
     release.add_argument("--verbose", action="store_true", help="print Dagster's event log too")
     release.add_argument("--workers", type=int, metavar="N",
                          help="processes for the per-day work (default: $OPAL_DP_WORKERS or the machine's CPUs; "
                               "1 runs it in this process)")
+    release.add_argument("--strict-days", action="store_true",
+                         help="exit with an error if any day's raw file could not be used (default: release the other "
+                              "days, list the failed ones and exit 0)")
     release.add_argument("--strict", action="store_true",
                          help="refuse to run if group or others can read the raw or private folder or the Dagster "
                               "home (default: warn; also $OPAL_DP_STRICT_PERMISSIONS=1)")
@@ -248,16 +320,23 @@ def _release(args: argparse.Namespace) -> None:
         if args.workers < 1:
             raise SystemExit(f"--workers must be at least 1, got {args.workers}")
         os.environ[settings.WORKERS_ENV] = str(args.workers)  # read by opal_dp.parallel in this process
+    if not args.sample and not storage.root.exists():
+        raise SystemExit(f"data directory {storage.root} does not exist: give the folder whose raw/ holds the day "
+                         "files (--data-dir or $OPAL_DP_DATA_DIR), or --sample to generate the synthetic sample there")
     try:
         check_folders([storage.raw_dir, storage.private_dir, *filter(None, [os.environ.get("DAGSTER_HOME")])],
                       strict=args.strict or settings.strict_permissions_from_env())
     except (ExposedDataError, ValueError) as err:  # ValueError: a bad $OPAL_DP_STRICT_PERMISSIONS
         raise SystemExit(str(err)) from None
-    if not args.no_sample:
-        from opal_dp.simulate.sample import ensure_sample
-
-        ensure_sample(storage.raw_dir)
-    days = sorted(raw_files(storage.raw_dir))
+    if args.sample:
+        _sample(storage)
+    found, unusable = scan_raw_files(storage.raw_dir) if storage.raw_dir.exists() else ({}, {})
+    for why in unusable.values():
+        print(f"warning: ignored: {why}", file=sys.stderr)
+    days = sorted(found)
+    if not days:
+        raise SystemExit(f"no raw files in {storage.raw_dir}: put one file per service day there "
+                         "(trips_YYYY-MM-DD.csv, .csv.gz or .parquet), or give --sample for the synthetic sample")
     os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.dagster_home)))
     log_file = storage.logs_dir / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     make_dirs(log_file.parent)
@@ -272,6 +351,18 @@ def _release(args: argparse.Namespace) -> None:
         g = statement["guarantee"]
         print(f"synthetic trips: {storage.published_dir / 'synthetic' / 'latest'} at (epsilon = {g['epsilon']:.4g}, "
               f"delta = {g['delta']:.3g}) per {g['per']}")
+    if results.failed_days and args.strict_days:
+        raise SystemExit(f"--strict-days: {len(results.failed_days)} days could not be used (listed above)")
+
+
+def _sample(storage: DataLocation) -> None:
+    """The bundled synthetic sample in an empty raw folder (or one holding only the sample); never beside real files."""
+    from opal_dp.simulate.sample import RealDataPresent, ensure_sample
+
+    try:
+        ensure_sample(storage.raw_dir)
+    except RealDataPresent as err:
+        print(f"--sample: nothing generated: {err}", file=sys.stderr)
 
 
 def _ledger(args: argparse.Namespace) -> None:

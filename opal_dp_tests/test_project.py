@@ -41,11 +41,13 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     lines = output.rstrip("\n").split("\n")  # as a terminal shows them: a progress bar redraws its line with \r
     assert len(lines) <= MAX_LINES, output
     assert not re.search(r"DEBUG|telemetry", output, re.IGNORECASE), output
-    summary = lines[-3:]
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("released ")):]
     assert re.fullmatch(r"released 56 partitions \(14 days x modes\), [\d,]+ trips read, [\d,]+ cells listed in time-loc.csv",
                         summary[0]), summary
-    assert summary[1].startswith("protected: one trip at (epsilon = ") and "per (date, mode) partition" in summary[1]
-    assert summary[2].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")
+    assert summary[1].startswith("data: the bundled SYNTHETIC sample") and "for 14 of 14 days" in summary[1], summary
+    assert summary[-2].startswith("protected: one trip at (epsilon = ") and "per (date, mode) partition" in summary[-2]
+    assert summary[-1].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")
+    assert len(summary) <= 5 and all(line.startswith("rejected rows: ") for line in summary[2:-2]), summary
     assert (clone / ".dagster_home" / "dagster.yaml").read_text().count("enabled: false") >= 1
     log = re.search(r"full log: (\S+)", output).group(1)
     assert Path(log).stat().st_size > 0 and Path(log).is_relative_to(clone / "data" / "private")
@@ -88,7 +90,7 @@ def test_a_non_editable_install_releases_with_an_explicit_data_directory(tmp_pat
     where = subprocess.run([sys.executable, "-c", "import opal_dp; print(opal_dp.__file__)"], cwd=elsewhere,
                            env=env, capture_output=True, text=True, check=True).stdout
     assert Path(where.strip()).is_relative_to(site)
-    done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--no-sample", "--data-dir", str(data),
+    done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--data-dir", str(data),
                            "--workers", "2"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -100,6 +102,6 @@ def test_release_refuses_fewer_than_one_worker(tmp_path):
     from opal_dp.cli import main
 
     with pytest.raises(SystemExit, match="--workers must be at least 1, got 0"):
-        main(["release", "--no-sample", "--data-dir", str(tmp_path), "--workers", "0"])
+        main(["release", "--data-dir", str(tmp_path), "--workers", "0"])
     assert "--workers N" in subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--help"],
                                            capture_output=True, text=True, check=True).stdout

@@ -249,6 +249,26 @@ def test_ensure_sample(tmp_path, monkeypatch):
     assert sample.ensure_sample(tmp_path) == paths
     assert paths[3].read_bytes() == original
     assert all(p.stat().st_mtime_ns == before[p] for p in paths if p != paths[3])
+    days = [d.isoformat() for d in sample.SAMPLE_DATES]
+    assert sample.sample_days(tmp_path, days) == days  # recorded in raw/SYNTHETIC_SAMPLE.json, by digest
+    assert oct((tmp_path / sample.MARKER).stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_sample_is_never_added_next_to_real_files_and_a_changed_file_is_real(tmp_path, monkeypatch):
+    monkeypatch.setattr(sample, "SAMPLE_SCALE", 0.0005)
+    monkeypatch.setattr(sample, "SAMPLE_DATES", sample.SAMPLE_DATES[:2])
+    real = tmp_path / "trips_2024-03-04.csv"
+    real.write_text("card_id,mode,tap_on_time,tap_on_stop,tap_off_time,tap_off_stop\n")
+    with pytest.raises(sample.RealDataPresent, match="trips_2024-03-04.csv"):
+        sample.ensure_sample(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [real.name]
+    real.unlink()
+    first, second = sample.ensure_sample(tmp_path)
+    days = [d.isoformat() for d in sample.SAMPLE_DATES]
+    first.write_bytes(first.read_bytes() + b"\0")  # no longer what the generator wrote: real data now
+    assert sample.sample_days(tmp_path, days) == days[1:]
+    with pytest.raises(sample.RealDataPresent, match=first.name):
+        sample.ensure_sample(tmp_path)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandera.errors import SchemaError, SchemaErrors
 
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
 from opal_dp.prep.bounding import bound_day
-from opal_dp.prep.ingest import ingest_file
+from opal_dp.prep.ingest import RawInputError, ingest_file, raw_file_for
 from opal_dp.prep.sequences import TripAlphabet, card_day_sequences, to_frame
 from opal_dp.private_files import write_parquet_atomic
 
@@ -40,6 +41,29 @@ def ingest_day(raw_file: Path, stops: pd.DataFrame, accepted: Path, rejected: Pa
     _store(result.rejected, rejected)
     return IngestSummary(result.source_file, result.rows_read, len(result.accepted), len(result.rejected),
                          result.ignored_columns, result.rejected["reason"].value_counts().to_dict())
+
+
+@dataclass(frozen=True)
+class DayFailure:
+    """Why a day's raw file could not be used (file and column or line; never a raw value)."""
+
+    reason: str
+
+
+def try_ingest_day(raw_dir: Path, day: str, stops: pd.DataFrame, accepted: Path,
+                   rejected: Path) -> IngestSummary | DayFailure:
+    """``ingest_day`` of the day's one raw file, or why it could not be used: a bad file fails its day only, and
+    every day of a run is tried."""
+    try:
+        raw_file = raw_file_for(raw_dir, day)
+    except RawInputError as err:
+        return DayFailure(str(err))
+    try:
+        return ingest_day(raw_file, stops, accepted, rejected)
+    except RawInputError as err:
+        return DayFailure(str(err))
+    except (SchemaError, SchemaErrors) as err:  # their message lists failing values: not repeated here
+        return DayFailure(f"{raw_file}: the rows read do not meet the {type(err).__name__} schema checks")
 
 
 def bin_day(ingested: Path, stops: pd.DataFrame, binned: Path, cards: Path) -> tuple[int, int]:

@@ -1,9 +1,11 @@
 """Read one raw daily trip file, enforce the input contract, and keep every rejected row with a reason.
 
 Contract: one file per service day, ``trips_YYYY-MM-DD.{csv,csv.gz,parquet}``, one row per trip with
-the columns of ``RAW_COLUMNS``. File-level problems (unreadable, missing column) raise
-``RawInputError`` naming the file (and the column). Row-level problems send the row to the rejected
-table with its file, line and the field at fault, so that rows read = accepted + rejected, always.
+the columns of ``RAW_COLUMNS``. File-level problems (unreadable, missing column, a header that is not UTF-8)
+raise ``RawInputError`` naming the file (and the column). Row-level problems (a value or a whole line that is
+not UTF-8 text, a line that does not split into the header's fields, a value that breaks the contract) send the
+row to the rejected table with its file, line and the field at fault, so that rows read = accepted + rejected,
+always. No message quotes a raw value (it may be a card id): raw values stay in the private rejected table.
 """
 
 from __future__ import annotations
@@ -53,26 +55,42 @@ class IngestResult:
         return len(self.accepted) + len(self.rejected)
 
 
-def raw_files(raw_dir: Path) -> dict[str, Path]:
-    """Service date (ISO string) -> raw file. Two files for one day is an error, not a guess."""
-    found: dict[str, Path] = {}
+def scan_raw_files(raw_dir: Path) -> tuple[dict[str, list[Path]], dict[str, str]]:
+    """Service date (ISO string) -> its raw files (normally one), and file name -> why it names no service date."""
+    days: dict[str, list[Path]] = {}
+    unusable: dict[str, str] = {}
     for path in sorted(raw_dir.glob("trips_*")):
         match = RAW_FILE.match(path.name)
         if not match:
             continue
-        day = match["date"]
-        _parse_date(day, path)
-        if day in found:
-            raise RawInputError(f"{path}: a second raw file for service date {day} (also {found[day]})")
-        found[day] = path
-    return found
+        try:
+            _parse_date(match["date"], path)
+        except RawInputError as err:
+            unusable[path.name] = str(err)
+            continue
+        days.setdefault(match["date"], []).append(path)
+    return days, unusable
+
+
+def raw_files(raw_dir: Path) -> dict[str, Path]:
+    """Service date (ISO string) -> raw file. Two files for one day is an error, not a guess."""
+    days, unusable = scan_raw_files(raw_dir)
+    if unusable:
+        raise RawInputError(next(iter(unusable.values())))
+    return {day: _only_file(raw_dir, day, paths) for day, paths in days.items()}
 
 
 def raw_file_for(raw_dir: Path, service_date: str) -> Path:
-    files = raw_files(raw_dir)
-    if service_date not in files:
+    """The one raw file of ``service_date``; other days' files do not matter."""
+    return _only_file(raw_dir, service_date, scan_raw_files(raw_dir)[0].get(service_date, []))
+
+
+def _only_file(raw_dir: Path, service_date: str, paths: list[Path]) -> Path:
+    if not paths:
         raise RawInputError(f"{raw_dir}: no raw file trips_{service_date}.(csv|csv.gz|parquet)")
-    return files[service_date]
+    if len(paths) > 1:
+        raise RawInputError(f"{paths[1]}: a second raw file for service date {service_date} (also {paths[0]})")
+    return paths[0]
 
 
 def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
@@ -81,7 +99,8 @@ def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
     if not match:
         raise RawInputError(f"{path}: file name must be trips_YYYY-MM-DD.(csv|csv.gz|parquet)")
     service_date = _parse_date(match["date"], path)
-    table, malformed = _read(path, match["format"])
+    raw = _read(path, match["format"])
+    table = raw.table
     missing = [c for c in RAW_COLUMNS if c not in table.column_names]
     if missing:
         raise RawInputError(
@@ -93,10 +112,11 @@ def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
     table = table.select(list(RAW_COLUMNS))
     columns = _typed(table)
     fault, reason = _row_faults(columns, service_date, stops)
+    encoding = raw.not_utf8 != ""
+    fault[encoding], reason[encoding] = raw.not_utf8[encoding], NOT_UTF8
     bad = fault != ""
-    lines = _line_numbers(table.num_rows, malformed, first=1 if match["format"] == "parquet" else 2)
     rejected = pd.concat(
-        [_rejected(table, lines, bad, fault, reason, path), _malformed(malformed, path)], ignore_index=True
+        [_rejected(table, raw.lines, bad, fault, reason, path), _set_aside(raw.set_aside, path)], ignore_index=True
     ).sort_values("line", ignore_index=True)
     return IngestResult(
         source_file=str(path),
@@ -114,60 +134,132 @@ def _parse_date(text: str, path: Path) -> date:
 
 
 @dataclass(frozen=True)
-class _MalformedLine:
+class _SetAside:
+    """A line that never became a row: it could not be split into the header's fields, or is not UTF-8 text."""
+
     line: int
     text: str
-    fields: int
-    expected: int
+    reason: str
 
 
-def _read(path: Path, fmt: str) -> tuple[pa.Table, list[_MalformedLine]]:
-    """The file as an Arrow table (CSV columns as text, so every value can be judged) and the CSV
-    lines that could not be split into the header's number of fields."""
-    malformed: list[_MalformedLine] = []
+NOT_UTF8 = "not valid UTF-8 text"
+CONTAINER_ERRORS = {gzip.BadGzipFile: "not a gzip file", EOFError: "the compressed stream ends early"}
 
-    def keep_aside(row: pa_csv.InvalidRow) -> str:
-        malformed.append(_MalformedLine(row.number, row.text, row.actual_columns, row.expected_columns))
-        return "skip"
 
+@dataclass(frozen=True)
+class _Raw:
+    """A raw file as text columns: the rows, their line (CSV) or row (Parquet) numbers, the lines set aside, and
+    per row the first column whose bytes were not UTF-8 ("" where all were)."""
+
+    table: pa.Table
+    lines: np.ndarray
+    set_aside: list[_SetAside]
+    not_utf8: np.ndarray
+
+
+def _read(path: Path, fmt: str) -> _Raw:
+    """The file as an Arrow table (CSV columns as text, so every value can be judged). Error messages never
+    quote the file's content: a raw value may be a card id."""
     try:
         if fmt == "parquet":
-            return _text_from_binary(pq.read_table(path)), malformed
-        header = _csv_header(path)
-        table = pa_csv.read_csv(
-            path,
-            read_options=pa_csv.ReadOptions(use_threads=False),  # line numbers for malformed lines
-            parse_options=pa_csv.ParseOptions(invalid_row_handler=keep_aside),
-            convert_options=pa_csv.ConvertOptions(
-                column_types={name: pa.string() for name in header}, strings_can_be_null=False
-            ),
-        )
-        return table, malformed
+            table = pq.read_table(path)
+            table, not_utf8 = _text_from_binary(table)
+            return _Raw(table, np.arange(1, table.num_rows + 1, dtype=np.int64), [], not_utf8)
+        return _read_csv(path, _csv_bytes(path))
     except (pa.ArrowException, OSError, EOFError) as err:
-        text = str(err)
-        if "Empty CSV file" in text:
-            raise RawInputError(f"{path}: file is empty (no header line)") from None
-        if "UTF8" in text or "UTF-8" in text:
-            raise RawInputError(f"{path}: not valid UTF-8 text ({text})") from None
-        raise RawInputError(f"{path}: cannot be read as {fmt}: {text}") from None
+        if fmt == "parquet":  # Parquet's messages are about the container, never a value
+            raise RawInputError(f"{path}: cannot be read as {fmt}: {err}") from None
+        why = CONTAINER_ERRORS.get(type(err), type(err).__name__)  # Arrow's CSV messages may quote a row
+        raise RawInputError(f"{path}: cannot be read as {fmt} ({why})") from None
 
 
-def _text_from_binary(table: pa.Table) -> pa.Table:
-    """Binary columns must hold UTF-8 text; Arrow refuses (ArrowInvalid) where they do not."""
-    binary = [pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) for f in table.schema]
-    if not any(binary):
-        return table
-    return table.cast(pa.schema([pa.field(f.name, pa.string()) if b else f for f, b in zip(table.schema, binary)]))
-
-
-def _csv_header(path: Path) -> list[str]:
+def _csv_bytes(path: Path) -> bytes:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as handle:
-        first = handle.readline()
+        return handle.read()
+
+
+def _read_csv(path: Path, data: bytes) -> _Raw:
+    """Lines that are not UTF-8 are set aside before Arrow parses the rest (Arrow can neither convert nor report
+    them); blank lines are skipped, as Arrow does. Every row keeps its line number in the file (header: 1)."""
+    clean, numbers, set_aside = _line_map(data) or (data, None, [])
+    header = _csv_header(path, clean)
+    found: list[tuple[int, str]] = []
+
+    def keep_aside(row: pa_csv.InvalidRow) -> str:
+        found.append((row.number, f"{row.actual_columns} fields where the header has {row.expected_columns}"))
+        return "skip"
+
+    table = pa_csv.read_csv(
+        pa.BufferReader(clean),
+        read_options=pa_csv.ReadOptions(use_threads=False),  # line numbers for malformed lines
+        parse_options=pa_csv.ParseOptions(invalid_row_handler=keep_aside),
+        convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in header},
+                                              strings_can_be_null=False),
+    )
+    lines = _line_numbers(table.num_rows, [n for n, _ in found], first=2)
+    text = clean.split(b"\n") if found else []
+    in_file = (lambda n: n) if numbers is None else (lambda n: numbers[n - 1])  # Arrow's line -> the file's
+    set_aside += [_SetAside(int(in_file(n)), text[n - 1].rstrip(b"\r").decode("utf-8"), why) for n, why in found]
+    return _Raw(table, in_file(lines), sorted(set_aside, key=lambda a: a.line), np.full(table.num_rows, "", object))
+
+
+def _line_map(data: bytes) -> tuple[bytes, np.ndarray, list[_SetAside]] | None:
+    """None when the file is UTF-8 text without blank lines (then Arrow's line numbers are the file's); else the
+    text without blank and non-UTF-8 lines, the file's line number of each line kept, and the lines set aside."""
     try:
-        return next(csv.reader([first.decode("utf-8")])) if first.strip() else []
+        data.decode("utf-8")
+        if b"\n\n" not in data and b"\n\r\n" not in data:
+            return None
+    except UnicodeDecodeError:
+        pass
+    kept, numbers, set_aside = [], [], []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.rstrip(b"\r"):
+            continue
+        if number > 1 and not _is_utf8(line):  # a header that is not UTF-8 refuses the file (_csv_header)
+            set_aside.append(_SetAside(number, line.rstrip(b"\r").decode("utf-8", "backslashreplace"), NOT_UTF8))
+            continue
+        kept.append(line)
+        numbers.append(number)
+    return b"".join(line + b"\n" for line in kept), np.array(numbers, dtype=np.int64), set_aside
+
+
+def _text_from_binary(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """Binary columns as text; a value that is not UTF-8 becomes its escaped text (``\\xff``) and marks its row
+    (the first such column per row). Casting checks a whole column at once; rows are looked at only if it fails."""
+    not_utf8 = np.full(table.num_rows, "", dtype=object)
+    for index, f in enumerate(table.schema):
+        if not (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)):
+            continue
+        column = table.column(index)
+        try:
+            text = column.cast(pa.string())
+        except pa.ArrowInvalid:
+            values = column.to_pylist()
+            bad = np.array([v is not None and not _is_utf8(v) for v in values], dtype=bool)
+            not_utf8[bad & (not_utf8 == "")] = f.name
+            text = pa.array([None if v is None else v.decode("utf-8", "backslashreplace") for v in values], pa.string())
+        table = table.set_column(index, pa.field(f.name, pa.string()), text)
+    return table, not_utf8
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _csv_header(path: Path, data: bytes) -> list[str]:
+    first = data.split(b"\n", 1)[0]
+    if not first.strip():
+        raise RawInputError(f"{path}: file is empty (no header line)")
+    try:
+        return next(csv.reader([first.decode("utf-8")]))
     except UnicodeDecodeError as err:
-        raise RawInputError(f"{path}: not valid UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise RawInputError(f"{path}: {NOT_UTF8} in the header line ({err.reason} at byte {err.start})") from None
 
 
 @dataclass(frozen=True)
@@ -282,11 +374,11 @@ def _accepted(columns: dict[str, _Column], keep: np.ndarray) -> pd.DataFrame:
     )
 
 
-def _line_numbers(rows: int, malformed: list[_MalformedLine], first: int) -> np.ndarray:
-    """Line (CSV) or row (Parquet) number of each parsed row: the numbers not taken by malformed lines."""
-    numbers = np.arange(first, first + rows + len(malformed), dtype=np.int64)
+def _line_numbers(rows: int, skipped: list[int], first: int) -> np.ndarray:
+    """Line number of each parsed row: the numbers from ``first`` not taken by skipped lines."""
+    numbers = np.arange(first, first + rows + len(skipped), dtype=np.int64)
     parsed = np.ones(len(numbers), dtype=bool)
-    parsed[[m.line - first for m in malformed]] = False
+    parsed[[n - first for n in skipped]] = False
     return numbers[parsed]
 
 
@@ -307,16 +399,15 @@ def _rejected(
     )
 
 
-def _malformed(malformed: list[_MalformedLine], path: Path) -> pd.DataFrame:
+def _set_aside(lines: list[_SetAside], path: Path) -> pd.DataFrame:
     return pd.DataFrame(
         {
-            "source_file": pd.Series([str(path)] * len(malformed), dtype=object),
-            "line": np.array([m.line for m in malformed], dtype=np.int64),
-            "field": pd.Series(["(line)"] * len(malformed), dtype=object),
-            "reason": pd.Series([f"{m.fields} fields where the header has {m.expected}" for m in malformed],
-                                dtype=object),
-            **{c: pd.Series([None] * len(malformed), dtype=object) for c in RAW_COLUMNS},
-            "raw_line": pd.Series([m.text for m in malformed], dtype=object),
+            "source_file": pd.Series([str(path)] * len(lines), dtype=object),
+            "line": np.array([a.line for a in lines], dtype=np.int64),
+            "field": pd.Series(["(line)"] * len(lines), dtype=object),
+            "reason": pd.Series([a.reason for a in lines], dtype=object),
+            **{c: pd.Series([None] * len(lines), dtype=object) for c in RAW_COLUMNS},
+            "raw_line": pd.Series([a.text for a in lines], dtype=object),
         }
     )
 

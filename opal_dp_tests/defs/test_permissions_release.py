@@ -47,7 +47,7 @@ def released(tmp_path_factory):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("DAGSTER_HOME", str(home))
             patch.delenv(STRICT_PERMISSIONS_ENV, raising=False)
-            main(["release", "--data-dir", str(data), "--no-sample"])
+            main(["release", "--data-dir", str(data)])
         yield data, home
     finally:
         os.umask(previous)
@@ -84,7 +84,7 @@ def exposed_raw(tmp_path, monkeypatch):
 
 def test_a_world_readable_raw_folder_is_warned_about(exposed_raw, capsys):
     with pytest.raises(SystemExit, match="no raw files"):
-        main(["release", "--data-dir", str(exposed_raw), "--no-sample"])
+        main(["release", "--data-dir", str(exposed_raw)])
     err = capsys.readouterr().err
     assert f"warning: {exposed_raw / 'raw'} holds private data" in err
     assert f"fix: chmod -R go-rwx {exposed_raw / 'raw'}" in err
@@ -95,6 +95,6 @@ def test_strict_refuses_to_run(exposed_raw, monkeypatch, how):
     if how == "setting":
         monkeypatch.setenv(STRICT_PERMISSIONS_ENV, "1")
     with pytest.raises(SystemExit, match=f"refusing to run .*{exposed_raw / 'raw'}.*chmod -R go-rwx") as refused:
-        main(["release", "--data-dir", str(exposed_raw), "--no-sample"] + (["--strict"] if how == "flag" else []))
+        main(["release", "--data-dir", str(exposed_raw)] + (["--strict"] if how == "flag" else []))
     assert "no raw files" not in str(refused.value)
     assert not (exposed_raw / "private").exists()

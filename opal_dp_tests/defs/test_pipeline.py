@@ -11,10 +11,11 @@ import pandas as pd
 
 from opal_dp import settings
 from opal_dp.cli import run_release
-from opal_dp.defs.marginals.release import CHECK_SPECS
+from opal_dp.defs.marginals.release import CHECK_SPECS, PLAUSIBLE_PAIRS
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.partitions import date_mode
 from opal_dp.defs.shared.storage import default_storage
+from opal_dp.release.marginals.checks import DESIGN_CHECKS
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
@@ -51,7 +52,9 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     # One private run, one release run per mode (the split a UI backfill makes), one rollup.
     assert [len(runs) for runs in results.values()] == [1, 4, 1]
     evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
-    assert len(evaluations) == 4 * len(CHECK_SPECS)
+    assert len([e for e in evaluations if e.partition is None]) == 4 * len(CHECK_SPECS)
+    per_partition = len(DAYS) * 4 * (len(MARGINALS) * len(DESIGN_CHECKS["sbh"]) + len(PLAUSIBLE_PAIRS))
+    assert len([e for e in evaluations if e.partition is not None]) == per_partition
     assert all(e.passed for e in evaluations if e.check_name != "plausible_totals")
     meta = {}
     for m in results["release"][0].get_asset_materialization_events():
@@ -63,6 +66,30 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     assert meta["release/tap_on_time"]["privacy_unit"].value == "trip"
     assert meta["release/tap_on_time"]["blocking_checks"].value == "all passed"
     assert meta["release/tap_on_time"]["dagster/row_count"].value > 0
+
+
+def test_dagster_records_each_partitions_blocking_checks_as_passed_and_other_designs_checks_not_at_all(released):
+    """What the UI's Checks tab and partition views read (the event log's per-partition check status)."""
+    instance, _ = released
+    keys = {str(k) for k in date_mode.get_partition_keys(dynamic_partitions_store=instance)}
+    for spec in CHECK_SPECS:
+        status = {i.partition_key: i.latest_execution_status.value
+                  for i in instance.event_log_storage.get_asset_check_partition_info([spec.key]) if i.partition_key}
+        if spec.name in DESIGN_CHECKS["sbh"]:
+            assert status == dict.fromkeys(keys, "SUCCEEDED"), spec.key
+        elif spec.name != "plausible_totals":  # another design's check: planned with the run, never evaluated
+            assert not {"SUCCEEDED", "FAILED"} & set(status.values()), spec.key
+        else:
+            assert set(status) == keys, spec.key
+
+
+def test_the_ledger_is_a_table_in_the_ui_without_nan(released):
+    instance, _ = released
+    meta = instance.get_latest_materialization_event(dg.AssetKey("privacy_ledger")).asset_materialization.metadata
+    table = meta["ledger"]
+    assert [c.name for c in table.schema.columns][:5] == ["unit", "scope", "epsilon", "delta", "rho"]
+    trip = [r.data for r in table.records if r.data["unit"] == "trip"]
+    assert len(trip) == 8 and all(r["rho"] is None and r["charges"] == 6 and r["cap_epsilon"] > 0 for r in trip)
 
 
 def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):

@@ -212,16 +212,31 @@ def test_truncated_files_are_refused_or_read_consistently(case, fmt, cut):
 
 
 @FUZZ
-@given(case=cases(), encoding=st.sampled_from(["latin-1", "utf-16", "cp1252"]), fmt=st.sampled_from(["csv", "csv.gz"]))
-def test_text_not_in_utf8_is_refused_naming_the_file(case, encoding, fmt):
-    rows = [dict(r, mode=r["mode"] + "é") for r in case.rows] or [{c: "é" for c in RAW_COLUMNS}]
-    text = pd.DataFrame(rows, columns=list(RAW_COLUMNS)).to_csv(index=False).encode(encoding, errors="replace")
+@given(case=cases(), encoding=st.sampled_from(["latin-1", "cp1252"]), fmt=st.sampled_from(["csv", "csv.gz"]),
+       marked=st.sets(st.integers(0, 24)))
+def test_rows_not_in_utf8_are_rejected_every_one_with_its_line(case, encoding, fmt, marked):
+    """Latin-1 or cp1252 rows (an ASCII header) are rejected row by row, all of them in one pass."""
+    rows = [dict(r, mode=r["mode"] + "é") if i in marked else r for i, r in enumerate(case.rows)]
+    frame = pd.DataFrame(rows, columns=list(RAW_COLUMNS))
+    text = frame.to_csv(index=False, lineterminator="\n").encode(encoding, errors="replace")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"trips_{DAY}.{fmt}"
         path.write_bytes(gzip.compress(text) if fmt == "csv.gz" else text)
-        with pytest.raises(RawInputError) as err:
-            ingest_file(path, stops())
-    assert path.name in str(err.value)
+        result = ingest_or_explain(path)
+    assert result is not None and result.rows_read == len(rows)
+    encoded = result.rejected[result.rejected["reason"] == "not valid UTF-8 text"]
+    not_text = [n for n, line in enumerate(text.split(b"\n")[1:], start=2) if not line.isascii()]  # é and the like
+    assert encoded["line"].tolist() == not_text and len(not_text) >= len(marked & set(range(len(rows))))
+    assert (encoded["field"] == "(line)").all()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz"])
+def test_a_header_not_in_utf8_refuses_the_file_naming_it(tmp_path, fmt):
+    text = ",".join(RAW_COLUMNS).encode("utf-16")
+    path = tmp_path / f"trips_{DAY}.{fmt}"
+    path.write_bytes(gzip.compress(text) if fmt == "csv.gz" else text)
+    with pytest.raises(RawInputError, match=f"{path.name}: not valid UTF-8 text in the header line"):
+        ingest_file(path, stops())
 
 
 @FUZZ
@@ -302,11 +317,17 @@ def test_truncated_gzip_is_refused_naming_the_file(tmp_path):
         ingest_file(path, stops())
 
 
-def test_binary_parquet_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+def test_binary_parquet_text_that_is_not_utf8_rejects_only_its_rows(tmp_path):
     path = tmp_path / f"trips_{DAY}.parquet"
-    pq.write_table(pa.table({c: pa.array([b"\xff"]) for c in RAW_COLUMNS}), path)
-    with pytest.raises(RawInputError, match=path.name):
-        ingest_file(path, stops())
+    stop = str(stops_by_mode()["ferry"][0]).encode()
+    good = [b"5", b"ferry", f"{DAY} 08:00:00".encode(), stop, b"", b""]
+    rows = [[b"\xff"] + good[1:], good, good[:1] + [b"f\x89rry"] + good[2:]]
+    pq.write_table(pa.table({c: pa.array([r[i] for r in rows], pa.binary()) for i, c in enumerate(RAW_COLUMNS)}), path)
+    result = ingest_or_explain(path)
+    assert result is not None and len(result.accepted) == 1
+    assert result.rejected[["line", "field", "reason"]].values.tolist() == [
+        [1, "card_id", "not valid UTF-8 text"], [3, "mode", "not valid UTF-8 text"]]
+    assert result.rejected["mode"].tolist() == ["ferry", "f\\x89rry"]  # private: escaped, never decoded wrongly
 
 
 def test_one_time_with_a_utc_offset_rejects_only_its_own_row(tmp_path):

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from opal_dp import settings
+from opal_dp.network import MODES
 from opal_dp.cli import run_release
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.publish import LATEST, validate_published
@@ -26,18 +27,21 @@ def data_dir(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.mark.slow
-def test_a_bad_file_fails_its_run_naming_the_file_and_never_reaches_a_release(data_dir):
+def test_a_bad_file_fails_its_day_only_naming_the_file_and_never_reaches_a_release(data_dir):
     raw = default_storage().raw_dir
     write_day(raw, GOOD, tiny_day(GOOD))
     bad = write_day(raw, BAD, tiny_day(BAD, seed=1))
     bad.write_bytes(bad.read_bytes()[:-100])  # truncated Parquet
     with dg.DagsterInstance.ephemeral() as instance:
-        with pytest.raises(SystemExit) as failed:
-            run_release(instance)
-        message = str(failed.value)
-        assert "job private_stages failed" in message and "events.Failure: " in message
-        assert f"{bad.name}: cannot be read as parquet" in message and "Traceback" not in message
-        assert days_with_bins(data_dir) == set() and not default_storage().published_dir.exists()
+        runs = run_release(instance)
+        assert list(runs.failed_days) == [BAD] and f"{bad.name}: cannot be read as parquet" in runs.failed_days[BAD]
+        (failed,) = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
+        assert failed.job_name == "private_stages"  # the run over both days; then GOOD ran alone
+        published = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
+        assert published.metadata["days_failed"].value == {BAD: runs.failed_days[BAD]}
+        assert published.metadata["partitions_pending"].value == [f"{BAD}|{m}" for m in sorted(MODES)]
+    assert days_with_bins(data_dir) == {GOOD}
+    validate_published(default_storage().published_dir / LATEST)
 
     # The bad file and a good one for a day nobody registered as a partition stay in raw/; neither is read.
     write_day(raw, UNREGISTERED, tiny_day(UNREGISTERED, seed=3))
@@ -48,6 +52,19 @@ def test_a_bad_file_fails_its_run_naming_the_file_and_never_reaches_a_release(da
         assert risk.asset_materialization.metadata["partitions"].value == 4
     validate_published(default_storage().published_dir / LATEST)
     assert days_with_bins(data_dir) == {GOOD}
+
+
+@pytest.mark.slow
+def test_a_release_where_no_day_can_be_ingested_stops_naming_each(data_dir):
+    raw = default_storage().raw_dir
+    for day in (GOOD, BAD):
+        write_day(raw, day, tiny_day(day).drop(columns="tap_off_stop"))
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(SystemExit) as stopped:
+        run_release(instance)
+    message = str(stopped.value)
+    assert message.startswith("no day could be ingested") and message.count("missing required column 'tap_off_stop'") == 2
+    assert "dagster._core" not in message and "Traceback" not in message
+    assert not default_storage().published_dir.exists()
 
 
 @pytest.mark.slow

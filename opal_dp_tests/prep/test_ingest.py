@@ -120,8 +120,6 @@ def test_extra_columns_are_dropped_and_reported(tmp_path, stops):
     ("name", "content", "message"),
     [
         (f"trips_{DAY}.csv", b"", "file is empty"),
-        (f"trips_{DAY}.csv", b"card_id,mode,tap_on_time,tap_on_stop,tap_off_time,tap_off_stop\n\xff\xfe,bus,,,,\n",
-         "not valid UTF-8"),
         (f"trips_{DAY}.csv", b"card_\xffid,mode\n", "not valid UTF-8"),
         (f"trips_{DAY}.parquet", b"PAR1\x00\x00garbage", "cannot be read as parquet"),
         ("trips_2016-02-30.csv", b"card_id\n", "not a calendar date"),
@@ -133,6 +131,40 @@ def test_unreadable_files_fail_naming_the_file(tmp_path, stops, name, content, m
     with pytest.raises(RawInputError, match=message) as err:
         ingest_file(path, stops)
     assert name in str(err.value)
+
+
+def test_nul_0x89_and_latin1_bytes_reject_their_rows_all_in_one_pass_and_echo_nothing(tmp_path, stops, capfd):
+    """Each bad line is rejected with its line and reason; the others are read; nothing is printed or raised."""
+    good = ",".join(str(GOOD[c]) for c in GOOD).encode()
+    lines = [",".join(GOOD).encode(), good,
+             b"SECRET-NUL\x00,train,x,10,,",                 # NUL: valid UTF-8, a bad card id
+             good.replace(b"7,", b"8,", 1),
+             b"SECRET-89\x89,train,,,",                      # 0x89, and too few fields
+             b"SECRET-LATIN\xe9,train,x,10,,",               # Latin-1
+             good.replace(b"7,", b"9,", 1),
+             b"SECRET-LATIN2,caf\xe9,x,10,,,extra"]          # Latin-1 and too many fields
+    path = tmp_path / f"trips_{DAY}.csv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    result = ingest_file(path, stops)
+    assert result.rows_read == 7 and len(result.accepted) == 3
+    assert result.rejected[["line", "field", "reason"]].values.tolist() == [
+        [3, "card_id", "card_id is not a positive integer"],
+        [5, "(line)", "not valid UTF-8 text"],
+        [6, "(line)", "not valid UTF-8 text"],
+        [8, "(line)", "not valid UTF-8 text"],
+    ]
+    assert result.rejected["raw_line"].tolist()[1:] == [
+        "SECRET-89\\x89,train,,,", "SECRET-LATIN\\xe9,train,x,10,,", "SECRET-LATIN2,caf\\xe9,x,10,,,extra"]
+    printed = capfd.readouterr()
+    assert "SECRET" not in printed.out + printed.err
+
+
+def test_blank_lines_keep_the_line_numbers_of_the_file(tmp_path, stops):
+    path = write_csv(tmp_path, DAY, [GOOD, {**GOOD, "card_id": 8}, {**GOOD, "mode": "tram"}])
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "", lines[1], "1,2", "", lines[2], lines[3]]) + "\n")
+    result = ingest_file(path, stops)
+    assert result.rows_read == 4 and result.rejected["line"].tolist() == [4, 7]
 
 
 def test_raw_file_discovery(tmp_path):

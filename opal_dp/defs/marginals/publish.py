@@ -16,6 +16,7 @@ from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.binning import location_labels
+from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
@@ -32,6 +33,7 @@ from opal_dp.release.statement.build import (
     privacy_statement,
 )
 from opal_dp.private_files import read_parquet
+from opal_dp.simulate.sample import sample_days
 
 
 def complete_partitions(
@@ -46,6 +48,16 @@ def complete_partitions(
                 and all((k, m.name) in draw_ids for m in MARGINALS)]
     pending = sorted(set(map(str, cells)) - set(complete))
     return {pair: i for pair, i in draw_ids.items() if pair[0] in complete}, pending
+
+
+def data_origin(storage: OpalStorage, draw_ids: dict[tuple[str, str], int], pending: list[str]) -> dict:
+    """The statement's ``data``: whether published dates are the bundled synthetic sample (by the generator's
+    record of its files, ``simulate.sample``, never by the values) and the dates not released, as published dates."""
+    days = sorted({date_and_mode(k)[0] for k, _ in draw_ids})
+    synthetic = sample_days(storage.raw_dir, days)
+    published = sorted({d.replace("-", "") for d in synthetic})
+    return {"synthetic_sample": bool(synthetic), "synthetic_sample_dates": published,
+            "pending_dates": sorted({date_and_mode(k)[0].replace("-", "") for k in pending})}
 
 
 def _gate(
@@ -150,18 +162,21 @@ def published_release(
     """Check, build the tables and the statement, publish them as a new release, repoint ``latest``."""
     ledger = privacy_budget.ledger(storage)
     draw_ids, pending = complete_partitions(releases, true_cells, release_draws, ledger)
+    failed = {day: why for day, why in failed_days(storage.private_dir).items() if any(k.startswith(day) for k in pending)}
     if not draw_ids:
         raise dg.Failure(description=f"nothing to publish yet: no partition's release is complete (pending: "
                                      f"{', '.join(pending) or 'none registered'})")
     if pending:
         context.log.warning(f"publishing {len({k for k, _ in draw_ids})} complete partitions; pending: {', '.join(pending)}")
+    for day, why in failed.items():
+        context.log.warning(f"not released, its raw file could not be used: {day}: {why}")
     evidence, loaded = _gate(releases, true_cells, draw_ids, ledger, reference, storage)
     now = datetime.now(timezone.utc)
     release_id = f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
     tables = to_open_data(loaded)
     try:
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id,
-                                      now.isoformat(timespec="seconds"), tables)
+                                      now.isoformat(timespec="seconds"), tables, data_origin(storage, draw_ids, pending))
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     od = _od(od_prefix_tree, sorted({k.split("|")[0] for k, _ in draw_ids}), privacy_budget, ledger, reference,
@@ -185,6 +200,8 @@ def published_release(
             "noise_seeded": statement["noise_seeded"],
             "partitions_published": len(statement["partitions"]["keys"]),
             "partitions_pending": dg.MetadataValue.json(pending),
+            "days_failed": dg.MetadataValue.json(failed),
+            "synthetic_sample": statement["data"]["synthetic_sample"],
             "privacy_statement": dg.MetadataValue.md(render_markdown(statement)),
         }
     )

@@ -33,12 +33,12 @@ PLAUSIBLE_PAIRS = {"tap_on_time": "tap_on_loc", "tap_off_time": "tap_off_loc"}
 
 GATE = (" Evaluated in the release step before anything is stored: if it fails, the step fails and no release "
         "asset of the run is stored; the publish gate evaluates it again on what it publishes. Each partition's "
-        "outcome is in its metadata (a range run records check results without a partition).")
+        "outcome is recorded as that partition's check evaluation and in its metadata.")
 CHECK_SPECS = [
     dg.AssetCheckSpec(check, asset=RELEASE_KEYS[m.name], blocking=True, partitions_def=date_mode,
                       description=(BLOCKING_CHECKS[check].__doc__ or check.replace("_", " ")).strip() + GATE
                       + " Release design: " + " and ".join(d for d, names in DESIGN_CHECKS.items() if check in names)
-                      + " (checks of another design pass as skipped).")
+                      + " (another design's checks are not evaluated: no partition result).")
     for m in MARGINALS
     for check in BLOCKING_CHECKS
 ] + [
@@ -140,6 +140,7 @@ def release_marginals(
     _record_per_partition(context, released_by_key, spend, plan, problems)
     if failed:  # the checks gate: nothing of this run is stored, so nothing downstream can use it
         yield from _check_results(problems, plausible, plan.design)
+        _log_per_partition(context, list(released_by_key), problems, plausible)
         raise dg.Failure(description="blocking checks failed; no release asset was stored:\n" + "\n".join(failed[:20]))
     for marginal in MARGINALS:
         described = params[marginal.name]
@@ -161,6 +162,28 @@ def release_marginals(
     yield dg.Output(draws, RELEASE_DRAWS, metadata={"ledger": ledger.ledger_id})
     yield dg.Output(cells, TRUE_CELLS)
     yield from _check_results(problems, plausible, plan.design)
+    _log_per_partition(context, list(released_by_key), problems, plausible)
+
+
+def _log_per_partition(context, keys: list[str], problems: dict[str, list[str]], plausible: dict[str, list[dict]]):
+    """Each partition's own check outcome, as Dagster check evaluations of that partition (a range run records
+    its ``AssetCheckResult``s without one), so the UI's partition views read Passed or Failed. Only the checks
+    of the design in use: another design's checks are not evaluated, so their partitions carry no result."""
+    for key in keys:
+        for marginal in MARGINALS:
+            prefix = f"{key} {marginal.name}:"
+            for check, found in problems.items():
+                mine = [p for p in found if p.startswith(prefix)]
+                context.log_event(dg.AssetCheckEvaluation(
+                    asset_key=RELEASE_KEYS[marginal.name], check_name=check, passed=not mine, partition=key,
+                    severity=dg.AssetCheckSeverity.ERROR, blocking=True,
+                    metadata={"failures": len(mine), "first_failures": dg.MetadataValue.md("\n".join(mine[:5]) or "none")}))
+    for time, rows in plausible.items():
+        for row in rows:
+            context.log_event(dg.AssetCheckEvaluation(
+                asset_key=RELEASE_KEYS[time], check_name="plausible_totals", passed=row["passed"] == "True",
+                partition=row["partition"], severity=dg.AssetCheckSeverity.WARN,
+                metadata={k: v for k, v in row.items() if k not in ("partition", "passed")}))
 
 
 def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]]) -> None:
@@ -213,6 +236,24 @@ def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dic
         )
 
 
+LEDGER_COLUMNS = {"unit": "string", "scope": "string", "epsilon": "float", "delta": "float", "rho": "float",
+                  "charges": "int", "draws": "int", "pending": "int", "cap_epsilon": "float", "cap_delta": "float"}
+
+
+def ledger_table(summary: pd.DataFrame) -> dg.TableMetadataValue:
+    """The ledger as a table the UI sorts and filters: one row per (unit, scope); rho empty where the scope's
+    charges are not all zCDP."""
+    cast = {"string": str, "int": int, "float": float}
+
+    def cell(value, kind: str):
+        return None if kind == "float" and math.isnan(value) else cast[kind](value)
+
+    return dg.MetadataValue.table(
+        [dg.TableRecord({name: cell(row[name], kind) for name, kind in LEDGER_COLUMNS.items()})
+         for row in summary.to_dict("records")],
+        schema=dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in LEDGER_COLUMNS.items()]))
+
+
 @dg.asset(
     group_name="release",
     deps=[*RELEASE_KEYS.values(), RELEASE_DRAWS],
@@ -244,6 +285,6 @@ def privacy_ledger(privacy_budget: PrivacyBudget, storage: OpalStorage) -> dg.Ou
             "cap_set": f"{cap.action} {cap.set_at}: {cap.reason}",
             "max_epsilon_per_unit": float(mine["epsilon"].max()) if len(mine) else 0.0,
             "max_delta_per_unit": float(mine["delta"].max()) if len(mine) else 0.0,
-            "ledger": dg.MetadataValue.md(summary.to_markdown(index=False) if len(summary) else "empty"),
+            "ledger": ledger_table(summary),
         },
     )

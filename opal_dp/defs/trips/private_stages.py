@@ -19,8 +19,8 @@ from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.parallel import map_calls
 from opal_dp.prep.bounding import select_card_days
-from opal_dp.prep.day_files import bin_day, bound_day_file, ingest_day, split_day
-from opal_dp.prep.ingest import RawInputError, raw_file_for
+from opal_dp.prep.day_files import DayFailure, bin_day, bound_day_file, split_day, try_ingest_day
+from opal_dp.prep.failed_days import clear_failure, record_failure
 from opal_dp.prep.schemas import (
     BinnedTrips,
     CardBinnedTrips,
@@ -59,27 +59,37 @@ CARD_DAYS, OVER_BOUND = "card_days", "trips_over_bound"
 )
 def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork, storage: OpalStorage):
     """Read each day's raw file; rows read = accepted + rejected, per file, always (recorded per day). Days run
-    in worker processes, each storing its own partitions (``prep.day_files``)."""
+    in worker processes, each storing its own partitions (``prep.day_files``). Every day is tried: a file that
+    cannot be used fails the step naming each such day and why (recorded for the roll-up and the summary, so that
+    a rerun over the other days can release them), never quoting a raw value."""
     stops, days = reference.stops(), list(context.partition_keys)
     accepted, rejected = stored(storage, "ingested_trips", days), stored(storage, "rejected_trips", days)
-    try:
-        files = [raw_file_for(storage.raw_dir, day) for day in days]
-        calls = [(path, stops, accepted[day], rejected[day]) for path, day in zip(files, days)]
-        for day, result in zip(days, map_calls(ingest_day, calls)):
-            context.add_asset_metadata({
-                "file": result.source_file,
-                "rows_read": result.rows_read,
-                "rows_accepted": result.rows_accepted,
-                "rows_rejected": result.rows_rejected,
-                "ignored_columns": ", ".join(result.ignored_columns),
-                "dagster/row_count": result.rows_accepted,
-            }, asset_key="ingested_trips", partition_key=day)
-            context.add_asset_metadata({
-                "dagster/row_count": result.rows_rejected,
-                "reasons": dg.MetadataValue.json(result.reasons),
-            }, asset_key="rejected_trips", partition_key=day)
-    except RawInputError as err:
-        raise dg.Failure(description=str(err)) from err
+    calls = [(storage.raw_dir, day, stops, accepted[day], rejected[day]) for day in days]
+    failed = {}
+    for day, result in zip(days, map_calls(try_ingest_day, calls)):
+        if isinstance(result, DayFailure):
+            failed[day] = result.reason
+            record_failure(storage.private_dir, day, result.reason)
+            continue
+        clear_failure(storage.private_dir, day)
+        context.add_asset_metadata({
+            "file": result.source_file,
+            "rows_read": result.rows_read,
+            "rows_accepted": result.rows_accepted,
+            "rows_rejected": result.rows_rejected,
+            "ignored_columns": ", ".join(result.ignored_columns),
+            "dagster/row_count": result.rows_accepted,
+        }, asset_key="ingested_trips", partition_key=day)
+        context.add_asset_metadata({
+            "dagster/row_count": result.rows_rejected,
+            "reasons": dg.MetadataValue.json(result.reasons),
+        }, asset_key="rejected_trips", partition_key=day)
+    if failed:
+        raise dg.Failure(
+            description=f"{len(failed)} of {len(days)} days could not be ingested (the others can be run without "
+                        "them):\n" + "\n".join(f"{day}: {why}" for day, why in failed.items()),
+            metadata={"failed_days": dg.MetadataValue.json(failed)},
+        )
     yield dg.Output(accepted, "ingested_trips")
     yield dg.Output(rejected, "rejected_trips")
 

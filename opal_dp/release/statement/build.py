@@ -102,10 +102,11 @@ def open_data_partition(key: str) -> tuple[str, str]:
 
 def privacy_statement(
     evidence: LedgerEvidence, partitions: list[str], release_id: str, created_at: str,
-    tables: Mapping[str, pd.DataFrame] | None = None,
+    tables: Mapping[str, pd.DataFrame] | None = None, data: Mapping | None = None,
 ) -> dict:
     """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone; ``tables``: the
-    published tables (the public-domain design states its totals from ``time``)."""
+    published tables (the public-domain design states its totals from ``time``); ``data``: where the trips came
+    from (``synthetic_sample``, ``synthetic_sample_dates``) and the dates not (yet) released (``pending_dates``)."""
     names = [m.name for m in MARGINALS]
     wanted = {(p, n) for p in partitions for n in names}
     if set(evidence.draws) != wanted:
@@ -129,6 +130,7 @@ def privacy_statement(
         "person": evidence.person,
         "release": {"id": release_id, "created_at": created_at},
         "noise_seeded": seeded,
+        "data": dict(data or {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": []}),
         "design": design,
         "privacy_unit": {
             "unit": unit.value,

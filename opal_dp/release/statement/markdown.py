@@ -25,6 +25,7 @@ def render_markdown(statement: Mapping) -> str:
     lines += [f"**{plain_guarantee(s)}**", ""]
     if synthetic_sample(s):
         lines += [f"> **{SYNTHETIC_SAMPLE}**", ""]
+    lines += _data_lines(s)
     design = s["design"]
     lines += [
         f"Created {s['release']['created_at']}. The full detail of every scope, partition and draw is in "
@@ -208,3 +209,16 @@ def _probability(p: float) -> str:
     if p < 0.999:
         return f"{p:.3g}"
     return f"1 - {1 - p:.2g}" if p < 1 else "1 - <1e-16"
+
+
+def _data_lines(statement: Mapping) -> list[str]:
+    """Which dates are synthetic when only some are, and which dates are not released (read defensively, like
+    ``synthetic_sample``: a statement may come without ``data``)."""
+    data = statement.get("data") if isinstance(statement.get("data"), Mapping) else {}
+    synthetic, pending = data.get("synthetic_sample_dates") or [], data.get("pending_dates") or []
+    lines = []
+    if synthetic_sample(statement) and 0 < len(synthetic) < len({k["date"] for k in statement["partitions"]["keys"]}):
+        lines += [f"Synthetic (the bundled sample): dates {', '.join(synthetic)}; the other dates are real data.", ""]
+    if pending:
+        lines += [f"Not in this release (data not ready or not usable): {', '.join(pending)}.", ""]
+    return lines

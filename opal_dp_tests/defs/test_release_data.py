@@ -1,0 +1,160 @@
+"""The command line as an agency runs it: real data is never mixed with the sample, one bad raw file never blocks
+the good days, and bytes that are not text are rejected row by row without ever being printed or logged.
+
+Every test runs ``python -m opal_dp.cli release`` (``main``) on a few tiny days and reads what it published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from opal_dp.cli import ensure_dagster_home, main
+from opal_dp.network import MODES
+from opal_dp.settings import STRICT_PERMISSIONS_ENV
+from opal_dp.release.publish import LATEST
+from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE
+from opal_dp.simulate import sample
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+GOOD, BAD, BYTES = "2016-07-25", "2016-07-26", "2016-07-27"
+MARKERS = ("PLANTED-NUL", "PLANTED-89", "PLANTED-LATIN", "PLANTED-SHORT")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """A Dagster home of the test's own (the CLI would otherwise make one under private/)."""
+    path = ensure_dagster_home(tmp_path / "dagster_home")
+    monkeypatch.setenv("DAGSTER_HOME", str(path))
+    monkeypatch.delenv(STRICT_PERMISSIONS_ENV, raising=False)
+    return path
+
+
+def release(data: Path, *extra: str) -> None:
+    main(["release", "--data-dir", str(data), "--workers", "1", *extra])
+
+
+def statement(data: Path) -> dict:
+    return json.loads((data / "published" / LATEST / "privacy.json").read_text(encoding="utf-8"))
+
+
+def published_dates(data: Path) -> set[str]:
+    return {k["date"] for k in statement(data)["partitions"]["keys"]}
+
+
+@pytest.mark.slow
+def test_one_real_day_is_released_alone_and_nothing_is_added_to_raw(tmp_path, home, capsys):
+    data = tmp_path / "data"
+    write_day(data / "raw", GOOD, tiny_day(GOOD))
+    before = sorted(p.name for p in (data / "raw").iterdir())
+    release(data)
+    assert sorted(p.name for p in (data / "raw").iterdir()) == before
+    assert published_dates(data) == {"20160725"}
+    assert statement(data)["data"] == {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": []}
+    out = capsys.readouterr().out
+    assert "released 4 partitions (1 days x modes)" in out and "SYNTHETIC" not in out
+    assert "SYNTHETIC" not in (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
+
+
+def test_a_data_directory_that_does_not_exist_is_refused_and_not_created(tmp_path, home):
+    missing = tmp_path / "mistyped"
+    with pytest.raises(SystemExit, match=f"data directory {missing} does not exist.*--sample"):
+        release(missing)
+    assert not missing.exists()
+
+
+def test_an_empty_data_directory_is_refused_without_generating_anything(tmp_path, home):
+    with pytest.raises(SystemExit, match="no raw files in .*or give --sample"):
+        release(tmp_path)
+    assert not (tmp_path / "raw").exists() or not any((tmp_path / "raw").iterdir())
+
+
+@pytest.mark.slow
+def test_the_sample_only_with_sample_and_every_published_file_set_says_it_is_synthetic(tmp_path, home, monkeypatch,
+                                                                                       capsys):
+    monkeypatch.setattr(sample, "SAMPLE_SCALE", 0.002)
+    monkeypatch.setattr(sample, "SAMPLE_DATES", sample.SAMPLE_DATES[:1])
+    data = tmp_path / "new"
+    release(data, "--sample")
+    days = ["20160725"]
+    assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days, "pending_dates": []}
+    assert published_dates(data) == set(days)
+    text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
+    assert f"> **{SYNTHETIC_SAMPLE}**" in text
+    assert "the bundled SYNTHETIC sample (generated trips, not real travel) for 1 of 1 days" in capsys.readouterr().out
+
+    # A real day and a malformed one next to the sample: --sample adds nothing, the release says which dates are
+    # synthetic, and --strict-days publishes the good days but exits with an error for the bad one.
+    write_day(data / "raw", BYTES, tiny_day(BYTES))
+    write_day(data / "raw", BAD, tiny_day(BAD, seed=1).drop(columns="tap_off_stop"))
+    files = sorted(p.name for p in (data / "raw").iterdir())
+    with pytest.raises(SystemExit, match="--strict-days: 1 days could not be used"):
+        release(data, "--sample", "--strict-days")
+    assert sorted(p.name for p in (data / "raw").iterdir()) == files
+    assert "--sample: nothing generated" in capsys.readouterr().err
+    assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days,
+                                       "pending_dates": ["20160726"]}
+    assert published_dates(data) == {"20160725", "20160727"}
+    text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
+    assert f"> **{SYNTHETIC_SAMPLE}**" in text and "Synthetic (the bundled sample): dates 20160725; the other" in text
+
+
+def bad_bytes_day(raw: Path) -> tuple[Path, list[int]]:
+    """A CSV day of good rows with rows holding NUL, 0x89 and Latin-1 bytes (each with a planted marker); returns
+    the file and the lines that must be rejected."""
+    good = tiny_day(BYTES, trips=1_500)
+    lines = good.to_csv(index=False, lineterminator="\n").encode().splitlines()
+    bad = {
+        5: b"PLANTED-NUL\x00,bus,x,1,,",
+        9: b"PLANTED-89\x89," + lines[9].split(b",", 1)[1],
+        13: b"PLANTED-LATIN," + lines[13].split(b",", 1)[1].replace(b"bus", b"b\xe9s").replace(b"train", b"tr\xe4in")
+            .replace(b"ferry", b"f\xe9rry").replace(b"light_rail", b"l\xefght_rail"),
+        20: b"PLANTED-SHORT\x89,bus",
+    }
+    for line, text in bad.items():
+        lines[line - 1] = text
+    path = raw / f"trips_{BYTES}.csv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path, sorted(bad)
+
+
+@pytest.mark.slow
+def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(tmp_path, home, capfd):
+    data = tmp_path / "data"
+    write_day(data / "raw", GOOD, tiny_day(GOOD))
+    write_day(data / "raw", BAD, tiny_day(BAD, seed=1).drop(columns="tap_off_stop"))  # a malformed extra day
+    _, rejected_lines = bad_bytes_day(data / "raw")
+    release(data)
+
+    # Every good day is published; the bad one is named, here, in the roll-up and in the statement.
+    assert published_dates(data) == {"20160725", "20160727"}
+    assert statement(data)["data"]["pending_dates"] == ["20160726"]
+    assert "Not in this release (data not ready or not usable): 20160726." in (
+        data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
+    printed = capfd.readouterr()
+    assert f"not released: {BAD}: {data / 'raw' / f'trips_{BAD}.parquet'}: missing required column 'tap_off_stop'" \
+        in printed.out
+    with dg.DagsterInstance.get() as instance:
+        rollup = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
+        assert list(rollup.metadata["days_failed"].value) == [BAD]
+        assert rollup.metadata["partitions_pending"].value == [f"{BAD}|{m}" for m in sorted(MODES)]
+        (ingest,) = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("ingested_trips"), asset_partitions=[BYTES]), limit=1).records
+    meta = ingest.asset_materialization.metadata
+    assert (meta["rows_read"].value, meta["rows_rejected"].value) == (1_500, 4)
+    assert meta["rows_accepted"].value + meta["rows_rejected"].value == meta["rows_read"].value
+
+    # The rows with NUL, 0x89 and Latin-1 bytes are rejected, each with its line and reason, all in one pass.
+    rejected = pd.read_parquet(data / "private" / "rejected_trips" / f"{BYTES}.parquet")
+    assert rejected["line"].tolist() == rejected_lines
+    assert rejected["reason"].tolist()[1:] == ["not valid UTF-8 text"] * 3
+    assert f"rejected rows: 4 (file, line, field and reason in {data / 'private' / 'rejected_trips'}" in printed.out
+
+    # Nothing printed or logged came from a raw row, and no internal class name or traceback was printed.
+    logs = "".join(p.read_text(errors="replace") for p in (data / "private" / "logs").iterdir())
+    for marker in MARKERS:
+        assert marker not in printed.out + printed.err + logs
+    assert "dagster._core" not in printed.out + printed.err and "Traceback" not in printed.out + printed.err
