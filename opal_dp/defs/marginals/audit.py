@@ -43,8 +43,10 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
                  "membership_allowed": membership.bound, "membership_exact": membership.exact}
         passed, seconds = report.passed and membership.passed, report.seconds + membership.seconds
     else:
-        mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds)
-        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=AUDIT_RUNS)
+        period_days = len(plan.period) or None  # card_period: audited at the plan's sensitivity, with its period
+        mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds, unit=plan.unit, period_days=period_days)
+        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=AUDIT_RUNS,
+                                  period_days=period_days)
         extra, passed, seconds = {"card_level_bounds": dg.MetadataValue.json(plan.bounds.describe())}, report.passed, report.seconds
     metadata = {
         "privacy_unit": plan.unit.value,
