@@ -26,7 +26,7 @@ from opal_dp_tests.audit.planted import ScaleBug
 from opal_dp_tests.defs.conftest import DAYS
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.publish_gate]
 AUDIT_RUNS = 10**5
 TAMPERED = f"{DAYS[0].isoformat()}|bus", "tap_on_loc"
 

@@ -180,7 +180,7 @@ def test_expected_false_cells_bounds_an_empty_partition():
     about 0, cannot hold; on an empty partition almost all of them). One-sided by design: the claim is a bound."""
     stops = many_bus_stops(150)
     dom = domain(stops, "bus", "on")
-    noise, tau, reps = calibrate("laplace", TRIP, BUDGET), 5, 60
+    noise, tau, reps = calibrate("laplace", TRIP, BUDGET, SeededBits(6)), 5, 60
     empty = trips(stops, "bus", 0)
     listed = sum(int(b.listed.sum()) for _ in range(reps) for b in release_tap(empty, dom, noise, tau))
     expected = reps * expected_false_cells(noise, dom.cells, tau)
