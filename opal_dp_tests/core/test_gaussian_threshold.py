@@ -90,6 +90,19 @@ def test_describe_and_cost():
     assert d["sigma"] == d["scale"] == mech.sigma and d["seeded"] is True
     assert mech.cost() == PrivacyCost.zcdp(0.25, 1e-7)
     assert GaussianThresholdHistogram(0.25, 1e-7, Sensitivity(56, 56, 56, 1)).describe()["seeded"] is False
+    assert d == {  # the ledger records exactly this: every key is read back by the statement and the checks
+        "mechanism": "gaussian_threshold_histogram", "noise": "discrete_gaussian", "rho": 0.25, "delta": 1e-7,
+        "sigma": mech.sigma, "scale": mech.sigma, "threshold": float(mech.min_released_count),
+        "min_released_count": mech.min_released_count, "sensitivity": {"l0": 56, "l1": 56, "l2_squared": 56, "linf": 1},
+        "cost": {"measure": "zcdp", "epsilon": 0.0, "rho": 0.25, "delta": 1e-7}, "seeded": True,
+    }
+
+
+@pytest.mark.parametrize("rho", [0, 0.0, -0.5, math.inf, -math.inf, math.nan, True, "0.5"])
+def test_a_rho_that_is_not_finite_and_positive_is_refused(rho):
+    """Mutation testing: rho = inf would give sigma = 0 (no noise), rho = 0 an infinite sigma."""
+    with pytest.raises(ValueError, match="rho must be finite and > 0"):
+        GaussianThresholdHistogram(rho, 1e-7, Sensitivity(4, 4, 4, 1))
 
 
 @settings(max_examples=100, deadline=None)
