@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit, Relation, SeededBits, Sensitivity
-from opal_dp.core.discrete_gaussian import DiscreteGaussian, release_probability
+from opal_dp.core.discrete_gaussian import MAX_SIGMA, DiscreteGaussian, release_probability
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram, sigma_for
 from opal_dp.release.plan import build_plan
 from opal_dp_tests.core.helpers import binomial_interval
@@ -103,6 +103,28 @@ def test_a_rho_that_is_not_finite_and_positive_is_refused(rho):
     """Mutation testing: rho = inf would give sigma = 0 (no noise), rho = 0 an infinite sigma."""
     with pytest.raises(ValueError, match="rho must be finite and > 0"):
         GaussianThresholdHistogram(rho, 1e-7, Sensitivity(4, 4, 4, 1))
+
+
+@pytest.mark.parametrize("delta", [0, 0.0, 1, 1.0, 1.5, -1e-7, math.nan, math.inf, True, "1e-7"])
+def test_a_delta_outside_zero_one_is_refused(delta):
+    """Mutation testing: delta = 1 gives a threshold that releases absent-looking bins freely; delta = 0 none."""
+    with pytest.raises(ValueError, match="delta must satisfy 0 < delta < 1"):
+        GaussianThresholdHistogram(0.5, delta, Sensitivity(4, 4, 4, 1))
+
+
+def test_a_sensitivity_must_be_a_sensitivity():
+    with pytest.raises(ValueError, match="sensitivity must be a Sensitivity"):
+        GaussianThresholdHistogram(0.5, 1e-7, {"l0": 4, "l1": 4, "l2_squared": 4, "linf": 1})
+
+
+def test_sigma_up_to_the_samplers_limit_and_no_further():
+    """sigma exactly MAX_SIGMA is allowed (rho found by search below); the next smaller rho is refused."""
+    rho = 4 / (2 * MAX_SIGMA**2)
+    while sigma_for(rho, 4) != MAX_SIGMA:
+        rho = math.nextafter(rho, math.inf)
+    assert GaussianThresholdHistogram(rho, 1e-7, Sensitivity(4, 4, 4, 1)).sigma == MAX_SIGMA
+    with pytest.raises(ValueError, match="rho too small for l2_squared = 4"):
+        GaussianThresholdHistogram(math.nextafter(rho / 1.001, 0), 1e-7, Sensitivity(4, 4, 4, 1))
 
 
 @settings(max_examples=100, deadline=None)
