@@ -81,6 +81,8 @@ def test_sigma_is_the_smallest_that_keeps_rho():
         sigma = sigma_for(rho, l2)
         assert Fraction(l2) / (2 * Fraction(sigma) ** 2) <= Fraction(rho)
         assert Fraction(l2) / (2 * Fraction(math.nextafter(sigma, 0)) ** 2) > Fraction(rho)
+    # exact cases: l2 / (2 sigma²) == rho holds with equality, and that sigma is the one (not the next float)
+    assert (sigma_for(1.0, 2), sigma_for(0.5, 4), sigma_for(0.125, 16)) == (1.0, 2.0, 8.0)
 
 
 def test_describe_and_cost():
