@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit, Relation, SeededBits, Sensitivity
-from opal_dp.core.discrete_gaussian import MAX_SIGMA, DiscreteGaussian, release_probability
+from opal_dp.core.discrete_gaussian import MAX_SIGMA, DiscreteGaussian, error_bound, release_probability
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram, sigma_for
 from opal_dp.release.plan import build_plan
 from opal_dp_tests.core.helpers import binomial_interval
@@ -92,6 +92,9 @@ def test_describe_and_cost():
     assert d["sigma"] == d["scale"] == mech.sigma and d["seeded"] is True
     assert mech.cost() == PrivacyCost.zcdp(0.25, 1e-7)
     assert GaussianThresholdHistogram(0.25, 1e-7, Sensitivity(56, 56, 56, 1)).describe()["seeded"] is False
+    assert mech.scale == mech.sigma and mech.threshold == float(mech.min_released_count)
+    assert mech.error_bound() == error_bound(mech.sigma, 0.95) and mech.error_bound(0.99) == error_bound(mech.sigma, 0.99)
+    assert mech.error_bound(0.99) > mech.error_bound()
     assert d == {  # the ledger records exactly this: every key is read back by the statement and the checks
         "mechanism": "gaussian_threshold_histogram", "noise": "discrete_gaussian", "rho": 0.25, "delta": 1e-7,
         "sigma": mech.sigma, "scale": mech.sigma, "threshold": float(mech.min_released_count),
