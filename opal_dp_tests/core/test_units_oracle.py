@@ -77,3 +77,12 @@ def test_a_day_cap_bounds_the_period_sensitivity():
     replace = sensitivity(PrivacyUnit.CARD_PERIOD, Relation.REPLACE_ONE, BOUNDS, 14)
     assert (replace.l0, replace.l1, replace.l2_squared, replace.linf) == (2 * full.l0, 2 * full.l1,
                                                                             2 * full.l2_squared, full.linf)
+
+
+@pytest.mark.parametrize("field", ["max_trips_per_card_day", "max_per_bin", "max_days_per_card"])
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "2"])
+def test_bounds_below_one_or_not_integers_are_refused(field, value):
+    """Mutation testing: a cap of 0 trips or days (or a bool, a float) would pass the checks unseen."""
+    message = "must be None or an integer >= 1" if field == "max_days_per_card" else "must be an integer >= 1"
+    with pytest.raises(ValueError, match=f"{field} {message}"):
+        ContributionBounds(**{field: value})
