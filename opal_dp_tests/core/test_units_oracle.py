@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.audit.card_level import trips_of
-from opal_dp.core import ContributionBounds, PrivacyUnit, Relation, sensitivity
+from opal_dp.core import ContributionBounds, PrivacyUnit, Relation, Sensitivity, sensitivity
 from opal_dp.prep.bounding import bound_day
 from opal_dp.release.marginals import COUNT, histograms
 
@@ -86,3 +86,23 @@ def test_bounds_below_one_or_not_integers_are_refused(field, value):
     message = "must be None or an integer >= 1" if field == "max_days_per_card" else "must be an integer >= 1"
     with pytest.raises(ValueError, match=f"{field} {message}"):
         ContributionBounds(**{field: value})
+
+
+@pytest.mark.parametrize("days", [None, 0, -3])
+def test_card_period_needs_its_days(days):
+    with pytest.raises(ValueError, match="card_period needs the number of days of the period"):
+        sensitivity(PrivacyUnit.CARD_PERIOD, Relation.ADD_REMOVE, BOUNDS, days)
+
+
+def test_a_one_day_period_is_one_card_day():
+    assert sensitivity(PrivacyUnit.CARD_PERIOD, Relation.ADD_REMOVE, BOUNDS, 1) == sensitivity(
+        PrivacyUnit.CARD_DAY, Relation.ADD_REMOVE, BOUNDS)
+
+
+@pytest.mark.parametrize("field", ["l0", "l1", "l2_squared", "linf"])
+@pytest.mark.parametrize("value", [0, -1, True, 1.5])
+def test_a_sensitivity_below_one_or_not_an_integer_is_refused(field, value):
+    """Mutation testing: a zero sensitivity would calibrate no noise."""
+    values = {"l0": 4, "l1": 4, "l2_squared": 4, "linf": 1, field: value}
+    with pytest.raises(ValueError, match=f"{field} must be an integer >= 1"):
+        Sensitivity(**values)
