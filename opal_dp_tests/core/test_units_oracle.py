@@ -106,3 +106,12 @@ def test_a_sensitivity_below_one_or_not_an_integer_is_refused(field, value):
     values = {"l0": 4, "l1": 4, "l2_squared": 4, "linf": 1, field: value}
     with pytest.raises(ValueError, match=f"{field} must be an integer >= 1"):
         Sensitivity(**values)
+
+
+@pytest.mark.parametrize("values, message", [
+    ((2, 5, 5, 2), r"need linf <= l1 <= l0 \* linf"), ((4, 4, 4, 5), r"need linf <= l1 <= l0 \* linf"),
+    ((4, 4, 9, 2), r"need linf\*\*2 <= l2_squared <= l1 \* linf"), ((4, 4, 3, 2), r"need linf\*\*2 <= l2_squared"),
+])
+def test_inconsistent_sensitivities_are_refused(values, message):
+    with pytest.raises(ValueError, match=message):
+        Sensitivity(*values)
