@@ -20,6 +20,7 @@ the repository points there), so an installed opal_dp finds it without a checkou
 
 from __future__ import annotations
 
+import math
 import os
 from importlib.resources import files
 from pathlib import Path
@@ -57,6 +58,25 @@ def strict_permissions_from_env() -> bool:
 
 def reference_dir() -> Path:
     return Path(str(files("opal_dp") / "reference"))
+
+
+AUDIT_FALSE_ALARM_ENV = "OPAL_DP_AUDIT_FALSE_ALARM"
+AUDIT_FALSE_ALARM_RANGE = (1e-12, 1e-6)
+
+
+def audit_false_alarm_from_env() -> float:
+    """``$OPAL_DP_AUDIT_FALSE_ALARM``: the probability that ``privacy_audit`` fails a correct mechanism (default
+    1e-6). Lower it where many audits run (a test suite): n audits fail a correct release with probability at most
+    n times it. Refused outside 1e-12..1e-6 (above, false alarms block publications; below, the audit loses power)."""
+    text = os.environ.get(AUDIT_FALSE_ALARM_ENV, "").strip()
+    low, high = AUDIT_FALSE_ALARM_RANGE
+    try:
+        value = float(text) if text else high
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:
+        raise ValueError(f"{AUDIT_FALSE_ALARM_ENV} must be a number from {low:g} to {high:g}, got {text!r}")
+    return value
 
 
 WORKERS_ENV = "OPAL_DP_WORKERS"

@@ -17,18 +17,28 @@ release threshold, so busy bins are always released):
   threshold's ln(L0/delta);
 - ``fresh pile``: the card has 3m trips in one otherwise empty bin; bounding leaves b: tests bounding and
   Linf in the threshold.
+
+For a ``card_period`` plan the mechanism is calibrated to the period's sensitivity and one more scenario runs:
+
+- ``period spread``: the card travels on every day of the period, ``spread`` on each day, and keeps the days the
+  production day cap (``select_card_days``) keeps. The period histogram's bins include the date, so the card
+  moves D*m busy bins. Its output is too large for level sets, so the audited output is the sum of the
+  released counts: post-processing of the release, so any event on it is an event on the release, and a
+  mechanism calibrated to fewer days than the period's shows a shift of D*m against too little noise. It runs
+  ``runs // PERIOD_RUNS_DIVISOR`` releases (each is D*m draws); the two audits share alpha (Bonferroni).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from datetime import date
 
 import numpy as np
 import pandas as pd
 
-from opal_dp.audit.privacy_loss import AuditReport, NeighbouringPair, audit_pairs
+from opal_dp.audit.privacy_loss import CHUNK, AuditReport, NeighbouringPair, Sample, audit_pairs, audit_samples
 from opal_dp.core import (
     ContributionBounds,
     HistogramMechanism,
@@ -40,7 +50,7 @@ from opal_dp.core import (
 from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
 from opal_dp.network import MODES
-from opal_dp.prep.bounding import bound_day
+from opal_dp.prep.bounding import CARD, bound_day, select_card_days
 from opal_dp.release.marginals.tables import BY_NAME, histograms
 from opal_dp.release.options import Mechanism
 
@@ -52,8 +62,6 @@ Bounding = Callable[[pd.DataFrame, ContributionBounds], pd.DataFrame]
 
 def real_bounding(trips: pd.DataFrame, bounds: ContributionBounds) -> pd.DataFrame:
     """The production bounding (a fresh random key each call: the guarantee must hold for every key)."""
-    import os
-
     return bound_day(trips, DAY, PrivacyUnit.CARD_DAY, bounds, os.urandom(32)).kept
 
 
@@ -119,11 +127,13 @@ conversion is loose for one Gaussian, so a smaller epsilon would leave room for 
 
 
 def audit_mechanism_for(
-    kind: Mechanism | str, bounds: ContributionBounds, noise=None
+    kind: Mechanism | str, bounds: ContributionBounds, noise=None, *, unit: PrivacyUnit = PrivacyUnit.CARD_DAY,
+    period_days: int | None = None,
 ) -> tuple[HistogramMechanism, float, float]:
-    """The mechanism of family ``kind`` (``Mechanism``) calibrated to one card-day under
-    ``bounds`` at the audit's relaxed claim, with that claim (epsilon, delta)."""
-    sens = sensitivity(PrivacyUnit.CARD_DAY, Relation.ADD_REMOVE, bounds)
+    """The mechanism of family ``kind`` (``Mechanism``) calibrated to one ``unit`` (a card-day, or a card over a
+    period of ``period_days`` days) under ``bounds`` at the audit's relaxed claim, with that claim (epsilon,
+    delta). The audited plan's unit and period: the audit checks the sensitivity the release uses."""
+    sens = sensitivity(unit, Relation.ADD_REMOVE, bounds, period_days)
     if Mechanism.parse(kind).pure:
         epsilon, delta = LAPLACE_CLAIM
         return StabilityHistogram(epsilon, delta, sens, noise), epsilon, delta
@@ -141,9 +151,57 @@ def audit_card_level(
     bounding: Bounding = real_bounding,
     runs: int = 10**6,
     alpha: float = 1e-6,
+    period_days: int | None = None,
 ) -> AuditReport:
-    """Audit ``mechanism`` (calibrated to the card-day sensitivity of ``bounds``) against the claim
-    (epsilon, delta) on every scenario, with ``bounding`` in the path (module docstring)."""
-    pairs = [neighbouring_histograms(s, bounds, bounding)
-             for s in scenarios(bounds, mechanism.describe()["min_released_count"])]
-    return audit_pairs(mechanism, pairs, epsilon=epsilon, delta=delta, runs=runs, alpha=alpha)
+    """Audit ``mechanism`` (calibrated to the sensitivity of ``bounds`` for the audited unit) against the claim
+    (epsilon, delta) on every scenario, with ``bounding`` in the path (module docstring). ``period_days``: the
+    period of a ``card_period`` plan, which adds the ``period spread`` scenario."""
+    released = mechanism.describe()["min_released_count"]
+    pairs = [neighbouring_histograms(s, bounds, bounding) for s in scenarios(bounds, released)]
+    share = alpha if period_days is None else alpha / 2
+    day = audit_pairs(mechanism, pairs, epsilon=epsilon, delta=delta, runs=runs, alpha=share)
+    if period_days is None:
+        return day
+    period = audit_samples(_released_total(mechanism), [period_pair(bounds, released, period_days, bounding)],
+                           mechanism.describe(), epsilon=epsilon, delta=delta,
+                           runs=max(runs // PERIOD_RUNS_DIVISOR, 1), alpha=share)
+    worst = max((day.worst, period.worst), key=lambda e: e.violation_lower)
+    return replace(day, alpha=alpha, candidates=day.candidates + period.candidates, events=day.events + period.events,
+                   worst=worst, epsilon_lower=max(day.epsilon_lower, period.epsilon_lower),
+                   passed=day.passed and period.passed, seconds=day.seconds + period.seconds)
+
+
+PERIOD_RUNS_DIVISOR = 10
+"""The ``period spread`` scenario runs this many times fewer releases than the day scenarios (module docstring)."""
+
+
+def kept_days(bounds: ContributionBounds, period_days: int) -> int:
+    """Days of a card travelling on every day of the period that the production day cap keeps."""
+    if bounds.max_days_per_card is None:
+        return period_days
+    days = [date.fromordinal(DAY.toordinal() + i).isoformat() for i in range(period_days)]
+    card_days = pd.DataFrame({CARD: np.ones(period_days, dtype=np.int64), "date": days})
+    return len(select_card_days(card_days, bounds.max_days_per_card, os.urandom(32)))
+
+
+def period_pair(
+    bounds: ContributionBounds, min_released_count: int, period_days: int, bounding: Bounding = real_bounding
+) -> NeighbouringPair:
+    """(D, D') of the ``period spread`` scenario: the period histogram, the ``spread`` bins of each day in turn."""
+    day = neighbouring_histograms(scenarios(bounds, min_released_count)[0], bounds, bounding)
+    kept = kept_days(bounds, period_days)
+    return NeighbouringPair("period spread", day.d * kept + day.d_prime * (period_days - kept),
+                            day.d_prime * period_days)
+
+
+def _released_total(mechanism: HistogramMechanism):
+    """Sampler of the sum of the released counts of a histogram whose bins are all present."""
+
+    def sample(counts: tuple[int, ...], n: int) -> Sample:
+        present = np.asarray(counts, dtype=np.int64)
+        per_call = max(CHUNK // present.size, 1)
+        totals = [mechanism.release(np.tile(present, k)).reshape(k, present.size).sum(axis=1)
+                  for k in (min(per_call, n - start) for start in range(0, n, per_call))]
+        return np.unique(np.concatenate(totals), return_counts=True)
+
+    return sample

@@ -3,7 +3,7 @@
 Every audit here runs 10^6 releases per neighbouring input. Seeds are fixed for reproducibility,
 not chosen: the audit flags a correct mechanism with probability at most alpha = 1e-6 for any
 seed (Clopper-Pearson with Bonferroni), and each planted bug exceeds delta by more than 25
-confidence half-widths, so a miss is even less likely. One audit uses SecureBits.
+confidence half-widths, so a miss is even less likely. One audit uses SecureBits (at alpha 1e-7).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from opal_dp.audit import (
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.core import DiscreteLaplace, Relation, SeededBits, StabilityHistogram
 from opal_dp_tests.audit.planted import ScaleBug, ThresholdBug, true_count_order
+from opal_dp_tests.core.helpers import OS_ALPHA
 
 RUNS = 10**6
 
@@ -111,7 +112,7 @@ def test_real_mechanism_passes(relation):
 
 @pytest.mark.slow
 def test_real_mechanism_passes_with_secure_bits():
-    report = audit_mechanism(StabilityHistogram, Relation.REPLACE_ONE, runs=RUNS, seed=None)
+    report = audit_mechanism(StabilityHistogram, Relation.REPLACE_ONE, runs=RUNS, seed=None, alpha=OS_ALPHA)
     assert report.passed and report.mechanism["seeded"] is False
 
 

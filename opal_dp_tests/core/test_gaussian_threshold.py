@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit, Relation, SeededBits, Sensitivity
-from opal_dp.core.discrete_gaussian import DiscreteGaussian, release_probability
+from opal_dp.core.discrete_gaussian import MAX_SIGMA, DiscreteGaussian, error_bound, release_probability
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram, sigma_for
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp_tests.core.helpers import binomial_interval
@@ -81,6 +81,8 @@ def test_sigma_is_the_smallest_that_keeps_rho():
         sigma = sigma_for(rho, l2)
         assert Fraction(l2) / (2 * Fraction(sigma) ** 2) <= Fraction(rho)
         assert Fraction(l2) / (2 * Fraction(math.nextafter(sigma, 0)) ** 2) > Fraction(rho)
+    # exact cases: l2 / (2 sigma²) == rho holds with equality, and that sigma is the one (not the next float)
+    assert (sigma_for(1.0, 2), sigma_for(0.5, 4), sigma_for(0.125, 16)) == (1.0, 2.0, 8.0)
 
 
 def test_describe_and_cost():
@@ -90,6 +92,44 @@ def test_describe_and_cost():
     assert d["sigma"] == d["scale"] == mech.sigma and d["seeded"] is True
     assert mech.cost() == PrivacyCost.zcdp(0.25, 1e-7)
     assert GaussianThresholdHistogram(0.25, 1e-7, Sensitivity(56, 56, 56, 1)).describe()["seeded"] is False
+    assert mech.scale == mech.sigma and mech.threshold == float(mech.min_released_count)
+    assert mech.error_bound() == error_bound(mech.sigma, 0.95) and mech.error_bound(0.99) == error_bound(mech.sigma, 0.99)
+    assert mech.error_bound(0.99) > mech.error_bound()
+    assert d == {  # the ledger records exactly this: every key is read back by the statement and the checks
+        "mechanism": "gaussian_threshold_histogram", "noise": "discrete_gaussian", "rho": 0.25, "delta": 1e-7,
+        "sigma": mech.sigma, "scale": mech.sigma, "threshold": float(mech.min_released_count),
+        "min_released_count": mech.min_released_count, "sensitivity": {"l0": 56, "l1": 56, "l2_squared": 56, "linf": 1},
+        "cost": {"measure": "zcdp", "epsilon": 0.0, "rho": 0.25, "delta": 1e-7}, "seeded": True,
+    }
+
+
+@pytest.mark.parametrize("rho", [0, 0.0, -0.5, math.inf, -math.inf, math.nan, True, "0.5"])
+def test_a_rho_that_is_not_finite_and_positive_is_refused(rho):
+    """Mutation testing: rho = inf would give sigma = 0 (no noise), rho = 0 an infinite sigma."""
+    with pytest.raises(ValueError, match="rho must be finite and > 0"):
+        GaussianThresholdHistogram(rho, 1e-7, Sensitivity(4, 4, 4, 1))
+
+
+@pytest.mark.parametrize("delta", [0, 0.0, 1, 1.0, 1.5, -1e-7, math.nan, math.inf, True, "1e-7"])
+def test_a_delta_outside_zero_one_is_refused(delta):
+    """Mutation testing: delta = 1 gives a threshold that releases absent-looking bins freely; delta = 0 none."""
+    with pytest.raises(ValueError, match="delta must satisfy 0 < delta < 1"):
+        GaussianThresholdHistogram(0.5, delta, Sensitivity(4, 4, 4, 1))
+
+
+def test_a_sensitivity_must_be_a_sensitivity():
+    with pytest.raises(ValueError, match="sensitivity must be a Sensitivity"):
+        GaussianThresholdHistogram(0.5, 1e-7, {"l0": 4, "l1": 4, "l2_squared": 4, "linf": 1})
+
+
+def test_sigma_up_to_the_samplers_limit_and_no_further():
+    """sigma exactly MAX_SIGMA is allowed (rho found by search below); the next smaller rho is refused."""
+    rho = 4 / (2 * MAX_SIGMA**2)
+    while sigma_for(rho, 4) != MAX_SIGMA:
+        rho = math.nextafter(rho, math.inf)
+    assert GaussianThresholdHistogram(rho, 1e-7, Sensitivity(4, 4, 4, 1)).sigma == MAX_SIGMA
+    with pytest.raises(ValueError, match="rho too small for l2_squared = 4"):
+        GaussianThresholdHistogram(math.nextafter(rho / 1.001, 0), 1e-7, Sensitivity(4, 4, 4, 1))
 
 
 @settings(max_examples=100, deadline=None)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from opal_dp.core import SecureBits
+from opal_dp.core import SecureBits, SeededBits
 from opal_dp.core.sparse_noise import (
     GaussianNoise,
     LaplaceNoise,
@@ -64,7 +64,8 @@ def _replicates(sampler, law, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 @pytest.mark.parametrize("sampler", [threshold_cells, sparse_threshold_cells])
-@pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SecureBits()), 2), (GaussianNoise(2.5, SecureBits()), 3)])
+@pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SeededBits(21)), 2),
+                                   (GaussianNoise(2.5, SeededBits(22)), 3)])
 def test_fast_sampler_matches_naive_enumeration(sampler, law, t):
     fast, naive = _replicates(sampler, law, t), _replicates(naive_threshold_cells, law, t)
     for a, b in zip(fast, naive):  # per-replicate count, position, value: each law must be the same
@@ -72,7 +73,8 @@ def test_fast_sampler_matches_naive_enumeration(sampler, law, t):
 
 
 @pytest.mark.parametrize("sampler", [threshold_cells, sparse_threshold_cells])
-@pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SecureBits()), 2), (GaussianNoise(2.5, SecureBits()), 3)])
+@pytest.mark.parametrize("law,t", [(LaplaceNoise(1.5, SeededBits(21)), 2),
+                                   (GaussianNoise(2.5, SeededBits(22)), 3)])
 def test_fast_sampler_is_not_blind_to_a_wrong_threshold(sampler, law, t):
     """The same comparison must reject a sampler whose threshold is off by one (the test has power)."""
     fast = _replicates(sampler, law, t)
@@ -115,7 +117,7 @@ def test_bernoulli_compares_words_and_settles_ties_with_further_digits():
 
 
 def test_laplace_conditional_values_are_threshold_plus_geometric():
-    law = LaplaceNoise(2.0, SecureBits())
+    law = LaplaceNoise(2.0, SeededBits(23))
     z = law.draw_at_least(4, 200_000) - 4
     q = math.exp(-1 / 2.0)
     expected = (1 - q) * q ** np.arange(12)
@@ -126,7 +128,7 @@ def test_laplace_conditional_values_are_threshold_plus_geometric():
 
 def test_gaussian_conditional_values_follow_the_truncated_law():
     sigma, t = 3.0, 2
-    law = GaussianNoise(sigma, SecureBits())
+    law = GaussianNoise(sigma, SeededBits(24))
     z = law.draw_at_least(t, 200_000)
     support = np.arange(t, t + 12)
     w = np.exp(-np.arange(t, t + 80) ** 2 / (2 * sigma**2))

@@ -18,7 +18,7 @@ from opal_dp.core import error_bound
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.prep.ingest import RAW_COLUMNS
-from opal_dp_tests.core.helpers import ALPHA
+from opal_dp_tests.core.helpers import OS_ALPHA
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 DAYS = ["2016-07-25", "2016-07-26"]
@@ -140,5 +140,5 @@ def test_a_card_with_hundreds_of_trips_in_one_bin_moves_it_by_its_bound_only(rel
     trip_scale = releases["trip"][1]["marginals"][4]["scale"]
     card_scale = releases["card_day"][1]["marginals"][4]["scale"]
     assert releases["card_day"][1]["marginals"][4]["sensitivity"]["linf"] == 1
-    assert abs(trip_count - true) <= error_bound(trip_scale, 1 - ALPHA)
-    assert abs(card_count - (true - HEAVY_TRIPS + 1)) <= error_bound(card_scale, 1 - ALPHA)
+    assert abs(trip_count - true) <= error_bound(trip_scale, 1 - OS_ALPHA)
+    assert abs(card_count - (true - HEAVY_TRIPS + 1)) <= error_bound(card_scale, 1 - OS_ALPHA)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy import stats
 
-from opal_dp.core import DiscreteLaplace, SecureBits
+from opal_dp.core import DiscreteLaplace, SeededBits
 from opal_dp.release.marginals.consistency import Estimate, largest_remainder, least_squares, round_with_remainders
 from opal_dp_tests.core.helpers import ALPHA
 
@@ -60,7 +60,7 @@ def test_consistent_measurements_are_returned_unchanged():
 
 def _bias_z(truth: np.ndarray, reps: int = 20_000) -> np.ndarray:
     """|z| of the mean error of every estimate (cells, rows, cols) over ``reps`` noisy measurements of ``TRUTH``."""
-    noise = DiscreteLaplace(SecureBits())
+    noise = DiscreteLaplace(SeededBits(17))
     a, b, v = (_dl_variance(s) for s in SCALES)
     n_rows, n_cols = TRUTH.shape
     y = TRUTH + noise.sample(SCALES[0], reps * TRUTH.size).reshape(reps, n_rows, n_cols)

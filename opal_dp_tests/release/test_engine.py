@@ -3,7 +3,6 @@ stored where the ledger recorded them (once), keyed fingerprints."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from uuid import uuid4
 
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 from opal_dp.core import BudgetExceeded, DiscreteLaplace, PrivacyLedger, SeededBits
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.engine import fingerprint, release_partitions
-from opal_dp.release.marginals.tables import MARGINALS, histograms
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, histograms
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 
@@ -162,15 +161,37 @@ def test_temporaries_of_dead_writers_are_removed(tmp_path, ledger):
     assert not dead.exists() and alive.exists()
 
 
-def test_fingerprint_is_keyed():
+def test_fingerprint_is_keyed_and_covers_every_bin_and_count():
+    """Keyed (another key, another fingerprint; equal inputs, equal fingerprints), and any change of one count,
+    one time window, one location or the label universe changes it: a fingerprint that skipped a part of the
+    mechanism input would let the ledger reuse a draw of different data."""
     truths = histograms(partition(500))
-    a, b = fingerprint(truths, b"a" * 32), fingerprint(truths, b"b" * 32)
-    assert a != b and a == fingerprint(truths, b"a" * 32)
-    assert fingerprint(histograms(partition(501)), b"a" * 32) != a
-    plain = hashlib.sha256()
-    for name in sorted(truths):
-        plain.update(name.encode())
-    assert plain.hexdigest() not in (a, b)
+    a = fingerprint(truths, b"a" * 32)
+    assert a != fingerprint(truths, b"b" * 32)
+    assert a == fingerprint({k: v.copy() for k, v in histograms(partition(500)).items()}, b"a" * 32)
+
+    def changed(name: str, edit) -> str:
+        frame = truths[name].copy()
+        edit(frame)
+        return fingerprint({**truths, name: frame}, b"a" * 32)
+
+    def one_more(frame):
+        frame.loc[frame.index[0], COUNT] += 1
+
+    def later(frame):
+        frame.loc[frame.index[0], TIME] += 1
+
+    def elsewhere(frame):
+        codes = frame[LOC].cat.codes.to_numpy().copy()
+        codes[0] = (codes[0] + 1) % len(frame[LOC].cat.categories)
+        frame[LOC] = pd.Categorical.from_codes(codes, categories=frame[LOC].cat.categories)
+
+    def renamed(frame):
+        frame[LOC] = frame[LOC].cat.rename_categories({"Manly": "Manly Wharf"})
+
+    fingerprints = {changed("tap_on_time", one_more), changed("tap_on_loc", one_more), changed("tap_on_time", later),
+                    changed("tap_on_loc", elsewhere), changed("tap_off_time_loc", renamed)}
+    assert len(fingerprints) == 5 and a not in fingerprints
 
 
 @settings(max_examples=25, deadline=None)

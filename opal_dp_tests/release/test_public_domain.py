@@ -11,7 +11,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit, Relation, SecureBits, Sensitivity, sensitivity
+from opal_dp.core import (
+    ContributionBounds,
+    PrivacyCost,
+    PrivacyUnit,
+    Relation,
+    SecureBits,
+    SeededBits,
+    Sensitivity,
+    sensitivity,
+)
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.marginals.public_domain import (
@@ -20,6 +29,7 @@ from opal_dp.release.marginals.public_domain import (
     domain,
     expected_false_cells,
     min_tau,
+    noisy,
     published_rows,
     release_tap,
     sum_problems,
@@ -166,17 +176,42 @@ def test_published_rows_refuse_another_modes_blocks(stops):
 
 def test_expected_false_cells_bounds_an_empty_partition():
     """On a partition with no trips every listed cell is false; their number over many releases stays under
-    ``expected_false_cells`` up to the least-squares correction (a few % at this size: 15% allowed): the
-    rounding de-lists the cells that their line's estimate, about 0, cannot hold."""
+    ``expected_false_cells`` (an upper estimate: the rounding de-lists the cells that their line's estimate,
+    about 0, cannot hold; on an empty partition almost all of them). One-sided by design: the claim is a bound."""
     stops = many_bus_stops(150)
     dom = domain(stops, "bus", "on")
-    noise, tau, reps = calibrate("laplace", TRIP, BUDGET), 5, 60
+    noise, tau, reps = calibrate("laplace", TRIP, BUDGET, SeededBits(6)), 5, 60
     empty = trips(stops, "bus", 0)
     listed = sum(int(b.listed.sum()) for _ in range(reps) for b in release_tap(empty, dom, noise, tau))
     expected = reps * expected_false_cells(noise, dom.cells, tau)
     slack = stats.norm.isf(ALPHA / 2) * math.sqrt(expected)  # Poisson-like count
     assert listed <= 1.15 * expected + slack
     assert expected > 1000
+
+
+@pytest.mark.parametrize("mechanism,budget", [("laplace", BUDGET),
+                                              ("gaussian", {"time-loc": 0.5, "time": 0.25, "loc": 0.25})])
+def test_the_measurement_of_empty_cells_has_the_calibrated_tail(mechanism, budget):
+    """``noisy`` on 10^6 empty cells: the number at or above tau is Binomial(10^6, P(Z >= tau)) with the tail of
+    the calibrated law, for every table (exact two-sided binomial test, 1e-6 over the three tables). Zero noise,
+    or noise at half or twice the scale, moves the count by far more than its standard error: it fails."""
+    noise = calibrate(mechanism, TRIP, budget, SeededBits(5))  # seeded: the outcome is fixed, the bound a priori
+    cells = np.zeros(10**6, dtype=np.int64)
+    for table, law in noise.laws.items():
+        scale = noise.parameters[table]  # the recorded scale (or sigma), not the law's own
+        tau = max(1, round(2 * scale))  # P(Z >= tau) of a few percent
+        above = int(np.count_nonzero(noisy(cells, law) >= tau))
+        assert stats.binomtest(above, cells.size, _tail(mechanism, scale, tau)).pvalue > ALPHA / 3, table
+
+
+def _tail(mechanism: str, scale: float, tau: int) -> float:
+    """P(Z >= tau) from the closed form (Laplace) or the normalised pmf (Gaussian), independent of the samplers."""
+    if mechanism == "laplace":
+        q = math.exp(-1 / scale)
+        return q**tau / (1 + q)
+    z = np.arange(-int(40 * scale) - 1, int(40 * scale) + 2)
+    weights = np.exp(-(z**2) / (2 * scale**2))
+    return float(weights[z >= tau].sum() / weights.sum())
 
 
 def test_min_tau_keeps_false_cells_under_the_target():

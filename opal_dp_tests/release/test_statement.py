@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from opal_dp.core import DiscreteLaplace, PrivacyLedger, SeededBits
+from opal_dp.core import sbh
 from opal_dp.release.marginals.engine import release_partitions
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.statement.build import (
     PACKAGES,
+    SCHEMA_VERSION,
     TRUE_COUNTS,
     StatementError,
     ledger_evidence,
@@ -184,18 +186,27 @@ def test_no_figure_derived_from_data(tmp_path):
     keys = {key for path, _ in _leaves(s) for key in path}
     for word in ("total", "suppress", "rows", "true", "bins", "sum"):
         assert not any(word in key for key in keys), word
-    allowed = {None, 1, *CAPS["trip"], *draws.values(), 6, s["guarantee"]["delta"]}
-    for c in ledger.charges():
+    allowed = {None, 1, SCHEMA_VERSION, *CAPS["trip"], *draws.values(), 6}  # 6 marginals
+    for c in ledger.charges():  # each figure from the ledger's records, none read back from the statement
         described = json.loads(c.mechanism)
         allowed |= {v for v in described.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         allowed |= set(described["sensitivity"].values()) | {described["cost"]["epsilon"], described["cost"]["rho"]}
-    for e in s["marginals"]:
-        allowed |= set(e["release_probability"].values()) | {e["error_bound_95"]}
-    allowed |= {x for e in s["worked_examples"] for x in (e["epsilon"], e["delta"])}
-    allowed |= {x for sc in s["guarantee"]["scopes"] for x in (sc["epsilon"], sc["delta"])}
-    person = s["person"]  # ledger records: the person cap, what its window holds, the charges behind it
-    allowed |= {person["horizon_days"], person["cap"]["epsilon"], person["cap"]["delta"], *person["spent"].values(),
-                *person["this_release"].values(), *person["trip_unit_charges"], *person["charges"]}
+        scale, shown = described["scale"], described["min_released_count"]
+        allowed |= {sbh.release_probability(n, scale, shown) for n in TRUE_COUNTS}
+        allowed |= {sbh.error_bound(scale, 0.95)}
+    for entry in s["marginals"]:  # and each derived figure is the one of its own charge
+        described = json.loads(next(c.mechanism for c in ledger.charges() if c.marginal == entry["name"]))
+        scale, shown = described["scale"], described["min_released_count"]
+        assert entry["error_bound_95"] == sbh.error_bound(scale, 0.95)
+        assert entry["release_probability"] == {str(n): sbh.release_probability(n, scale, shown) for n in TRUE_COUNTS}
+    spent = [s.guarantee for s in ledger.summary("trip")]
+    allowed |= {x for g in spent for x in (g.epsilon, g.delta)}
+    eps, delta = max((g.epsilon, g.delta) for g in spent)  # worked examples: group privacy for 2 trips, 10 days
+    allowed |= {10 * (2 * eps), min(1.0, 10 * (2 * math.exp(eps) * delta)), 3 * eps, 3 * delta}
+    person_cap = ledger.person_cap()  # the person section: ledger records and their composition, recomputed
+    window = ledger.person_window({part.split("|")[0] for part, _ in draws})
+    allowed |= {person_cap.horizon_days, person_cap.epsilon, person_cap.delta, *(c.id for c in window.charges), 0.0}
+    allowed |= {v for v in window.guarantee.describe().values() if isinstance(v, (int, float))}
     numbers = {v for _, v in _leaves(s) if isinstance(v, (int, float)) and not isinstance(v, bool)}
     assert numbers <= allowed
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
+import builtins
+import dataclasses
+import io
+import os
 from datetime import date
 from pathlib import Path
 
@@ -122,17 +125,32 @@ def _release_from_disk(tmp_path, network, truths) -> sq.SyntheticRelease:
     return sq.SyntheticRelease(stored, released.max_trips, dict(plan.sigma), plan.domain.districts.names)
 
 
-def test_generator_reads_only_the_dp_outputs(tmp_path, network, truths):
-    assert list(inspect.signature(gen.generate_day).parameters) == ["release", "day", "stops", "rng", "id_bytes"]
+def test_generator_reads_only_the_dp_outputs(tmp_path, network, truths, monkeypatch):
+    """The synthetic day is a function of the release object (the stored draws and public parameters) and its
+    own randomness: it opens no file (so no private data) while generating, it repeats under the same
+    randomness, and it follows the noisy counts it is given."""
     release = _release_from_disk(tmp_path, network, truths)
     day = release.dates[0]
-    ids = np.random.default_rng(5)
-    a = gen.generate_day(release, day, network, np.random.default_rng(3), lambda n: ids.bytes(n))
-    ids = np.random.default_rng(5)
-    b = gen.generate_day(release, day, network, np.random.default_rng(3), lambda n: ids.bytes(n))
-    pd.testing.assert_frame_equal(a, b)  # a function of the release (and its own randomness) only
+
+    def generated(rel: sq.SyntheticRelease) -> pd.DataFrame:
+        ids = np.random.default_rng(5)
+        return gen.generate_day(rel, day, network, np.random.default_rng(3), lambda n: ids.bytes(n))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the generator opened {args[:1]}")
+
+    with monkeypatch.context() as sealed:
+        for module, name in ((builtins, "open"), (io, "open"), (os, "open"), (pd, "read_parquet"), (pd, "read_csv"),
+                             (np, "load")):
+            sealed.setattr(module, name, refuse)
+        a, b = generated(release), generated(release)
+    pd.testing.assert_frame_equal(a, b)
     n_cards = gen.cleaned(release.noisy[day]["counts"], release.sigma["counts"]).sum()
     assert a["card_id"].nunique() == n_cards
+    more = {d: {q: f.assign(count=f["count"] * 2) if q == "counts" else f for q, f in by.items()}
+            for d, by in release.noisy.items()}
+    doubled = generated(dataclasses.replace(release, noisy=more))
+    assert doubled["card_id"].nunique() == gen.cleaned(more[day]["counts"], release.sigma["counts"]).sum() != n_cards
 
 
 def test_synthetic_rows_meet_the_raw_contract_but_ingest_refuses_their_synthetic_card_ids(tmp_path, network, truths,

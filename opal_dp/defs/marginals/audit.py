@@ -12,6 +12,7 @@ from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.settings import audit_false_alarm_from_env
 
 AUDIT_RUNS = 10**6
 @dg.asset(group_name="report", **labels("internal"))
@@ -21,29 +22,35 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
     of each table (``opal_dp.audit.public_domain``) against the epsilon (delta 0) or rho charged for it.
 
     Fails (and so blocks publishing) if any event shows P[M(D) in S] - e^eps P[M(D') in S] > delta at
-    1 - 1e-6 confidence. Runs at relaxed (eps, delta) (the audit's own, e.g. (1, 0.01)); the formulas,
-    bounding and samplers are those of the release.
+    confidence 1 - alpha, alpha = ``$OPAL_DP_AUDIT_FALSE_ALARM`` (default 1e-6, ``settings``) shared by the
+    audits it runs: a correct release fails with probability at most alpha. Runs at relaxed (eps, delta) (the
+    audit's own, e.g. (1, 0.01)); the formulas, bounding and samplers are those of the release.
     """
     plan = privacy_budget.plan()
+    alpha = audit_false_alarm_from_env()
     if plan.design.consistent:
         distinct = {json.dumps(noise.describe(), sort_keys=True): tap for tap, noise in plan.noise.items()}
-        reports = {f"tap_{tap}_{table}": audit_table(plan.noise[tap], table, plan.relation, runs=AUDIT_RUNS)
-                   for tap in sorted(distinct.values()) for table in pd_design.TABLES}  # taps noised alike: once
+        # taps noised alike are audited once
+        audited = [(tap, table) for tap in sorted(distinct.values()) for table in pd_design.TABLES]
+        reports = {f"tap_{tap}_{table}": audit_table(plan.noise[tap], table, plan.relation, runs=AUDIT_RUNS,
+                                                     alpha=alpha / len(audited)) for tap, table in audited}
         report = max(reports.values(), key=lambda r: r.worst.violation_lower - r.delta)
         extra = {"release_design": "public_domain", "tables_audited": len(reports),
                  "empirical_epsilon_lower_bound_by_table": dg.MetadataValue.json(
                      {name: {"claimed": r.epsilon, "lower_bound": r.epsilon_lower} for name, r in reports.items()})}
         passed, seconds = all(r.passed for r in reports.values()), sum(r.seconds for r in reports.values())
     elif plan.unit is PrivacyUnit.TRIP:
-        report = audit_mechanism(StabilityHistogram, plan.relation, runs=AUDIT_RUNS)
+        report = audit_mechanism(StabilityHistogram, plan.relation, runs=AUDIT_RUNS, alpha=alpha / 2)
         mech = StabilityHistogram(report.epsilon, report.delta, trip_sensitivity(Relation(plan.relation)))
-        membership = membership_game(mech, runs=AUDIT_RUNS)
+        membership = membership_game(mech, runs=AUDIT_RUNS, alpha=alpha / 2)
         extra = {"membership_release_rate": membership.rate, "membership_upper_bound": membership.upper,
                  "membership_allowed": membership.bound, "membership_exact": membership.exact}
         passed, seconds = report.passed and membership.passed, report.seconds + membership.seconds
     else:
-        mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds)
-        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=AUDIT_RUNS)
+        period_days = len(plan.period) or None  # card_period: audited at the plan's sensitivity, with its period
+        mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds, unit=plan.unit, period_days=period_days)
+        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=AUDIT_RUNS, alpha=alpha,
+                                  period_days=period_days)
         extra, passed, seconds = {"card_level_bounds": dg.MetadataValue.json(plan.bounds.describe())}, report.passed, report.seconds
     metadata = {
         "privacy_unit": plan.unit.value,
@@ -52,6 +59,7 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
         "audit_epsilon": report.epsilon,
         "audit_delta": report.delta,
         "runs_per_input": report.runs,
+        "false_alarm_probability": alpha,
         "empirical_epsilon_lower_bound": report.epsilon_lower,
         "worst_event_pair": report.worst.pair.name,
         "worst_violation_upper": report.worst.violation_upper,

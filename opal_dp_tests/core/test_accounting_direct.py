@@ -1,0 +1,91 @@
+"""Direct tests of ``core.accounting`` through its public functions: cost validation, basic composition, zCDP
+composition and its conversion, checked against the Canonne-Kamath-Steinke bound computed here independently."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from opal_dp.core.accounting import PrivacyCost, compose, zcdp_epsilon, zcdp_rho_for
+
+
+def cks_delta(epsilon: float, rho: float) -> float:
+    """CKS 2020 (Prop. 12): a rho-zCDP mechanism is (epsilon, delta)-DP for
+    delta = inf_{a > 1} exp((a-1)(a rho - epsilon)) / (a-1) * (1 - 1/a)^a, minimised on a fine log grid."""
+    a = np.exp(np.linspace(math.log(1 + 1e-9), math.log(1e5), 200_001))
+    log_delta = (a - 1) * (a * rho - epsilon) - np.log(a - 1) + a * np.log1p(-1 / a)
+    return float(np.exp(log_delta.min()))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"measure": "pure", "epsilon": 1.0, "rho": 0.0, "delta": 0.0},
+    {"measure": "approx_dp", "epsilon": -1.0, "rho": 0.0, "delta": 0.0},
+    {"measure": "approx_dp", "epsilon": math.nan, "rho": 0.0, "delta": 0.0},
+    {"measure": "approx_dp", "epsilon": math.inf, "rho": 0.0, "delta": 0.0},
+    {"measure": "approx_dp", "epsilon": True, "rho": 0.0, "delta": 0.0},
+    {"measure": "approx_dp", "epsilon": 1.0, "rho": 0.0, "delta": 1.0},
+    {"measure": "approx_dp", "epsilon": 0.0, "rho": 0.0, "delta": 0.1},
+    {"measure": "approx_dp", "epsilon": 1.0, "rho": 0.5, "delta": 0.0},
+    {"measure": "zcdp", "epsilon": 1.0, "rho": 0.5, "delta": 0.0},
+    {"measure": "zcdp", "epsilon": 0.0, "rho": 0.0, "delta": 0.0},
+])
+def test_invalid_costs_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        PrivacyCost(**kwargs)
+
+
+def test_nothing_composed_costs_nothing():
+    g = compose([])
+    assert (g.epsilon, g.delta, g.rho) == (0.0, 0.0, None)
+
+
+def test_approx_dp_costs_add_up():
+    costs = [PrivacyCost.approx_dp(e, d) for e, d in ((1.0, 1e-7), (0.5, 2e-7), (2.0, 0.0), (0.1, 1e-9))]
+    g = compose(costs)
+    assert g.epsilon == pytest.approx(3.6, rel=1e-15) and g.delta == pytest.approx(3.01e-7, rel=1e-12)
+    assert g.rho is None and g.composition == "basic composition"
+    assert compose(costs, delta_target=0.5) == g  # a target changes nothing without zCDP
+
+
+def test_zcdp_needs_a_delta_target():
+    for target in (None, 0.0, 1.0):
+        with pytest.raises(ValueError, match="delta_target"):
+            compose([PrivacyCost.zcdp(0.1, 0.0)], delta_target=target)
+
+
+@pytest.mark.parametrize("rhos, deltas, target", [
+    ((0.1,), (0.0,), 1e-6), ((0.02, 0.03, 0.05), (1e-8, 1e-8, 2e-8), 1e-6), ((1.0, 1.0), (0.0, 0.0), 1e-9),
+])
+def test_zcdp_rho_adds_up_and_converts_at_the_remaining_delta(rhos, deltas, target):
+    g = compose([PrivacyCost.zcdp(r, d) for r, d in zip(rhos, deltas)], delta_target=target)
+    rho, remaining = sum(rhos), target - sum(deltas)
+    assert g.rho == pytest.approx(rho, rel=1e-15) and g.delta == target
+    assert cks_delta(g.epsilon, rho) == pytest.approx(remaining, rel=1e-6)  # the tight epsilon at that delta
+    assert g.epsilon < rho + 2 * math.sqrt(rho * math.log(1 / remaining))  # better than Bun-Steinke's bound
+
+
+def test_pure_dp_parts_enter_zcdp_as_epsilon_squared_over_two():
+    mixed = compose([PrivacyCost.approx_dp(1.0, 1e-8), PrivacyCost.zcdp(0.25, 1e-8)], delta_target=1e-6)
+    same = compose([PrivacyCost.zcdp(0.75, 2e-8)], delta_target=1e-6)
+    assert mixed.rho == pytest.approx(0.75) and mixed.epsilon == pytest.approx(same.epsilon, rel=1e-12)
+
+
+def test_threshold_deltas_that_use_up_the_target_give_infinite_epsilon():
+    g = compose([PrivacyCost.zcdp(0.1, 5e-7), PrivacyCost.zcdp(0.1, 5e-7)], delta_target=1e-6)
+    assert g.epsilon == math.inf
+
+
+@pytest.mark.parametrize("epsilon, delta", [(1.0, 1e-7), (8.0, 6e-7), (0.1, 1e-5)])
+def test_rho_for_is_the_largest_rho_within_epsilon(epsilon, delta):
+    rho = zcdp_rho_for(epsilon, delta)
+    assert zcdp_epsilon(rho, delta) <= epsilon
+    assert zcdp_epsilon(rho * (1 + 1e-9), delta) > epsilon
+    assert cks_delta(epsilon, rho) == pytest.approx(delta, rel=1e-5)
+
+
+@pytest.mark.parametrize("rho, delta", [(0.0, 1e-6), (-1.0, 1e-6), (0.1, 0.0), (0.1, 1.0)])
+def test_conversion_refuses_bad_arguments(rho, delta):
+    with pytest.raises(ValueError):
+        zcdp_epsilon(rho, delta)
