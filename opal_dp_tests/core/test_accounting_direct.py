@@ -46,7 +46,8 @@ def test_approx_dp_costs_add_up():
     g = compose(costs)
     assert g.epsilon == pytest.approx(3.6, rel=1e-15) and g.delta == pytest.approx(3.01e-7, rel=1e-12)
     assert g.rho is None and g.composition == "basic composition"
-    assert compose(costs, delta_target=0.5) == g  # a target changes nothing without zCDP
+    # with a delta target the accountant may find a tighter route (RDP, PLD), never a looser one
+    assert compose(costs, delta_target=0.5).epsilon <= g.epsilon
 
 
 def test_zcdp_needs_a_delta_target():
@@ -66,10 +67,12 @@ def test_zcdp_rho_adds_up_and_converts_at_the_remaining_delta(rhos, deltas, targ
     assert g.epsilon < rho + 2 * math.sqrt(rho * math.log(1 / remaining))  # better than Bun-Steinke's bound
 
 
-def test_pure_dp_parts_enter_zcdp_as_epsilon_squared_over_two():
+def test_pure_dp_parts_are_never_worse_than_entering_zcdp_as_epsilon_squared_over_two():
+    """An epsilon-DP part is (epsilon^2/2)-zCDP: that route is one of the accountant's, so the composition is at
+    most what it gives (the accountant takes the tightest valid route, ``core.accounting``)."""
     mixed = compose([PrivacyCost.approx_dp(1.0, 1e-8), PrivacyCost.zcdp(0.25, 1e-8)], delta_target=1e-6)
     same = compose([PrivacyCost.zcdp(0.75, 2e-8)], delta_target=1e-6)
-    assert mixed.rho == pytest.approx(0.75) and mixed.epsilon == pytest.approx(same.epsilon, rel=1e-12)
+    assert mixed.epsilon <= same.epsilon * (1 + 1e-12) and mixed.delta <= 1e-6
 
 
 def test_threshold_deltas_that_use_up_the_target_give_infinite_epsilon():

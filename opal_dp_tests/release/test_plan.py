@@ -11,7 +11,8 @@ from opal_dp.core import ContributionBounds, PrivacyUnit, Sensitivity
 from opal_dp.core.accounting import compose
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.marginals.plan import FALSE_CELLS_PER_DAY, build_plan, default_mechanism, parse_period
+from opal_dp.release.options import Mechanism
+from opal_dp.release.marginals.plan import FALSE_CELLS_PER_DAY, build_plan, parse_period
 
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
 DELTA = {m.name: 1e-7 for m in MARGINALS}
@@ -32,7 +33,7 @@ def test_parse_period_takes_ranges_and_dates_sorted_once():
 def test_each_unit_has_its_ledger_scope(unit, scope):
     plan = build_plan(unit, EPSILON, DELTA, period=PERIOD)
     assert plan.scope("2016-07-26", "bus") == scope
-    assert plan.relation is PrivacyUnit(unit).default_relation and plan.mechanism == default_mechanism(unit)
+    assert plan.relation is PrivacyUnit(unit).default_relation and plan.mechanism is Mechanism.default_for(unit)
 
 
 def test_a_card_period_plan_refuses_a_date_outside_its_period():
