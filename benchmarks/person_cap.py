@@ -87,7 +87,8 @@ class Config:
         return {"budget": self.budget, "week_epsilon": self.epsilon, "week_delta": self.delta,
                 "mechanism": self.mechanism.value, "design": self.design.value,
                 "max_trips_per_card_day": self.bounds.max_trips_per_card_day,
-                "max_days_per_card": self.bounds.days(WEEK_DAYS), "bins": self.bins}
+                "max_days_per_card": self.bounds.days(WEEK_DAYS), "max_per_bin": self.bounds.per_bin,
+                "bins": self.bins}
 
 
 def week(start: str = START) -> tuple[str, ...]:
@@ -172,15 +173,13 @@ def budget_table(stops: pd.DataFrame, caps: Sequence[float] = CAPS,
     return pd.DataFrame(rows)
 
 
-def configs(budgets: Mapping[str, tuple[float, float]], grid: Iterable[tuple[Mechanism, Design]],
+def configs(budgets: Mapping[str, tuple[float, float]], mechanism: Mechanism, design: Design,
             bounds: Iterable[ContributionBounds], coarse_bounds: Iterable[ContributionBounds] = ()) -> list[Config]:
-    """Every (budget, mechanism, bounds) of the fine bins; the Gaussian SBH again on coarse bins at
-    ``coarse_bounds`` (the public-domain design's domains are the stops', so it has no coarse variant)."""
-    out = [Config(name, eps, dlt, mech, design, b) for name, (eps, dlt) in budgets.items()
-           for mech, design in grid for b in bounds]
-    out += [Config(name, eps, dlt, Mechanism.GAUSSIAN, Design.SBH, b, bins)
-            for bins in COARSE for name, (eps, dlt) in budgets.items() for b in coarse_bounds]
-    return out
+    """Every (budget, bounds) on the production bins, and on the coarse bins at ``coarse_bounds`` (SBH only: the
+    public-domain design's domains are the stops')."""
+    out = [Config(name, eps, dlt, mechanism, design, b) for name, (eps, dlt) in budgets.items() for b in bounds]
+    return out + [Config(name, eps, dlt, mechanism, design, b, bins)
+                  for bins in COARSE for name, (eps, dlt) in budgets.items() for b in coarse_bounds]
 
 
 class Tally:
@@ -297,6 +296,17 @@ def measure(days: Mapping[str, pd.DataFrame], wanted: Sequence[Config], stops: p
     return pd.DataFrame([{**c.label(), **tallies[c].figures()} for c in wanted])
 
 
+def measured_budgets(budgets: pd.DataFrame, mechanism: Mechanism, design: Design) -> dict[str, tuple[float, float]]:
+    """The budgets the utility is measured at: each cap's per-week budget for the marginals alone (no OD share),
+    plus the EIE point (but not for Laplace, whose year of EIE weeks is far over every cap)."""
+    mine = budgets.loc[(budgets["mechanism"] == mechanism.value) & (budgets["design"] == design.value)
+                       & (budgets["od_epsilon_per_date"] == 0)]
+    out = {f"cap {r.cap_epsilon:g}": (r.week_epsilon, WEEK_DELTA) for r in mine.itertuples()}
+    if mechanism is Mechanism.GAUSSIAN:
+        out["EIE"] = (EIE_EPSILON, EIE_DELTA)
+    return out
+
+
 def generate(raw_dir: Path, scale: float, start: str = START) -> None:
     """One week of synthetic trips into ``raw_dir`` (a subprocess, as ``benchmarks.dataset`` does)."""
     done = subprocess.run([sys.executable, "-m", "opal_dp.simulate", "--scale", str(scale), "--start", start,
@@ -306,11 +316,12 @@ def generate(raw_dir: Path, scale: float, start: str = START) -> None:
 
 
 def parse_bounds(text: str) -> list[ContributionBounds]:
-    """``"2x5,3x5,4x7"``: max trips per card-day x max days per card (of the 7)."""
+    """``"2x5,3x5,4x7x2"``: max trips per card-day x max days per card (of the 7) [x max trips per bin, default 1]."""
     out = []
     for piece in (p.strip() for p in text.split(",") if p.strip()):
-        trips, _, days = piece.partition("x")
-        out.append(ContributionBounds(max_trips_per_card_day=int(trips), max_days_per_card=int(days)))
+        trips, days, *per_bin = (int(v) for v in piece.split("x"))
+        out.append(ContributionBounds(max_trips_per_card_day=trips, max_days_per_card=days,
+                                      max_per_bin=per_bin[0] if per_bin else 1))
     return out
 
 
@@ -329,13 +340,13 @@ def markdown(result: dict) -> str:
               + ", ".join(f"ε {v:.1f} ({k})" for k, v in result["eie_annual"].items()) + " at δ 1e-6.", "",
               "### Weekly release in memory against the truth (internal, not DP)", "",
               "Time x location cells per (date, mode); released cells only; truth before bounding.", "",
-              "| budget | week ε | mechanism | design | bins | trips/card-day | days/card | tap-on trips in released "
+              "| budget | week ε | mechanism | design | bins | trips/card-day | days/card | trips/bin | tap-on trips in released "
               "cells | tap-on weighted rel. error | tap-on median rel. error (≥100) | tap-off trips in released cells"
               " | tap-off weighted rel. error | dropped by bounding |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in pd.DataFrame(result["utility"]).itertuples():
         lines.append(f"| {r.budget} | {r.week_epsilon:.3f} | {r.mechanism} | {r.design} | {r.bins} | "
-                     f"{r.max_trips_per_card_day} | {r.max_days_per_card} | {r.on_share_in_released:.3f} | "
+                     f"{r.max_trips_per_card_day} | {r.max_days_per_card} | {r.max_per_bin} | {r.on_share_in_released:.3f} | "
                      f"{r.on_weighted_rel_error:.4f} | {r.on_median_rel_error_100:.4f} | "
                      f"{r.off_share_in_released:.3f} | {r.off_weighted_rel_error:.4f} | "
                      f"{r.share_dropped_by_bounding:.2%} |")
@@ -361,19 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         generate(raw_dir, args.scale)
     caps = [float(c) for c in args.caps.split(",")]
     budgets = budget_table(stops, caps, [float(e) for e in args.od_epsilons.split(",")])
-    gaussian = budgets.loc[(budgets["mechanism"] == "gaussian") & (budgets["design"] == "sbh")
-                           & (budgets["od_epsilon_per_date"] == 0)]
-    chosen = {f"cap {r.cap_epsilon:g}": (r.week_epsilon, WEEK_DELTA) for r in gaussian.itertuples()}
-    chosen["EIE"] = (EIE_EPSILON, EIE_DELTA)
-    pd_budgets = budgets.loc[(budgets["design"] == "public_domain") & (budgets["od_epsilon_per_date"] == 0)]
-    pd_chosen = {f"cap {r.cap_epsilon:g}": (r.week_epsilon, WEEK_DELTA) for r in pd_budgets.itertuples()}
-    pd_chosen["EIE"] = (EIE_EPSILON, EIE_DELTA)
-    lap = budgets.loc[(budgets["mechanism"] == "laplace") & (budgets["od_epsilon_per_date"] == 0)]
-    lap_chosen = {f"cap {r.cap_epsilon:g}": (r.week_epsilon, WEEK_DELTA) for r in lap.itertuples()}
-    wanted = [*configs(chosen, [(Mechanism.GAUSSIAN, Design.SBH)], parse_bounds(args.bounds),
-                       parse_bounds(args.coarse_bounds)),
-              *configs(pd_chosen, [(Mechanism.GAUSSIAN, Design.PUBLIC_DOMAIN)], parse_bounds(args.pd_bounds)),
-              *configs(lap_chosen, [(Mechanism.LAPLACE, Design.SBH)], parse_bounds(args.pd_bounds))]
+    bounds = {(Mechanism.GAUSSIAN, Design.SBH): (args.bounds, args.coarse_bounds),
+              (Mechanism.GAUSSIAN, Design.PUBLIC_DOMAIN): (args.pd_bounds, ""),
+              (Mechanism.LAPLACE, Design.SBH): (args.pd_bounds, "")}
+    wanted = [c for (mechanism, design), (fine, coarse) in bounds.items()
+              for c in configs(measured_budgets(budgets, mechanism, design), mechanism, design,
+                               parse_bounds(fine), parse_bounds(coarse))]
     days = load_week(raw_dir, stops)
     trips = sum(len(t) for t in days.values())
     utility = measure(days, wanted, stops, os.urandom(32))
