@@ -50,7 +50,7 @@ from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TAPS, TIME, histograms, true_cells
 from opal_dp.release.options import Design, Mechanism
-from opal_dp.reports.design_comparison import release_in_memory
+from opal_dp.reports.design_comparison import _plain, release_in_memory  # _plain: loc as text, to merge on
 from opal_dp.reports.unit_comparison import LARGE
 
 START = "2016-07-25"
@@ -196,10 +196,8 @@ class Tally:
     def add(self, tap: str, truth: pd.DataFrame, released: pd.DataFrame) -> None:
         """``truth``: the tap's true cells (time, loc as text, count before bounding); ``released``: the tap's
         time x location table as published (remainder rows of the public-domain design left out)."""
-        listed = released.loc[(released[TIME] != OTHER_WINDOW) & (released[LOC].astype(str) != OTHER)]
-        listed = pd.DataFrame({TIME: listed[TIME].to_numpy("int64"), LOC: listed[LOC].astype(str).to_numpy(object),
-                               COUNT: listed[COUNT].to_numpy("int64")})
-        listed = listed.loc[listed[COUNT] > 0]
+        listed = _plain(released)
+        listed = listed.loc[(listed[TIME] != OTHER_WINDOW) & (listed[LOC] != OTHER) & (listed[COUNT] > 0)]
         both = listed.merge(truth, on=[TIME, LOC], how="left", suffixes=("", "_true"), validate="1:1")
         true = both[f"{COUNT}_true"].fillna(0).to_numpy("int64")
         out = both[COUNT].to_numpy("int64")
@@ -284,10 +282,7 @@ def measure(days: Mapping[str, pd.DataFrame], wanted: Sequence[Config], stops: p
             for mode in MODES:
                 partition = split_by_mode(bounded.kept, mode)
                 cells = true_cells(histograms(partition), split_by_mode(bounded.over_bound, mode))
-                truth = {tap: pd.DataFrame({TIME: cells.loc[cells["tap"] == tap, TIME].to_numpy("int64"),
-                                            LOC: cells.loc[cells["tap"] == tap, LOC].astype(str).to_numpy(object),
-                                            COUNT: cells.loc[cells["tap"] == tap, COUNT].to_numpy("int64")})
-                         for tap in TAPS}
+                truth = {tap: _plain(cells.loc[cells["tap"] == tap]) for tap in TAPS}
                 for c in members:
                     released = release_in_memory(partition, plans[c], mode)
                     for tap in TAPS:
