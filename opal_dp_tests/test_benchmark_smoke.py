@@ -93,3 +93,58 @@ def test_synthetic_benchmark_smoke(tmp_path):
     assert result["ledger_epsilon"] <= 8.0 * (1 + 1e-9)
     assert [r["method"] for r in result["scores"]] == ["archetype_synthesizer", "one_way", "sbh"]
     assert not (tmp_path / "runs" / "scale-0.005" / "synthetic" / "private").exists()  # draws removed after
+
+
+def test_person_cap_budget_is_the_largest_within_the_cap():
+    from benchmarks.person_cap import annual, week, weekly_budget, weekly_costs, weekly_plan
+    from opal_dp.core import ContributionBounds
+    from opal_dp.network import load_stops
+    from opal_dp.release.options import Design, Mechanism
+
+    stops = load_stops()
+    epsilon = weekly_budget(20.0, Mechanism.GAUSSIAN, Design.SBH, stops)
+
+    def year(e):
+        plan = weekly_plan(e, 1e-6 / 104, Mechanism.GAUSSIAN, Design.SBH, ContributionBounds(), week(), stops)
+        return annual(weekly_costs(plan))
+
+    assert 1.0 < epsilon < 20.0 / 52 * 10
+    assert year(epsilon) <= 20.0 < year(epsilon * 1.001)
+
+
+def test_person_cap_tally_weighted_error():
+    import pandas as pd
+
+    from benchmarks.person_cap import Tally
+
+    truth = pd.DataFrame({"time_window": [1, 2, 3], "loc": ["a", "b", "c"], "count": [100, 300, 5]})
+    released = pd.DataFrame({"time_window": [1, 2, 4], "loc": ["a", "b", "d"], "count": [110, 290, 7]})
+    tally = Tally()
+    tally.add("on", truth, released)
+    figures = tally.figures()
+    assert figures["on_share_in_released"] == pytest.approx(400 / 405)
+    assert figures["on_weighted_rel_error"] == pytest.approx((10 + 10 + 7) / 400)  # a false cell counts fully
+    assert figures["on_median_rel_error_100"] == pytest.approx((0.1 + 10 / 300) / 2)
+    assert figures["on_released_cells"] == 3
+
+
+@pytest.mark.slow
+def test_person_cap_benchmark_smoke(tmp_path):
+    from benchmarks.person_cap import main as person_cap_main
+
+    assert person_cap_main(["--scale", "0.005", "--out", str(tmp_path), "--caps", "20", "--od-epsilons", "0,0.1",
+                            "--bounds", "2x5", "--pd-bounds", "2x5", "--coarse-bounds", "2x5"]) == 0
+    result = json.loads((tmp_path / "person_cap.json").read_text())
+    assert result["trips"] > 0 and len(list((tmp_path / "raw").glob("trips_*"))) == 7
+    budgets = {(r["mechanism"], r["design"], r["od_epsilon_per_date"]): r for r in result["budgets"]}
+    assert len(budgets) == 6
+    for mechanism, design in (("gaussian", "sbh"), ("gaussian", "public_domain"), ("laplace", "sbh")):
+        assert 0 < budgets[mechanism, design, 0.1]["week_epsilon"] < budgets[mechanism, design, 0.0]["week_epsilon"]
+    assert budgets["gaussian", "sbh", 0.0]["week_epsilon"] > 2 * budgets["laplace", "sbh", 0.0]["week_epsilon"]
+    rows = result["utility"]
+    assert {(r["budget"], r["design"], r["bins"]) for r in rows} == {
+        *((b, "sbh", bins) for b in ("cap 20", "EIE") for bins in ("15min-stop", "hour-stop", "hour-district")),
+        ("cap 20", "public_domain", "15min-stop"), ("EIE", "public_domain", "15min-stop"),
+        ("cap 20", "sbh", "15min-stop")}
+    assert all(0 <= r["on_share_in_released"] <= 1 and 0 < r["share_dropped_by_bounding"] < 1 for r in rows)
+    assert "## Utility under a person cap" in (tmp_path / "person_cap.md").read_text()
