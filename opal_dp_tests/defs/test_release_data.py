@@ -1,23 +1,28 @@
 """The command line as an agency runs it: real data is never mixed with the sample, one bad raw file never blocks
 the good days, and bytes that are not text are rejected row by row without ever being printed or logged.
 
-Every test runs ``python -m opal_dp.cli release`` (``main``) on a few tiny days and reads what it published."""
+Every test runs ``python -m opal_dp.cli release`` in its own process on a few tiny days and reads what it published
+and printed (in process, the command's progress bars and Dagster's log capture would share pytest's captured
+streams)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 import pytest
 
-from opal_dp.cli import ensure_dagster_home, main
+from opal_dp.cli import ensure_dagster_home
 from opal_dp.network import MODES
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp.release.publish import LATEST
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE
-from opal_dp.simulate import sample
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 GOOD, BAD, BYTES = "2016-07-25", "2016-07-26", "2016-07-27"
@@ -33,8 +38,16 @@ def home(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def release(data: Path, *extra: str) -> None:
-    main(["release", "--data-dir", str(data), "--workers", "1", *extra])
+SMALL_SAMPLE = ("from opal_dp.simulate import sample; sample.SAMPLE_SCALE = 0.002; "
+                "sample.SAMPLE_DATES = sample.SAMPLE_DATES[:1]; ")
+
+
+def release(data: Path, *extra: str, prelude: str = "") -> subprocess.CompletedProcess:
+    """``python -m opal_dp.cli release --data-dir DATA ...`` in a process of its own (``prelude``: Python run first)."""
+    args = ["release", "--data-dir", str(data), "--workers", "1", *extra]
+    code = f"{prelude}import sys; from opal_dp.cli import main; main(sys.argv[1:])"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=dict(os.environ),
+                          timeout=900)
 
 
 def statement(data: Path) -> dict:
@@ -46,55 +59,55 @@ def published_dates(data: Path) -> set[str]:
 
 
 @pytest.mark.slow
-def test_one_real_day_is_released_alone_and_nothing_is_added_to_raw(tmp_path, home, capsys):
+def test_one_real_day_is_released_alone_and_nothing_is_added_to_raw(tmp_path, home):
     data = tmp_path / "data"
     write_day(data / "raw", GOOD, tiny_day(GOOD))
     before = sorted(p.name for p in (data / "raw").iterdir())
-    release(data)
+    run = release(data)
+    assert run.returncode == 0, run.stderr[-2000:]
     assert sorted(p.name for p in (data / "raw").iterdir()) == before
     assert published_dates(data) == {"20160725"}
     assert statement(data)["data"] == {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": []}
-    out = capsys.readouterr().out
+    out = run.stdout
     assert "released 4 partitions (1 days x modes)" in out and "SYNTHETIC" not in out
     assert "SYNTHETIC" not in (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
 
 
 def test_a_data_directory_that_does_not_exist_is_refused_and_not_created(tmp_path, home):
     missing = tmp_path / "mistyped"
-    with pytest.raises(SystemExit, match=f"data directory {missing} does not exist.*--sample"):
-        release(missing)
+    run = release(missing)
+    assert run.returncode != 0 and re.search(f"data directory {re.escape(str(missing))} does not exist.*--sample",
+                                             run.stderr, re.S)
     assert not missing.exists()
 
 
 def test_an_empty_data_directory_is_refused_without_generating_anything(tmp_path, home):
-    with pytest.raises(SystemExit, match="no raw files in .*or give --sample"):
-        release(tmp_path)
+    run = release(tmp_path)
+    assert run.returncode != 0 and re.search("no raw files in .*or give --sample", run.stderr, re.S)
     assert not (tmp_path / "raw").exists() or not any((tmp_path / "raw").iterdir())
 
 
 @pytest.mark.slow
-def test_the_sample_only_with_sample_and_every_published_file_set_says_it_is_synthetic(tmp_path, home, monkeypatch,
-                                                                                       capsys):
-    monkeypatch.setattr(sample, "SAMPLE_SCALE", 0.002)
-    monkeypatch.setattr(sample, "SAMPLE_DATES", sample.SAMPLE_DATES[:1])
+def test_the_sample_only_with_sample_and_every_published_file_set_says_it_is_synthetic(tmp_path, home):
     data = tmp_path / "new"
-    release(data, "--sample")
+    run = release(data, "--sample", prelude=SMALL_SAMPLE)
+    assert run.returncode == 0, run.stderr[-2000:]
     days = ["20160725"]
     assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days, "pending_dates": []}
     assert published_dates(data) == set(days)
     text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
     assert f"> **{SYNTHETIC_SAMPLE}**" in text
-    assert "the bundled SYNTHETIC sample (generated trips, not real travel) for 1 of 1 days" in capsys.readouterr().out
+    assert "the bundled SYNTHETIC sample (generated trips, not real travel) for 1 of 1 days" in run.stdout
 
     # A real day and a malformed one next to the sample: --sample adds nothing, the release says which dates are
     # synthetic, and --strict-days publishes the good days but exits with an error for the bad one.
     write_day(data / "raw", BYTES, tiny_day(BYTES))
     write_day(data / "raw", BAD, tiny_day(BAD, seed=1).drop(columns="tap_off_stop"))
     files = sorted(p.name for p in (data / "raw").iterdir())
-    with pytest.raises(SystemExit, match="--strict-days: 1 days could not be used"):
-        release(data, "--sample", "--strict-days")
+    run = release(data, "--sample", "--strict-days", prelude=SMALL_SAMPLE)
+    assert run.returncode != 0 and "--strict-days: 1 days could not be used" in run.stderr
     assert sorted(p.name for p in (data / "raw").iterdir()) == files
-    assert "--sample: nothing generated" in capsys.readouterr().err
+    assert "--sample: nothing generated" in run.stderr
     assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days,
                                        "pending_dates": ["20160726"]}
     assert published_dates(data) == {"20160725", "20160727"}
@@ -122,21 +135,21 @@ def bad_bytes_day(raw: Path) -> tuple[Path, list[int]]:
 
 
 @pytest.mark.slow
-def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(tmp_path, home, capfd):
+def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(tmp_path, home):
     data = tmp_path / "data"
     write_day(data / "raw", GOOD, tiny_day(GOOD))
     write_day(data / "raw", BAD, tiny_day(BAD, seed=1).drop(columns="tap_off_stop"))  # a malformed extra day
     _, rejected_lines = bad_bytes_day(data / "raw")
-    release(data)
+    printed = release(data)
+    assert printed.returncode == 0, printed.stderr[-2000:]
 
     # Every good day is published; the bad one is named, here, in the roll-up and in the statement.
     assert published_dates(data) == {"20160725", "20160727"}
     assert statement(data)["data"]["pending_dates"] == ["20160726"]
     assert "Not in this release (data not ready or not usable): 20160726." in (
         data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
-    printed = capfd.readouterr()
     assert f"not released: {BAD}: {data / 'raw' / f'trips_{BAD}.parquet'}: missing required column 'tap_off_stop'" \
-        in printed.out
+        in printed.stdout
     with dg.DagsterInstance.get() as instance:
         rollup = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
         assert list(rollup.metadata["days_failed"].value) == [BAD]
@@ -151,10 +164,10 @@ def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(t
     rejected = pd.read_parquet(data / "private" / "rejected_trips" / f"{BYTES}.parquet")
     assert rejected["line"].tolist() == rejected_lines
     assert rejected["reason"].tolist()[1:] == ["not valid UTF-8 text"] * 3
-    assert f"rejected rows: 4 (file, line, field and reason in {data / 'private' / 'rejected_trips'}" in printed.out
+    assert f"rejected rows: 4 (file, line, field and reason in {data / 'private' / 'rejected_trips'}" in printed.stdout
 
     # Nothing printed or logged came from a raw row, and no internal class name or traceback was printed.
     logs = "".join(p.read_text(errors="replace") for p in (data / "private" / "logs").iterdir())
     for marker in MARKERS:
-        assert marker not in printed.out + printed.err + logs
-    assert "dagster._core" not in printed.out + printed.err and "Traceback" not in printed.out + printed.err
+        assert marker not in printed.stdout + printed.stderr + logs
+    assert "dagster._core" not in printed.stdout + printed.stderr and "Traceback" not in printed.stdout + printed.stderr
