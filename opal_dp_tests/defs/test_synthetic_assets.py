@@ -48,6 +48,14 @@ def test_release_synthetic_publishes_raw_contract_rows_with_a_ledger_statement(r
     ledger = PrivacyBudget().ledger(storage)
     assert set(statement["ledger"]["draws"]) <= published_ledger_draws(storage.published_dir)[ledger.ledger_id]
     assert "4" in (latest / "PRIVACY.md").read_text()
+    # the person total covers every card-level file of these dates: the OD trees too, and it flags the trip files
+    person = statement["person"]
+    od_trees = {c.id for c in ledger.charges("card_day") if c.marginal == "od"}
+    mine = {c.id for c in ledger.charges("card_period") if c.marginal.startswith("synthetic:")}
+    assert len(od_trees) == len(DAYS) and od_trees | mine <= set(person["charges"])
+    assert set(person["this_release_charges"]) == mine and person["bounded"]
+    assert "Trip-level files were also published for 2 of these dates" in person["sentence"]
+    assert (latest / "PRIVACY.md").read_text().splitlines()[2] == f"**{person['sentence']}**"
     rows = pd.read_parquet(latest / PARQUET)
     assert len(rows) > 0 and len(rows) == len(pd.read_csv(latest / CSV))
     stops = load_stops()

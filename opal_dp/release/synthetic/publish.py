@@ -4,7 +4,9 @@ Published under ``published/synthetic/<release_id>/`` (``synthetic_trips.parquet
 ``privacy.json``, ``PRIVACY.md``), written in a staging folder, fsynced, renamed, then ``synthetic/latest``
 repointed, under the marginal publisher's lock (``release.publish``). Every figure of the statement is what the
 ledger recorded for the draws the rows were generated from; the guarantee is the ledger's composition of
-everything charged to the period for ``card_period``, so it includes any card_period marginal release.
+everything charged to the period for ``card_period``, so it includes any card_period marginal release, and its
+``person`` section (``release.statement.person``), which PRIVACY.md opens with, is one person's total over the horizon
+across every card-level file of every product (marginals, OD trees, these queries).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from opal_dp.release.synthetic.archetypes import ARCHETYPES
 from opal_dp.private_files import fsync_folder
 from opal_dp.release.publish import LATEST, LINK_PREFIX, RELEASE_ID, STAGING_PREFIX, publish_lock, write_durably
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, StatementError
+from opal_dp.release.statement.person import person_section
+from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp.release.synthetic.queries import MARGINAL_PREFIX
 
@@ -49,10 +53,12 @@ def synthetic_statement(ledger: PrivacyLedger, draw_ids: Sequence[int], release_
     queries = {}
     for charge in sorted({c.id: c for c in used}.values(), key=lambda c: c.marginal):
         queries[charge.marginal.removeprefix(MARGINAL_PREFIX)] = {**json.loads(charge.mechanism), "charge": charge.id}
+    dates = sorted({d.date for d in draws})
     return {
         "schema": SCHEMA,
+        "person": person_section(ledger, dates, list({c.id: c for c in used}.values())),
         "release": {"id": release_id, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "dates": sorted({d.date for d in draws}), "files": [PARQUET, CSV]},
+                    "dates": dates, "files": [PARQUET, CSV]},
         "ledger": {"id": ledger.ledger_id, "draws": sorted(d.id for d in draws)},
         "privacy_unit": {"unit": PrivacyUnit.CARD_PERIOD.value, "protects": PrivacyUnit.CARD_PERIOD.protects,
                          "relation": used[0].relation, "bounds": json.loads(bounds.pop())},
@@ -75,6 +81,7 @@ def render_markdown(statement: dict) -> str:
     g, unit, q = statement["guarantee"], statement["privacy_unit"], statement["queries"]
     lines = [
         f"# Synthetic card-day trips {statement['release']['id']}: privacy statement", "",
+        f"**{plain_guarantee(statement)}**", "",
         f"**Protected:** {unit['protects']} ({unit['relation']}), at (epsilon = {g['epsilon']:.4g}, "
         f"delta = {g['delta']:.3g}) per {g['per']}: {g['includes']}.", "",
         "The rows are synthetic: every card id is new and lives for one card-day, and no row is a real trip. They "
