@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.core import ContributionBounds, PrivacyUnit
-from opal_dp.core.accounting import PrivacyCost, compose, within
+from opal_dp.core.accounting import PrivacyCost, compose
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import bin_trips, split_by_mode, stop_labels
 from opal_dp.prep.bounding import CARD, bound_day, select_card_days
@@ -48,17 +48,19 @@ from opal_dp.prep.schemas import UNKNOWN_LABEL, WINDOW_MINUTES
 from opal_dp.release.marginals.plan import ReleasePlan, build_plan
 from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
-from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TAPS, TIME, histograms, true_cells
+from opal_dp.release.marginals.tables import COUNT, LOC, TAPS, TIME, histograms, true_cells
 from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.share import split, week_delta, weekly_epsilon
 from opal_dp.reports.design_comparison import _plain, release_in_memory  # _plain: loc as text, to merge on
 from opal_dp.reports.unit_comparison import LARGE
+from opal_dp.release.periods import Periods
 
 START = "2016-07-25"
 WEEK_DAYS = 7
 WEEKS = 52
 CAPS = (10.0, 20.0, 50.0)
 CAP_DELTA = 1e-6
-WEEK_DELTA = CAP_DELTA / (2 * WEEKS)
+WEEK_DELTA = week_delta(CAP_DELTA, WEEKS)
 """Nominal delta of one weekly release: half of the annual delta goes to the 52 releases' own delta (threshold
 events, per-release conversion), half is left to the composition across weeks."""
 EIE_EPSILON = 2.0  # Google's Environmental Insights Explorer: about epsilon 2 per user-week
@@ -96,18 +98,11 @@ def week(start: str = START) -> tuple[str, ...]:
     return tuple((first + timedelta(days=i)).isoformat() for i in range(WEEK_DAYS))
 
 
-def split(total_epsilon: float, total_delta: float) -> tuple[dict[str, float], dict[str, float]]:
-    """The default per-marginal shares (1,1,1,1,2,2) scaled to ``total_epsilon``; delta split evenly."""
-    weight = math.fsum(m.default_epsilon for m in MARGINALS)
-    return ({m.name: total_epsilon * m.default_epsilon / weight for m in MARGINALS},
-            {m.name: total_delta / len(MARGINALS) for m in MARGINALS})
-
-
 def weekly_plan(epsilon: float, delta: float, mechanism: Mechanism, design: Design, bounds: ContributionBounds,
                 period: tuple[str, ...], stops: pd.DataFrame) -> ReleasePlan:
     eps, dlt = split(epsilon, delta)
     return build_plan(PrivacyUnit.CARD_PERIOD, eps, dlt, mechanism=mechanism, design=design, bounds=bounds,
-                      period=period, stops=stops)
+                      periods=Periods(period), stops=stops)
 
 
 def weekly_costs(plan: ReleasePlan) -> list[PrivacyCost]:
@@ -121,26 +116,15 @@ def year_costs(week_costs: Sequence[PrivacyCost], od_epsilon: float = 0.0) -> li
     return [*week_costs, *od] * WEEKS
 
 
-def weekly_budget(cap_epsilon: float, mechanism: Mechanism, design: Design, stops: pd.DataFrame,
-                  od_epsilon: float = 0.0, cap_delta: float = CAP_DELTA, rel_tol: float = 1e-4) -> float:
-    """The largest nominal per-week epsilon whose 52 weekly releases (and OD trees) compose within the cap
-    (binary search to ``rel_tol``; 0 when the OD trees alone exceed it). The costs depend neither on the bounds
-    nor on the public domains, so the search plans with the tightest bounds (any budget builds a mechanism) and
-    one stop per mode (the public-domain plan is then fast)."""
-    if od_epsilon > 0 and not within(year_costs([], od_epsilon), cap_epsilon, cap_delta):
+def weekly_budget(cap_epsilon: float, mechanism: Mechanism, design: Design, od_epsilon: float = 0.0,
+                  cap_delta: float = CAP_DELTA) -> float:
+    """The largest nominal per-week epsilon whose 52 weekly releases (and OD trees) compose within the cap: the
+    production share (``release.share.weekly_epsilon``) over a year of 52 weeks; 0 when the OD trees alone
+    exceed it."""
+    try:
+        return weekly_epsilon(cap_epsilon, cap_delta, WEEKS, mechanism, design, od_epsilon)
+    except ValueError:
         return 0.0
-    period, stops = week(), stops.groupby("mode", observed=True).head(1)
-    tightest = ContributionBounds(max_trips_per_card_day=1, max_days_per_card=1)
-
-    def fits(epsilon: float) -> bool:
-        plan = weekly_plan(epsilon, WEEK_DELTA, mechanism, design, tightest, period, stops)
-        return within(year_costs(weekly_costs(plan), od_epsilon), cap_epsilon, cap_delta)
-
-    lo, hi = 0.0, cap_epsilon
-    while hi - lo > rel_tol * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
 
 
 def annual(week_costs: Sequence[PrivacyCost], od_epsilon: float = 0.0, cap_delta: float = CAP_DELTA) -> float:
@@ -165,7 +149,7 @@ def budget_table(stops: pd.DataFrame, caps: Sequence[float] = CAPS,
     for cap in caps:
         for mechanism, design in MECHANISMS:
             for od in od_epsilons:
-                epsilon = weekly_budget(cap, mechanism, design, stops, od)
+                epsilon = weekly_budget(cap, mechanism, design, od)
                 rows.append({"cap_epsilon": cap, "cap_delta": CAP_DELTA, "mechanism": mechanism.value,
                              "design": design.value, "od_epsilon_per_date": od, "week_epsilon": epsilon,
                              "week_delta": WEEK_DELTA, "week_rho": week_rho(epsilon, mechanism, design, stops),

@@ -185,16 +185,14 @@ def _progress_bar(job: str, span: tuple[str, str] | None, steps: int, enabled: b
         bar.close()
 
 
-def budget_config(args: argparse.Namespace, days: list[str]) -> dict[str, object]:
+def budget_config(args: argparse.Namespace) -> dict[str, object]:
     """The ``privacy_budget`` configuration the command line asks for (only what it sets)."""
     config: dict[str, object] = {"privacy_unit": args.privacy_unit}
     for name in ("mechanism", "release_design", "relation", "max_trips_per_card_day", "max_per_bin", "max_days_per_card",
-                 "acknowledge_ledger_reset"):
+                 "period", "acknowledge_ledger_reset"):
         value = getattr(args, name)
         if value is not None:
             config[name] = value
-    if PrivacyUnit(args.privacy_unit) is PrivacyUnit.CARD_PERIOD:
-        config["period"] = args.period or ",".join(days)
     return config
 
 
@@ -237,8 +235,16 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     pending = [d for d in data["pending_dates"] if d not in failed]
     if pending:
         lines.append(f"pending (registered, not released): {', '.join(pending)}")
+    person = statement["person"]
+    if person["bounded"]:
+        cap, spent = person["cap"], person["spent"]
+        whole = (f"one person over any {person['horizon_days']} days: (epsilon = {spent['epsilon']:.4g}, delta = "
+                 f"{spent['delta']:.3g}) spent of the cap (epsilon = {cap['epsilon']:g}, delta = {cap['delta']:g})")
+    else:
+        whole = "no person-level bound (a card's trips are not bounded)"
     return lines + [
-        f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}",
+        f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}; "
+        + whole,
         f"release: {storage.published_dir / LATEST} -> {folder.name} (index.html for the public; PRIVACY.md explains the guarantee)",
     ]
 
@@ -264,8 +270,10 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--strict", action="store_true",
                          help="refuse to run if group or others can read the raw or private folder or the Dagster "
                               "home (default: warn; also $OPAL_DP_STRICT_PERMISSIONS=1)")
-    release.add_argument("--privacy-unit", choices=[u.value for u in PrivacyUnit], default=PrivacyUnit.TRIP.value,
-                         help="whom the release protects (default: trip, the 2016 release)")
+    release.add_argument("--privacy-unit", choices=[u.value for u in PrivacyUnit], default=PrivacyUnit.CARD_PERIOD.value,
+                         help="whom the release protects (default: card_period, one card over each calendar week, at "
+                              "the weekly share of the person cap; trip reproduces the 2016 release, which has no "
+                              "person-level bound)")
     release.add_argument("--mechanism", choices=[m.value for m in Mechanism], help="default: laplace; gaussian for card_period")
     release.add_argument("--design", dest="release_design", choices=[d.value for d in Design],
                          help="release design: sbh (default, the 2016 design) or public_domain (noise on every "
@@ -275,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     release.add_argument("--max-trips-per-card-day", type=int)
     release.add_argument("--max-per-bin", type=int)
     release.add_argument("--max-days-per-card", type=int)
-    release.add_argument("--period", help="card_period: its dates, e.g. 2016-07-25..2016-08-14 (default: the raw days)")
+    release.add_argument("--period", help="card_period: weekly (default: each calendar week, Monday to Sunday, is one "
+                                           "period) or the dates of one period, e.g. 2016-07-25..2016-08-14")
     release.add_argument("--synthetic", action="store_true",
                          help="also publish synthetic card-day trips (card_period DP, charged to the period; "
                               "budget: privacy_budget.synthetic_epsilon/_delta) under published/synthetic/")
@@ -342,7 +351,7 @@ def _release(args: argparse.Namespace) -> None:
     make_dirs(log_file.parent)
     print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or Design.SBH} from {storage.raw_dir}; full log: {log_file}")
     with dg.DagsterInstance.get() as instance:
-        results = run_release(instance, budget=budget_config(args, days), data_dir=storage.data_dir,
+        results = run_release(instance, budget=budget_config(args), data_dir=storage.data_dir,
                               log_file=None if args.verbose else log_file, progress=not args.verbose,
                               synthetic=args.synthetic)
     print("\n".join(summary(results, storage)))

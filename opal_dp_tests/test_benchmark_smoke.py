@@ -96,20 +96,24 @@ def test_synthetic_benchmark_smoke(tmp_path):
 
 
 def test_person_cap_budget_is_the_largest_within_the_cap():
+    """The benchmark's budget is the production share (``release.share``) over a year of 52 weeks."""
     from benchmarks.person_cap import annual, week, weekly_budget, weekly_costs, weekly_plan
     from opal_dp.core import ContributionBounds
     from opal_dp.network import load_stops
     from opal_dp.release.options import Design, Mechanism
+    from opal_dp.release.share import weekly_epsilon
 
     stops = load_stops()
-    epsilon = weekly_budget(20.0, Mechanism.GAUSSIAN, Design.SBH, stops)
+    epsilon = weekly_budget(20.0, Mechanism.GAUSSIAN, Design.SBH)
+    assert epsilon == weekly_epsilon(20.0, 1e-6, 52, Mechanism.GAUSSIAN, Design.SBH)
 
     def year(e):
         plan = weekly_plan(e, 1e-6 / 104, Mechanism.GAUSSIAN, Design.SBH, ContributionBounds(), week(), stops)
         return annual(weekly_costs(plan))
 
     assert 1.0 < epsilon < 20.0 / 52 * 10
-    assert year(epsilon) <= 20.0 < year(epsilon * 1.001)
+    assert year(epsilon) <= 20.0 < year(epsilon + 0.02)  # the largest to three digits
+    assert weekly_budget(20.0, Mechanism.GAUSSIAN, Design.SBH, od_epsilon=1.0) == 0.0  # the trees alone pass the cap
 
 
 def test_person_cap_tally_weighted_error():

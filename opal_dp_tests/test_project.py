@@ -45,7 +45,8 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     assert re.fullmatch(r"released 56 partitions \(14 days x modes\), [\d,]+ trips read, [\d,]+ cells listed in time-loc.csv",
                         summary[0]), summary
     assert summary[1].startswith("data: the bundled SYNTHETIC sample") and "for 14 of 14 days" in summary[1], summary
-    assert summary[-2].startswith("protected: one trip at (epsilon = ") and "per (date, mode) partition" in summary[-2]
+    assert summary[-2].startswith("protected: all trips of one card over the whole release period at (epsilon = ")
+    assert "per release period; one person over any 365 days: (epsilon = " in summary[-2], summary[-2]
     assert summary[-1].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")
     assert len(summary) <= 5 and all(line.startswith("rejected rows: ") for line in summary[2:-2]), summary
     assert (clone / ".dagster_home" / "dagster.yaml").read_text().count("enabled: false") >= 1
@@ -91,7 +92,7 @@ def test_a_non_editable_install_releases_with_an_explicit_data_directory(tmp_pat
                            env=env, capture_output=True, text=True, check=True).stdout
     assert Path(where.strip()).is_relative_to(site)
     done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--data-dir", str(data),
-                           "--workers", "2"],
+                           "--workers", "2", "--privacy-unit", "trip"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (data / "published" / "latest" / "privacy.json").exists()

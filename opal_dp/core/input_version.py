@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 _DOMAIN = b"opal_dp/raw-file-version/v1\0"
@@ -40,16 +40,15 @@ def combined(versions: Mapping[str, str], dates: Iterable[str]) -> str:
 
 
 def input_versions(raw: Mapping[str, Path], dates: Collection[str], key: bytes,
-                   period: Collection[str] = ()) -> dict[str, str]:
+                   period_of: Callable[[str], Collection[str]] | None = None) -> dict[str, str]:
     """For each of ``dates``, the input version of the ledger scope it is released in: the version of its own raw
-    file (``raw``: date -> raw file), or with a ``period`` (card_period) the combined version of every date of
-    the period."""
-    scope_dates = set(period) | set(dates) if period else set(dates)
-    versions = {d: file_version(raw[d], key) for d in sorted(scope_dates) if d in raw}
-    if period:
-        whole = combined(versions, period)
-        return {d: whole for d in dates}
-    return {d: combined(versions, [d]) for d in dates}
+    file (``raw``: date -> raw file), or with ``period_of`` (card_period: date -> the dates of its period) the
+    combined version of every date of its period. A date of the scope without a raw file is an error (``combined``):
+    a period is released whole."""
+    scopes = {d: tuple(period_of(d)) if period_of else (d,) for d in dates}
+    needed = sorted({d for scope in scopes.values() for d in scope})
+    versions = {d: file_version(raw[d], key) for d in needed if d in raw}
+    return {d: combined(versions, scope) for d, scope in scopes.items()}
 
 
 def stand_ins(scopes: Mapping[str, str], prints: Mapping[str, str]) -> dict[str, str]:

@@ -17,12 +17,17 @@ from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, Ledger
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.locations import DataLocation
-from opal_dp.release.marginals.plan import ReleasePlan, build_plan, parse_period
+from opal_dp.release.marginals.plan import ReleasePlan, build_plan
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.od.engine import OdPlan
 from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.periods import Periods
+from opal_dp.release.share import weekly_epsilon, week_delta, weeks_touching, split
 
 DEFAULT_DELTA = 1 / 8_000_000
+WEEKLY_OD_EPSILON = 0.05
+"""The OD tree's default epsilon a date in the weekly card_period release: 365 of them cost one person about
+epsilon 4.6 a year (``benchmarks.person_cap``), leaving most of the person cap to the six marginals."""
 
 
 class CapMismatch(LedgerError):
@@ -35,9 +40,14 @@ class PrivacySettings(BaseModel):
     ``synthetic_epsilon``/``synthetic_delta``: the synthetic card-day trips' budget per card over the period
     (``defs.synthetic``), charged to the card_period scope of the period.
 
-    Defaults reproduce the 2016 release: unit ``trip``, relation ``replace_one``, epsilon_j = 1,1,1,1,2,2 and
-    delta_j = 1/8,000,000, so one full release costs (8, 6/8,000,000) per scope. Card units default to
-    add/remove and the bounds below; ``card_period`` to the thresholded discrete Gaussian in zCDP.
+    The default protects people: unit ``card_period`` over calendar weeks (``period`` unset or ``weekly``;
+    ``release.periods``), add/remove, the bounds below, the thresholded discrete Gaussian in zCDP, and the weekly
+    share of the person cap (``release.share``): the largest per-week budget that a release every week of the
+    horizon keeps within the person cap (the OD trees off unless asked for, then at ``od_epsilon`` 0.05 a date
+    within the share). Explicit ``epsilon``/``delta`` override the share. ``privacy_unit = "trip"`` reproduces the 2016 release (relation
+    ``replace_one``, epsilon_j = 1,1,1,1,2,2, delta_j = 1/8,000,000: (8, 6/8,000,000) per scope), with no
+    person-level bound; ``card_day`` and a ``card_period`` with explicit dates use the same 2016 budgets unless
+    given others.
     ``release_design``: ``sbh`` (default, the 2016 design) or ``public_domain`` (``opal_dp.release.marginals.plan``); it
     composes with any unit, relation, bounds and mechanism.
 
@@ -46,27 +56,27 @@ class PrivacySettings(BaseModel):
     refused, and ``python -m opal_dp.cli ledger raise-cap`` is the only way to change it.
     ``fresh_draw`` asks for new noise over an input that was already released: it is charged.
 
-    OD release (``release.od.engine``): ``od_release`` (default on), one noisy prefix tree per date at
+    OD release (``release.od.engine``): ``od_release`` (``releases_od``), one noisy prefix tree per date at
     ``od_epsilon`` (pure DP per card-day), height ``od_height``, the ``od_top_sequences`` most frequent sanitized
     sequences published. Its cost is part of every unit's default cap (``od_cost``), so that the tree composes
     with the marginals on the same ledger scopes.
     """
 
-    privacy_unit: str = PrivacyUnit.TRIP.value
+    privacy_unit: str = PrivacyUnit.CARD_PERIOD.value
     relation: str | None = None  # default: the unit's (replace_one for trip, add_remove for card units)
     mechanism: str | None = None  # laplace | gaussian; default: laplace, gaussian for card_period
     release_design: str = "sbh"  # sbh | public_domain
-    epsilon: dict[str, float] = {m.name: m.default_epsilon for m in MARGINALS}
-    delta: dict[str, float] = {m.name: DEFAULT_DELTA for m in MARGINALS}
+    epsilon: dict[str, float] | None = None  # per marginal; default: the weekly share, or the 2016 values
+    delta: dict[str, float] | None = None
     max_trips_per_card_day: int = ContributionBounds.max_trips_per_card_day
     max_per_bin: int = ContributionBounds.max_per_bin
     max_days_per_card: int | None = None
-    period: str | None = None  # card_period: "2016-07-25..2016-07-31,2016-08-08..2016-08-14"
+    period: str | None = None  # card_period: None or "weekly" (calendar weeks), or dates "2016-07-25..2016-07-31"
     cap_epsilon: float | None = None
     cap_delta: float | None = None
     fresh_draw: bool = False
-    od_release: bool = True
-    od_epsilon: float = 1.0
+    od_release: bool | None = None  # default: on, off in the weekly card_period release (``releases_od``)
+    od_epsilon: float | None = None  # a date; default: 0.05 in the weekly card_period release, else 1
     od_height: int = 4
     od_top_sequences: int = 100
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
@@ -80,28 +90,28 @@ class PrivacySettings(BaseModel):
     def _validate(self) -> "PrivacySettings":
         names = {m.name for m in MARGINALS}
         for label, values in (("epsilon", self.epsilon), ("delta", self.delta)):
-            if set(values) != names:
+            if values is not None and set(values) != names:
                 raise ValueError(f"{label} must give exactly the marginals {sorted(names)}, got {sorted(values)}")
+        epsilon, delta = (self.epsilon or {}), (self.delta or {})
         for name in sorted(names):
-            eps, delta = self.epsilon[name], self.delta[name]
+            eps, dlt = epsilon.get(name, 1.0), delta.get(name, DEFAULT_DELTA)
             if not (math.isfinite(eps) and eps > 0):
                 raise ValueError(f"epsilon[{name}] must be finite and > 0, got {eps}")
-            if not 0 < delta < 1:
-                raise ValueError(f"delta[{name}] must satisfy 0 < delta < 1, got {delta}")
+            if not 0 < dlt < 1:
+                raise ValueError(f"delta[{name}] must satisfy 0 < delta < 1, got {dlt}")
         PrivacyUnit(self.privacy_unit)
         if self.relation is not None:
             Relation(self.relation)
         self.noise_mechanism, self.design  # parse both once, here
         self.bounds  # validates the bounds
-        if self.period is not None:
-            parse_period(self.period)
+        self.periods  # parses the period
         if not (math.isfinite(self.synthetic_epsilon) and self.synthetic_epsilon > 0 and 0 < self.synthetic_delta < 1):
             raise ValueError(f"synthetic_epsilon must be > 0 and 0 < synthetic_delta < 1, got "
                              f"({self.synthetic_epsilon}, {self.synthetic_delta})")
         for label, cap in (("cap_epsilon", self.cap_epsilon), ("cap_delta", self.cap_delta)):
             if cap is not None and not cap > 0:
                 raise ValueError(f"{label} must be > 0, got {cap}")
-        if not (math.isfinite(self.od_epsilon) and self.od_epsilon > 0):
+        if self.od_epsilon is not None and not (math.isfinite(self.od_epsilon) and self.od_epsilon > 0):
             raise ValueError(f"od_epsilon must be finite and > 0, got {self.od_epsilon}")
         if self.od_height < 1 or self.od_top_sequences < 0:
             raise ValueError("od_height must be >= 1 and od_top_sequences >= 0")
@@ -121,21 +131,61 @@ class PrivacySettings(BaseModel):
         return None if self.mechanism is None else Mechanism.parse(self.mechanism)
 
     @property
+    def periods(self) -> Periods:
+        """Which dates form one card_period scope (``release.periods``)."""
+        return Periods.parse(self.period)
+
+    @property
+    def weekly_share(self) -> bool:
+        """Whether the budgets default to the weekly share of the person cap (module ``release.share``)."""
+        return self.unit is PrivacyUnit.CARD_PERIOD and self.periods.weekly
+
+    @property
+    def releases_od(self) -> bool:
+        """Whether the OD prefix trees are released: as configured, else on, except in the weekly card_period
+        release, where the weekly share they would get (``WEEKLY_OD_EPSILON`` a date) lists no OD pair on the
+        bundled sample (README, "The default release"): its budget goes to the marginals."""
+        return self.od_release if self.od_release is not None else not self.weekly_share
+
+    @property
+    def od_budget(self) -> float:
+        """The OD tree's epsilon a date."""
+        if self.od_epsilon is not None:
+            return self.od_epsilon
+        return WEEKLY_OD_EPSILON if self.weekly_share else 1.0
+
+    def budget(self) -> tuple[dict[str, float], dict[str, float]]:
+        """The nominal (epsilon_j, delta_j) per marginal: as configured, else the weekly share of the person cap
+        (``release.share.weekly_epsilon``, from the configured or default person cap and horizon), else the 2016
+        values."""
+        if self.epsilon is not None and self.delta is not None:
+            return dict(self.epsilon), dict(self.delta)
+        if self.weekly_share:
+            cap = (self.person_cap_epsilon or DEFAULT_PERSON_CAP[0], self.person_cap_delta or DEFAULT_PERSON_CAP[1])
+            weeks = weeks_touching(self.person_horizon_days or DEFAULT_HORIZON_DAYS)
+            mechanism = self.noise_mechanism or Mechanism.default_for(self.unit)
+            od = self.od_budget if self.releases_od else 0.0
+            epsilon, delta = split(weekly_epsilon(*cap, weeks, mechanism, self.design, od), week_delta(cap[1], weeks))
+        else:
+            epsilon, delta = {m.name: m.default_epsilon for m in MARGINALS}, {m.name: DEFAULT_DELTA for m in MARGINALS}
+        return dict(self.epsilon or epsilon), dict(self.delta or delta)
+
+    @property
     def bounds(self) -> ContributionBounds:
         return ContributionBounds(self.max_trips_per_card_day, self.max_per_bin, self.max_days_per_card)
 
     @property
     def nominal(self) -> tuple[float, float]:
         """What one full release costs a scope: (sum epsilon_j, sum delta_j)."""
-        return math.fsum(self.epsilon.values()), math.fsum(self.delta.values())
+        epsilon, delta = self.budget()
+        return math.fsum(epsilon.values()), math.fsum(delta.values())
 
     def od_cost(self, unit: PrivacyUnit) -> float:
         """What the OD trees add to one scope of ``unit`` (``release.od.engine``): nothing to a trip scope,
         ``od_epsilon`` to a date, ``od_epsilon`` per date to a period."""
-        if not self.od_release or unit is PrivacyUnit.TRIP:
+        if not self.releases_od or unit is PrivacyUnit.TRIP:
             return 0.0
-        days = len(parse_period(self.period)) if unit is PrivacyUnit.CARD_PERIOD and self.period else 1
-        return self.od_epsilon * days
+        return self.od_budget * (self.periods.days if unit is PrivacyUnit.CARD_PERIOD else 1)
 
     def _default_cap(self) -> tuple[float, float]:
         """One full release of a scope of the configured unit, OD trees included: for a card_period, the larger of
@@ -146,23 +196,22 @@ class PrivacySettings(BaseModel):
             return eps + extra, delta
         plan = self.plan()
         costs = [m.cost() for m in plan.mechanisms.values()]
-        costs += [PrivacyCost.approx_dp(self.od_epsilon, 0.0)] * len(plan.period)
+        costs += [PrivacyCost.approx_dp(self.od_budget, 0.0)] * self.periods.days
         return max(eps + extra, compose(costs, delta_target=delta).epsilon), delta
 
     def od_plan(self, symbols_per_group: pd.DataFrame) -> OdPlan:
         """The OD trees' plan; ``symbols_per_group``: the public taxonomy (``TripAlphabet.groups``)."""
         taxonomy = Taxonomy(symbols_per_group["first"].to_numpy(), symbols_per_group["size"].to_numpy())
-        period = parse_period(self.period) if self.unit is PrivacyUnit.CARD_PERIOD and self.period else ()
-        return OdPlan(self.unit, TreeBudget(self.od_epsilon, self.od_height), taxonomy,
-                      f"{period[0]}..{period[-1]}" if period else "")
+        return OdPlan(self.unit, TreeBudget(self.od_budget, self.od_height), taxonomy, self.periods)
 
     def plan(self, stops: pd.DataFrame | None = None, design: Design | None = None) -> ReleasePlan:
         """The release plan; production noise from the OS CSPRNG (there is no seed to set). ``stops``: the
         public stop list of the reference resource (the public-domain design's domains); ``design``: another
         release design than the configured one (the internal design comparison)."""
+        epsilon, delta = self.budget()
         return build_plan(
-            self.unit, self.epsilon, self.delta, relation=self.relation, mechanism=self.noise_mechanism,
-            bounds=self.bounds, period=parse_period(self.period) if self.period else (),
+            self.unit, epsilon, delta, relation=self.relation, mechanism=self.noise_mechanism,
+            bounds=self.bounds, periods=self.periods,
             design=self.design if design is None else design, stops=stops,
         )
 

@@ -43,6 +43,7 @@ from opal_dp.release.synthetic.archetypes import HOURS, Districts, districts
 from opal_dp.release.marginals.tables import BY_NAME, COUNT, MARGINALS, histograms
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.reports.plots import figure, png
+from opal_dp.release.periods import Periods
 
 COLUMNS = ("date", "mode", "hour", "on_district", "off_district", "card_day_trips")
 SBH_TRIPS_PRIOR = {1: 0.25, 2: 0.55, 3: 0.1, 4: 0.1}
@@ -146,7 +147,7 @@ def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: flo
     weights = {m.name: m.default_epsilon for m in MARGINALS}
     total = math.fsum(weights.values())
     plan = build_plan(PrivacyUnit.CARD_PERIOD, {k: epsilon * v / total for k, v in weights.items()},
-                      {k: delta / len(weights) for k in weights}, bounds=bounds, period=period, gaussian=noise)
+                      {k: delta / len(weights) for k in weights}, bounds=bounds, periods=Periods(period), gaussian=noise)
     dist = districts(stops, location_labels(stops))
     out = []
     for day, trips in bounded.items():

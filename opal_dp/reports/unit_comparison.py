@@ -28,6 +28,7 @@ from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.reports.plots import figure, png
+from opal_dp.release.periods import Periods
 
 CELLS = [m for m in MARGINALS if m.by_time and m.by_loc]
 LARGE = 100
@@ -46,7 +47,7 @@ def compare_units(
     """One row per unit (module docstring). ``days``: service date -> loader of that day's binned trips with
     card ids (``CardBinnedTrips``); the period of ``card_period`` is all of them."""
     period = tuple(sorted(days))
-    plans = {u: build_plan(u, epsilon, delta, bounds=bounds, period=period) for u in units}
+    plans = {u: build_plan(u, epsilon, delta, bounds=bounds, periods=Periods(period)) for u in units}
     tallies = {u: _Tally() for u in units}
     for day in period:
         trips = days[day]()

@@ -13,9 +13,11 @@ from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for, peri
 from opal_dp.core import ContributionBounds, DiscreteLaplace, PrivacyUnit, SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.marginals.plan import build_plan, parse_period
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.periods import parse_dates
+from opal_dp.release.periods import Periods
 
-PERIOD = parse_period("2016-07-25..2016-08-07")  # 14 days
+PERIOD = parse_dates("2016-07-25..2016-08-07")  # 14 days
 BOUNDS = ContributionBounds(max_trips_per_card_day=4, max_per_bin=1)
 RUNS = 2 * 10**5  # the period scenario: RUNS // 10 releases of 56 bins
 
@@ -28,8 +30,8 @@ def noise(kind: str, seed: int):
 def test_the_audit_uses_the_sensitivity_of_the_plan_it_audits(kind):
     """The audited mechanism is calibrated like the plan's: card_period, the plan's days, its bounds."""
     plan = build_plan("card_period", {m.name: 0.1 for m in MARGINALS}, {m.name: 1e-8 for m in MARGINALS},
-                      mechanism=kind, bounds=BOUNDS, period=PERIOD)
-    mech, _, _ = audit_mechanism_for(kind, plan.bounds, unit=plan.unit, period_days=len(plan.period))
+                      mechanism=kind, bounds=BOUNDS, periods=Periods(PERIOD))
+    mech, _, _ = audit_mechanism_for(kind, plan.bounds, unit=plan.unit, period_days=plan.periods.days)
     assert {m.sensitivity for m in plan.mechanisms.values()} == {mech.sensitivity}
 
 

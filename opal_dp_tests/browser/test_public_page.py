@@ -48,7 +48,9 @@ def release(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as env:
         env.setenv(DATA_DIR_ENV, str(root))
         env.setenv(PUBLISHER_ENV, PUBLISHER)
-        run_release(dg.DagsterInstance.ephemeral(), data_dir=root, log_file=root / "runs.log")
+        # card-level as by default, over the two days as one period (the weekly default waits for whole weeks)
+        run_release(dg.DagsterInstance.ephemeral(), data_dir=root, log_file=root / "runs.log",
+                    budget={"period": ",".join(d.isoformat() for d in DAYS)})
     return (root / "published" / LATEST).resolve()
 
 

@@ -26,6 +26,7 @@ from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram, sigma_fo
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp_tests.core.helpers import binomial_interval
 from opal_dp_tests.core.test_opendp_oracle import NOMINAL, PERIOD
+from opal_dp.release.periods import Periods
 
 dp.enable_features("contrib")
 SPACE = (dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64)),
@@ -49,7 +50,7 @@ def exact_delta(mech: GaussianThresholdHistogram) -> float:
 def test_every_unit_with_the_gaussian_within_opendp_accounting(unit, relation, bounds):
     """(unit, gaussian): rho equals OpenDP's (L2 = sqrt(L0) * Linf, as OpenDP bounds it, when that is the
     sensitivity); delta covers the exact discrete tail and OpenDP's map at our threshold."""
-    plan = build_plan(unit, *NOMINAL, relation=relation, mechanism="gaussian", bounds=bounds, period=PERIOD)
+    plan = build_plan(unit, *NOMINAL, relation=relation, mechanism="gaussian", bounds=bounds, periods=Periods(PERIOD))
     for mech in plan.mechanisms.values():
         rho, delta = opendp_map(mech, mech.min_released_count)
         s = mech.sensitivity

@@ -31,10 +31,10 @@ def test_a_date_scope_has_its_own_version_and_a_period_one_for_all_its_dates(raw
     days = ["2016-07-25", "2016-07-26"]
     per_day = input_versions(raw, days, KEY)
     assert per_day["2016-07-25"] != per_day["2016-07-26"]
-    period = input_versions(raw, days, KEY, period=list(raw))
+    period = input_versions(raw, days, KEY, period_of=lambda day: list(raw))
     assert len(set(period.values())) == 1 and set(period) == set(days)
     raw["2016-07-27"].write_bytes(b"replaced")  # a date of the period not in this run: still a new version
-    assert input_versions(raw, days, KEY, period=list(raw)) != period
+    assert input_versions(raw, days, KEY, period_of=lambda day: list(raw)) != period
     assert input_versions(raw, days, KEY) == per_day
     with pytest.raises(ValueError, match="no raw file version"):
         combined({}, ["2016-07-25"])

@@ -15,6 +15,7 @@ import pytest
 from opal_dp.core import ContributionBounds, PrivacyUnit, Relation, StabilityHistogram, release_probability
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp_tests.core.helpers import binomial_interval, trip_sbh
+from opal_dp.release.periods import Periods
 
 dp.enable_features("contrib")
 
@@ -74,7 +75,7 @@ NOMINAL = ({"tap_on_time": 1.0, "tap_on_loc": 1.0, "tap_off_time": 1.0, "tap_off
 def test_every_unit_with_laplace_within_opendp_accounting(unit, relation, bounds):
     """(unit, laplace): each marginal's stated (epsilon, delta) covers OpenDP's map at the unit's sensitivity,
     and OpenDP's delta at ``min_released_count - 1`` (the #2922 correction) equals ours exactly."""
-    plan = build_plan(unit, *NOMINAL, relation=relation, mechanism="laplace", bounds=bounds, period=PERIOD)
+    plan = build_plan(unit, *NOMINAL, relation=relation, mechanism="laplace", bounds=bounds, periods=Periods(PERIOD))
     for mech in plan.mechanisms.values():
         eps, delta = opendp_map(mech, mech.min_released_count - 1)
         assert eps <= mech.epsilon * (1 + 1e-9)

@@ -60,7 +60,7 @@ CHILD = textwrap.dedent("""
 
     setattr(owner, attr, killer)
     with dg.DagsterInstance.ephemeral() as instance:
-        run_release(instance)
+        run_release(instance, budget={"privacy_unit": "trip"})
     sys.exit(3)  # the kill point was never reached
 """)
 
@@ -74,11 +74,11 @@ def crash(data_dir: Path, owner: str, attr: str, when: str, n: int) -> None:
 
 def rerun() -> None:
     with dg.DagsterInstance.ephemeral() as instance:
-        run_release(instance)
+        run_release(instance, budget={"privacy_unit": "trip"})
 
 
 def ledger() -> PrivacyLedger:
-    return PrivacyBudget().ledger(default_storage())
+    return PrivacyBudget(privacy_unit="trip").ledger(default_storage())
 
 
 def assert_never_under_charged() -> None:

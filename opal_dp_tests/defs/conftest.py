@@ -1,4 +1,6 @@
-"""A small synthetic fortnight slice released end to end once per test session."""
+"""A small synthetic fortnight slice released end to end once per test session, as the 2016 trip-level
+reproduction (``privacy_unit: trip``): two days of two different weeks, which the weekly card-level default would
+not release before their weeks are complete (``defs/test_default_release.py`` covers that default)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from opal_dp.simulate.trips import generate_days
 
 DAYS = [date(2016, 7, 25), date(2016, 7, 30)]  # a weekday and a Saturday
 SCALE = 0.01
+TRIP = {"privacy_unit": "trip"}
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +35,7 @@ def released(data_dir):
     os.environ[DATA_DIR_ENV] = str(data_dir)
     instance = dg.DagsterInstance.ephemeral()
     try:
-        yield instance, run_release(instance)
+        yield instance, run_release(instance, budget=TRIP)
     finally:
         if previous is None:
             os.environ.pop(DATA_DIR_ENV)

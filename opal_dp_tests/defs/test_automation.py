@@ -19,7 +19,7 @@ from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ra
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES
 from opal_dp_tests.conftest import write_csv
-from opal_dp_tests.defs.conftest import DAYS
+from opal_dp_tests.defs.conftest import DAYS, TRIP
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 ROLLUP_ASSETS = {"privacy_ledger", "privacy_audit", "utility_report", "disclosure_risk", "published_release"}
@@ -128,7 +128,7 @@ def test_a_launch_from_the_asset_graph_with_a_deployment_epsilon_flows_to_a_publ
     definitions = dg.Definitions(
         assets=base.assets, asset_checks=base.asset_checks, jobs=base.jobs, sensors=base.sensors,
         loggers=base.loggers,
-        resources={**base.resources, "storage": storage, "privacy_budget": PrivacyBudget(epsilon=epsilon)},
+        resources={**base.resources, "storage": storage, "privacy_budget": PrivacyBudget(privacy_unit="trip", epsilon=epsilon)},
     )
     instance = dg.DagsterInstance.ephemeral()
     first = dg.evaluate_automation_conditions(defs=definitions, instance=instance)  # the daemon is running...
@@ -140,7 +140,7 @@ def test_a_launch_from_the_asset_graph_with_a_deployment_epsilon_flows_to_a_publ
     rollup = definitions.resolve_job_def("rollup").execute_in_process(instance=instance)  # as weekly_rollup launches it
     assert rollup.success
     statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
-    ledger = PrivacyBudget(epsilon=epsilon).ledger(storage)
+    ledger = PrivacyBudget(privacy_unit="trip", epsilon=epsilon).ledger(storage)
     charged = {c.marginal: json.loads(c.mechanism)["epsilon"] for c in ledger.charges() if c.unit == "trip"}
     assert charged == epsilon  # the OD trees are charged to card_day scopes
     assert {m["name"]: m["epsilon"] for m in statement["marginals"]} == epsilon
@@ -155,16 +155,18 @@ def test_a_failed_day_leaves_the_rest_published_and_pending(tmp_path):
     for day in DAYS:
         write_day(storage.raw_dir, day.isoformat(), tiny_day(day.isoformat(), trips=1_500))
     instance = dg.DagsterInstance.ephemeral()
-    run_release(instance, data_dir=storage.root)
+    run_release(instance, data_dir=storage.root, budget=TRIP)
     bad_day = "2016-07-31"
     write_csv(storage.raw_dir, bad_day, [], header="card_id,mode")  # missing columns: ingest fails
     instance.add_dynamic_partitions("service_date", [bad_day])
     stages = defs().resolve_job_def("private_stages").execute_in_process(
         instance=instance, tags={RANGE_START: bad_day, RANGE_END: bad_day}, raise_on_error=False,
-        run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}})
+        run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+                                  "privacy_budget": {"config": TRIP}}})
     assert not stages.success
     rollup = defs().resolve_job_def("rollup").execute_in_process(
-        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}})
+        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+                                                     "privacy_budget": {"config": TRIP}}})
     assert rollup.success
     published = [e for e in rollup.get_asset_materialization_events() if e.asset_key == dg.AssetKey("published_release")]
     meta = published[0].materialization.metadata

@@ -22,10 +22,11 @@ def data_dir(tmp_path, monkeypatch):
 
 
 def test_a_configured_cap_is_used_only_when_the_ledger_is_created(data_dir):
-    assert PrivacyBudget(cap_epsilon=4.0).ledger(default_storage()).cap("trip").epsilon == 4.0
+    trip = {"privacy_unit": "trip"}
+    assert PrivacyBudget(cap_epsilon=4.0, **trip).ledger(default_storage()).cap("trip").epsilon == 4.0
     with pytest.raises(dg.Failure, match="raise-cap"):
-        PrivacyBudget(cap_epsilon=40.0).ledger(default_storage())  # a later configuration cannot lift it
-    assert PrivacyBudget().ledger(default_storage()).cap("trip").epsilon == 4.0
+        PrivacyBudget(cap_epsilon=40.0, **trip).ledger(default_storage())  # a later configuration cannot lift it
+    assert PrivacyBudget(**trip).ledger(default_storage()).cap("trip").epsilon == 4.0
 
 
 def test_the_cli_raises_a_cap_with_its_reason_and_shows_the_history(data_dir, capsys):
@@ -66,5 +67,4 @@ def test_unit_settings_are_validated():
                 {"period": "2016-07-31..2016-07-25"}, {"relation": "swap"}):
         with pytest.raises(Exception):
             PrivacyBudget(**bad)
-    with pytest.raises(ValueError, match="period"):
-        PrivacyBudget(privacy_unit="card_period").plan()
+    assert PrivacyBudget(privacy_unit="card_period").plan().scope("2016-07-27", "bus") == "2016-07-25..2016-07-31"

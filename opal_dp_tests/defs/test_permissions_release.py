@@ -47,7 +47,7 @@ def released(tmp_path_factory):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("DAGSTER_HOME", str(home))
             patch.delenv(STRICT_PERMISSIONS_ENV, raising=False)
-            main(["release", "--data-dir", str(data)])
+            main(["release", "--data-dir", str(data), "--privacy-unit", "trip"])
         yield data, home
     finally:
         os.umask(previous)

@@ -9,7 +9,6 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from opal_dp import settings
 from opal_dp.cli import run_release
 from opal_dp.defs.marginals.release import CHECK_SPECS, PLAUSIBLE_PAIRS
 from opal_dp.defs.shared.budget import PrivacyBudget
@@ -21,7 +20,7 @@ from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.publish import od_tables
 from opal_dp.release.publish import LATEST, LATEST_JSON, RELEASE_ID, files_of, latest_release, to_open_data
-from opal_dp_tests.defs.conftest import DAYS
+from opal_dp_tests.defs.conftest import DAYS, TRIP
 
 
 def materialized(instance: dg.DagsterInstance, key: str) -> set[str]:
@@ -94,7 +93,7 @@ def test_the_ledger_is_a_table_in_the_ui_without_nan(released):
 
 def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
     """Six marginals per (date, mode) under the trip unit, and one OD tree per date on its card_day scope."""
-    ledger = PrivacyBudget().ledger(default_storage())
+    ledger = PrivacyBudget(**TRIP).ledger(default_storage())
     charges = ledger.charges()
     pairs = [(c.scope, c.marginal) for c in charges if c.unit == "trip"]
     assert len(pairs) == len(set(pairs)) == 8 * 6
@@ -144,15 +143,15 @@ def test_nothing_non_dp_is_reachable_from_published(released):
         assert (latest / f"{table}.csv").read_text(encoding="utf-8") == frame.to_csv(index=False)
     trees = {d.isoformat(): pd.read_parquet(storage.private_dir / "od_prefix_tree" / f"{d.isoformat()}.parquet")
              for d in DAYS}
-    for table, frame in od_tables(trees, TripAlphabet.from_stops(load_stops()), PrivacyBudget().od_top_sequences).items():
+    for table, frame in od_tables(trees, TripAlphabet.from_stops(load_stops()), PrivacyBudget(**TRIP).od_top_sequences).items():
         assert (latest / f"{table}.csv").read_text(encoding="utf-8") == frame.to_csv(index=False)
 
 
 def test_rerun_reuses_every_release_without_new_charges(released):
     instance, _ = released
-    before = (PrivacyBudget().ledger(default_storage()).charges(), PrivacyBudget().ledger(default_storage()).draws())
+    before = (PrivacyBudget(**TRIP).ledger(default_storage()).charges(), PrivacyBudget(**TRIP).ledger(default_storage()).draws())
     old = (default_storage().published_dir / "latest" / "time-loc.csv").read_text()
-    run_release(instance)
-    after = (PrivacyBudget().ledger(default_storage()).charges(), PrivacyBudget().ledger(default_storage()).draws())
+    run_release(instance, budget=TRIP)
+    after = (PrivacyBudget(**TRIP).ledger(default_storage()).charges(), PrivacyBudget(**TRIP).ledger(default_storage()).draws())
     assert after == before
     assert (default_storage().published_dir / "latest" / "time-loc.csv").read_text() == old

@@ -121,9 +121,9 @@ def test_the_design_flag_reaches_the_privacy_resource(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_release", parsed.append)  # parse the command line, run nothing
     main(["release", "--design", "public_domain"])
     main(["release"])
-    assert budget_config(parsed[0], DAYS)["release_design"] == "public_domain"
-    assert "release_design" not in budget_config(parsed[1], DAYS)  # the resource's default: sbh
-    assert PrivacyBudget(**budget_config(parsed[0], DAYS)).plan().design == "public_domain"
+    assert budget_config(parsed[0])["release_design"] == "public_domain"
+    assert "release_design" not in budget_config(parsed[1])  # the resource's default: sbh
+    assert PrivacyBudget(**budget_config(parsed[0])).plan().design == "public_domain"
     with pytest.raises(SystemExit):
         main(["release", "--design", "nonsense"])
     assert "invalid choice" in capsys.readouterr().err

@@ -43,8 +43,10 @@ SMALL_SAMPLE = ("from opal_dp.simulate import sample; sample.SAMPLE_SCALE = 0.00
 
 
 def release(data: Path, *extra: str, prelude: str = "") -> subprocess.CompletedProcess:
-    """``python -m opal_dp.cli release --data-dir DATA ...`` in a process of its own (``prelude``: Python run first)."""
-    args = ["release", "--data-dir", str(data), "--workers", "1", *extra]
+    """``python -m opal_dp.cli release --data-dir DATA --privacy-unit trip ...`` in a process of its own
+    (``prelude``: Python run first). Trip level: these tests release a few days of one week, which the weekly
+    card-level default releases only once the week is complete."""
+    args = ["release", "--data-dir", str(data), "--workers", "1", "--privacy-unit", "trip", *extra]
     code = f"{prelude}import sys; from opal_dp.cli import main; main(sys.argv[1:])"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=dict(os.environ),
                           timeout=900)

@@ -18,6 +18,7 @@ from opal_dp.release.marginals.engine import fingerprint, release_partitions
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, histograms
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
+from opal_dp.release.periods import Periods
 
 LABELS = ["-1", "2000", "2010", "Central", "Manly"]
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
@@ -49,7 +50,7 @@ def partition(n: int, seed: int = 0) -> pd.DataFrame:
 
 
 def plan(bits, unit: str = "trip"):
-    return build_plan(unit, EPSILON, DELTA, laplace=DiscreteLaplace(bits), period=("2016-07-25",))
+    return build_plan(unit, EPSILON, DELTA, laplace=DiscreteLaplace(bits), periods=Periods(("2016-07-25",)))
 
 
 def release(parts, bits, ledger, root, run_id, unit="trip", **kw):

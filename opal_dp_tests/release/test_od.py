@@ -15,6 +15,7 @@ from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet, to_frame
 from opal_dp.private_files import write_parquet_atomic
 from opal_dp.release.od.generate import _isotonic, consistent_tree, inconsistent_parents, od_counts, sequences_of, top_sequences
+from opal_dp.release.periods import Periods
 from opal_dp.release.od.engine import OdPlan, release_od_days
 from opal_dp.release.od.publish import od_tables, validate_od
 
@@ -121,7 +122,7 @@ def test_od_is_charged_on_the_marginals_scope_and_the_ledger_enforces_the_cap(tm
 
 def test_card_period_charges_each_date_to_the_period(tmp_path):
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_period": (10.0, 1e-6)})
-    plan = OdPlan(PrivacyUnit.CARD_PERIOD, TreeBudget(1.0, 3), TAXONOMY, "2016-07-25..2016-07-26")
+    plan = OdPlan(PrivacyUnit.CARD_PERIOD, TreeBudget(1.0, 3), TAXONOMY, Periods.parse("2016-07-25..2016-07-26"))
     for day in ("2016-07-25", "2016-07-26"):
         release_od_day(np.array([[0, 1, -1]] * 50), day, plan, ledger, tmp_path, "r", b"k" * 32)
     assert ledger.spend("card_period", "2016-07-25..2016-07-26").epsilon == pytest.approx(2.0)

@@ -12,47 +12,49 @@ from opal_dp.core.accounting import compose
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.options import Mechanism
-from opal_dp.release.marginals.plan import FALSE_CELLS_PER_DAY, build_plan, parse_period
+from opal_dp.release.marginals.plan import FALSE_CELLS_PER_DAY, build_plan
+from opal_dp.release.periods import parse_dates
+from opal_dp.release.periods import Periods
 
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
 DELTA = {m.name: 1e-7 for m in MARGINALS}
-PERIOD = parse_period("2016-07-25..2016-07-31")
+PERIOD = parse_dates("2016-07-25..2016-07-31")
 BOUNDS = ContributionBounds(max_trips_per_card_day=3, max_per_bin=2)
 
 
-def test_parse_period_takes_ranges_and_dates_sorted_once():
-    assert parse_period(" 2016-08-01, 2016-07-30..2016-08-01,2016-07-29 ") == (
+def test_parse_dates_takes_ranges_and_dates_sorted_once():
+    assert parse_dates(" 2016-08-01, 2016-07-30..2016-08-01,2016-07-29 ") == (
         "2016-07-29", "2016-07-30", "2016-07-31", "2016-08-01")
     for bad in ("2016-08-01..2016-07-30", "", " , "):
         with pytest.raises(ValueError):
-            parse_period(bad)
+            parse_dates(bad)
 
 
 @pytest.mark.parametrize("unit, scope", [("trip", "2016-07-26|bus"), ("card_day", "2016-07-26"),
                                          ("card_period", "2016-07-25..2016-07-31")])
 def test_each_unit_has_its_ledger_scope(unit, scope):
-    plan = build_plan(unit, EPSILON, DELTA, period=PERIOD)
+    plan = build_plan(unit, EPSILON, DELTA, periods=Periods(PERIOD))
     assert plan.scope("2016-07-26", "bus") == scope
     assert plan.relation is PrivacyUnit(unit).default_relation and plan.mechanism is Mechanism.default_for(unit)
 
 
 def test_a_card_period_plan_refuses_a_date_outside_its_period():
     with pytest.raises(ValueError, match="not a date of the card_period period"):
-        build_plan("card_period", EPSILON, DELTA, period=PERIOD).scope("2016-08-01", "bus")
+        build_plan("card_period", EPSILON, DELTA, periods=Periods(PERIOD)).scope("2016-08-01", "bus")
 
 
 def test_recorded_bounds_are_the_units_own():
     assert build_plan("trip", EPSILON, DELTA).bounds_json() == '{"unit": "trip"}'
     assert build_plan("card_day", EPSILON, DELTA, bounds=BOUNDS).bounds_json() == (
         '{"max_per_bin": 2, "max_trips_per_card_day": 3, "unit": "card_day"}')
-    assert build_plan("card_period", EPSILON, DELTA, bounds=BOUNDS, period=PERIOD).bounds_json() == (
+    assert build_plan("card_period", EPSILON, DELTA, bounds=BOUNDS, periods=Periods(PERIOD)).bounds_json() == (
         '{"max_days_per_card": null, "max_per_bin": 2, "max_trips_per_card_day": 3, "period_days": 7, '
         '"unit": "card_period"}')
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"design": "other"}, "release design"), ({"mechanism": "exponential"}, "mechanism"),
-    ({"unit": "card_period"}, "needs its period"), ({"epsilon": {"tap_on_time": 1.0}}, "exactly the marginals"),
+    ({"epsilon": {"tap_on_time": 1.0}}, "exactly the marginals"),
 ])
 def test_bad_plans_are_refused(kwargs, message):
     args = {"unit": "trip", "epsilon": EPSILON, "delta": DELTA, **kwargs}
@@ -72,7 +74,7 @@ SENSITIVITY = {
 @pytest.mark.parametrize("unit, relation", sorted(SENSITIVITY))
 @pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
 def test_sbh_plans_spend_exactly_the_budget_at_the_units_sensitivity(unit, relation, mechanism):
-    plan = build_plan(unit, EPSILON, DELTA, relation=relation, mechanism=mechanism, bounds=BOUNDS, period=PERIOD)
+    plan = build_plan(unit, EPSILON, DELTA, relation=relation, mechanism=mechanism, bounds=BOUNDS, periods=Periods(PERIOD))
     assert {m.sensitivity for m in plan.mechanisms.values()} == {SENSITIVITY[unit, relation]}
     total_epsilon, total_delta = math.fsum(EPSILON.values()), math.fsum(DELTA.values())
     spent = compose([m.cost() for m in plan.mechanisms.values()], delta_target=total_delta)

@@ -17,6 +17,7 @@ from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.marginals.public_domain import OTHER, sum_problems
 from opal_dp.release.publish import to_open_data
+from opal_dp.release.periods import Periods
 
 STOPS = pd.DataFrame({
     "stop_id": [1, 2, 3, 4, 5],
@@ -45,7 +46,7 @@ def bus_partition(n: int, seed: int = 0) -> pd.DataFrame:
 
 
 def plan(unit="trip"):
-    return build_plan(unit, EPSILON, DELTA, design="public_domain", stops=STOPS, period=("2016-07-25",))
+    return build_plan(unit, EPSILON, DELTA, design="public_domain", stops=STOPS, periods=Periods(("2016-07-25",)))
 
 
 def test_a_public_domain_release_adds_up_and_is_pure(tmp_path):

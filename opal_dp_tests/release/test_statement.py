@@ -27,6 +27,7 @@ from opal_dp.release.statement.build import (
 from opal_dp.release.statement.markdown import _runs, render_markdown
 from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp_tests.release.test_engine import partition
+from opal_dp.release.periods import Periods
 
 REPO = Path(__file__).resolve().parents[2]
 DELTA = 1 / 8_000_000
@@ -42,7 +43,7 @@ def released(tmp_path, unit="trip", relation=None, seed=None, parts=PARTS, ledge
     ledger = ledger or PrivacyLedger(tmp_path / "ledger.sqlite", CAPS, person_cap=PERSON)
     noise = DiscreteLaplace(SeededBits(seed)) if seed is not None else None
     plan = build_plan(unit, EPSILON, DELTAS, relation=relation, laplace=noise,
-                      period=("2016-07-25", "2016-07-26"), **kw)
+                      periods=Periods(("2016-07-25", "2016-07-26")), **kw)
     out = release_partitions({p: partition(3000, i) for i, p in enumerate(parts)}, plan, ledger, tmp_path, run,
                              b"k" * 32)
     return ledger, {(p, name): r.draw.id for p, by in out.items() for name, r in by.items()}

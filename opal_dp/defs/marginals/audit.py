@@ -47,7 +47,7 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
                  "membership_allowed": membership.bound, "membership_exact": membership.exact}
         passed, seconds = report.passed and membership.passed, report.seconds + membership.seconds
     else:
-        period_days = len(plan.period) or None  # card_period: audited at the plan's sensitivity, with its period
+        period_days = plan.periods.days if plan.periods else None  # card_period: audited at the plan's sensitivity, with its period
         mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds, unit=plan.unit, period_days=period_days)
         report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=AUDIT_RUNS, alpha=alpha,
                                   period_days=period_days)

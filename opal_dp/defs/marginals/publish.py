@@ -21,6 +21,7 @@ from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
+from opal_dp.release.statement.person import person_section
 from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.options import Design
 from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
@@ -122,7 +123,7 @@ def _od(trees: PartitionFrames, days: list[str], privacy_budget: PrivacyBudget, 
         reference: ReferenceNetwork, storage: OpalStorage, statement: dict) -> dict[str, pd.DataFrame] | None:
     """The OD tables of the published dates whose tree is complete (their draw ids in it), gated like the marginals;
     adds the statement's ``od`` section. None when the OD release is off or no tree is ready."""
-    if not privacy_budget.od_release:
+    if not privacy_budget.releases_od:
         return None
     ready = {d: trees[d] for d in days if d in trees}
     ready = {d: t for d, t in ready.items() if len(t)}  # empty: built while the OD release was off
@@ -179,8 +180,12 @@ def published_release(
                                       now.isoformat(timespec="seconds"), tables, data_origin(storage, draw_ids, pending))
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
-    od = _od(od_prefix_tree, sorted({k.split("|")[0] for k, _ in draw_ids}), privacy_budget, ledger, reference,
-             storage, statement)
+    days = sorted({k.split("|")[0] for k, _ in draw_ids})
+    od = _od(od_prefix_tree, days, privacy_budget, ledger, reference, storage, statement)
+    if od:  # the person's share of this release counts every file in it, the OD trees too
+        trees = {d.charge_id for d in ledger.draws(statement["od"]["draws"])}
+        statement["person"] = person_section(ledger, days, [*evidence.charges.values(),
+                                                            *(c for c in ledger.charges() if c.id in trees)])
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
     folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od,

@@ -104,7 +104,7 @@ def release_marginals(
     try:  # trip_partitions holds exactly this run's partitions, loaded one at a time
         ledger = privacy_budget.ledger(storage)
         versions = raw_input_versions(storage, privacy_budget, {key.split("|")[0] for key in trip_partitions},
-                                      plan.unit, plan.period)
+                                      plan.unit)
         released_by_key = release_partitions(
             trip_partitions, plan, ledger, storage.private_dir, context.run.run_id,
             privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw, versions,

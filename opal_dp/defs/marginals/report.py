@@ -75,7 +75,7 @@ def unit_comparison(
     """Run trip, card_day and card_period on the same binned trips, drawing noise once per cell (not charged:
     nothing here is released)."""
     days = {day: (lambda day=day: binned_trips[day]) for day in binned_trips if day in binned_trips}
-    table = UnitComparison.validate(compare_units(days, privacy_budget.epsilon, privacy_budget.delta,
+    table = UnitComparison.validate(compare_units(days, *privacy_budget.budget(),
                                                   privacy_budget.bounds, privacy_budget.key(storage, "bounding")))
     plot = comparison_plot(table)
     return dg.Output(table, metadata={

@@ -15,7 +15,6 @@ from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.versions import raw_input_versions
-from opal_dp.release.marginals.plan import parse_period
 from opal_dp.parallel import map_calls
 from opal_dp.prep.day_files import sequences_day
 from opal_dp.prep.sequences import TripAlphabet
@@ -73,12 +72,11 @@ def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionF
     out, bad = {}, {name: 0 for name in TREE_CHECKS}
     try:
         days = list(context.partition_keys)
-        if privacy_budget.od_release:
+        if privacy_budget.releases_od:
             drawn_days = release_od_days({day: trip_sequences.path(day) for day in days}, plan,
                                          privacy_budget.ledger(storage), storage.private_dir, context.run.run_id,
                                          privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw,
-                                         raw_input_versions(storage, privacy_budget, days, plan.ledger_unit,
-                                                            parse_period(privacy_budget.period) if privacy_budget.period else ()))
+                                         raw_input_versions(storage, privacy_budget, days, plan.ledger_unit))
         else:
             drawn_days = ((day, None) for day in days)
         for day, drawn in drawn_days:

@@ -71,7 +71,7 @@ def synthetic_release(
     ledger = privacy_budget.ledger(storage)
     released = sq.release_queries(truths, plan, ledger, storage.private_dir, context.run.run_id,
                                   privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw,
-                                  input_versions=raw_input_versions(storage, privacy_budget, days, plan.unit, days))
+                                  input_versions=raw_input_versions(storage, privacy_budget, days, plan.unit, lambda day: days))
     spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
     manifest = {"draws": [d.id for d in released.draws], "sigma": dict(released.sigma),
                 "district_names": list(released.district_names), "max_trips": released.max_trips,

@@ -21,6 +21,7 @@ from opal_dp.parallel import map_calls
 from opal_dp.prep.bounding import select_card_days
 from opal_dp.prep.day_files import DayFailure, bin_day, bound_day_file, split_day, try_ingest_day
 from opal_dp.prep.failed_days import clear_failure, record_failure
+from opal_dp.release.periods import name
 from opal_dp.prep.schemas import (
     BinnedTrips,
     CardBinnedTrips,
@@ -189,22 +190,24 @@ def bounded_trips(
 
 def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames, days: list[str],
                       key: bytes) -> dict | None:
-    """With a day cap: per date, the sorted ids of the cards for which it is one of their kept days."""
-    plan = privacy_budget.plan()
-    outside = sorted(set(days) - set(plan.period))
-    if outside:
-        raise dg.Failure(description=f"dates {outside} are outside the card_period period {plan.period_name}")
+    """With a day cap: per date, the sorted ids of the cards for which it is one of their kept days in its period
+    (each period of the run's dates chosen over all of its days)."""
+    try:
+        periods = privacy_budget.periods.group(days)
+    except ValueError as err:  # a date outside an explicit period
+        raise dg.Failure(description=str(err)) from err
     if privacy_budget.max_days_per_card is None:
         return None
-    missing = [d for d in plan.period if d not in card_days]
-    if missing:
-        raise dg.Failure(description=f"the card_period day cap needs every day of the period {plan.period_name}; "
-                                     f"not ingested yet: {missing}")
-    chosen = select_card_days(
-        pd.concat([card_days[d].assign(date=d) for d in plan.period], ignore_index=True),
-        privacy_budget.max_days_per_card, key,
-    )
-    return {d: np.sort(group["card_id"].to_numpy(np.int64)) for d, group in chosen.groupby("date", sort=False)}
+    kept: dict[str, np.ndarray] = {}
+    for period in periods:
+        missing = [d for d in period if d not in card_days]
+        if missing:
+            raise dg.Failure(description=f"the card_period day cap needs every day of the period {name(period)}; "
+                                         f"not ingested yet: {missing}")
+        chosen = select_card_days(pd.concat([card_days[d].assign(date=d) for d in period], ignore_index=True),
+                                  privacy_budget.max_days_per_card, key)
+        kept |= {d: np.sort(group["card_id"].to_numpy(np.int64)) for d, group in chosen.groupby("date", sort=False)}
+    return kept
 
 
 @dg.asset(

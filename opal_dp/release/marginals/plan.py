@@ -27,7 +27,6 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
 
 import pandas as pd
 
@@ -47,6 +46,7 @@ from opal_dp.network import MODES, load_stops
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.release.marginals.tables import MARGINALS, TAPS
 from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.periods import Periods
 
 FALSE_CELLS_PER_DAY = 5.0
 
@@ -56,7 +56,7 @@ class ReleasePlan:
     unit: PrivacyUnit
     relation: Relation
     bounds: ContributionBounds
-    period: tuple[str, ...]  # card_period: the period's dates (ISO), sorted; else empty
+    periods: Periods | None  # card_period: which dates form one period (``release.periods``); else None
     mechanism: Mechanism
     mechanisms: Mapping[str, HistogramMechanism | pd_design.DomainMeasurement]
     design: Design = Design.SBH
@@ -70,13 +70,7 @@ class ReleasePlan:
             return f"{day}|{mode}"
         if self.unit is PrivacyUnit.CARD_DAY:
             return day
-        if day not in self.period:
-            raise ValueError(f"{day} is not a date of the card_period period {self.period_name}")
-        return self.period_name
-
-    @property
-    def period_name(self) -> str:
-        return f"{self.period[0]}..{self.period[-1]}" if self.period else ""
+        return self.periods.name_of(day)
 
     def bounds_json(self) -> str:
         """The public contribution bounds as recorded with every ledger charge."""
@@ -84,24 +78,10 @@ class ReleasePlan:
             return json.dumps({"unit": self.unit.value}, sort_keys=True)
         bounds = self.bounds.describe()
         if self.unit is PrivacyUnit.CARD_PERIOD:
-            bounds["period_days"] = len(self.period)
+            bounds["period_days"] = self.periods.days
         else:
             del bounds["max_days_per_card"]
         return json.dumps({"unit": self.unit.value, **bounds}, sort_keys=True)
-
-
-def parse_period(text: str) -> tuple[str, ...]:
-    """``"2016-07-25..2016-07-31,2016-08-08..2016-08-14"`` (ranges and single dates) -> sorted ISO dates."""
-    days: set[str] = set()
-    for piece in (p.strip() for p in text.split(",") if p.strip()):
-        first, _, last = piece.partition("..")
-        start, end = date.fromisoformat(first), date.fromisoformat(last or first)
-        if end < start:
-            raise ValueError(f"period range {piece!r} ends before it starts")
-        days.update(date.fromordinal(o).isoformat() for o in range(start.toordinal(), end.toordinal() + 1))
-    if not days:
-        raise ValueError("a period needs at least one date")
-    return tuple(sorted(days))
 
 
 def build_plan(
@@ -112,7 +92,7 @@ def build_plan(
     relation: Relation | str | None = None,
     mechanism: Mechanism | str | None = None,
     bounds: ContributionBounds = ContributionBounds(),
-    period: tuple[str, ...] = (),
+    periods: Periods | None = None,
     laplace: DiscreteLaplace | None = None,
     gaussian: DiscreteGaussian | None = None,
     design: Design | str = Design.SBH,
@@ -124,15 +104,13 @@ def build_plan(
     unit = PrivacyUnit(unit)
     relation = unit.default_relation if relation is None else Relation(relation)
     mechanism = Mechanism.default_for(unit) if mechanism is None else Mechanism.parse(mechanism)
-    if unit is PrivacyUnit.CARD_PERIOD and not period:
-        raise ValueError("the card_period unit needs its period (the dates it covers)")
+    periods = (periods or Periods()) if unit is PrivacyUnit.CARD_PERIOD else None
     names = [m.name for m in MARGINALS]
     if sorted(epsilon) != sorted(names) or sorted(delta) != sorted(names):
         raise ValueError(f"epsilon and delta must give exactly the marginals {names}")
-    sens = sensitivity(unit, relation, bounds, len(period) if unit is PrivacyUnit.CARD_PERIOD else None)
-    period = tuple(period) if unit is PrivacyUnit.CARD_PERIOD else ()
+    sens = sensitivity(unit, relation, bounds, periods.days if periods else None)
     if design is Design.PUBLIC_DOMAIN:
-        return _public_domain_plan(unit, relation, bounds, period, mechanism, sens, epsilon, delta,
+        return _public_domain_plan(unit, relation, bounds, periods, mechanism, sens, epsilon, delta,
                                    load_stops() if stops is None else stops)
     if mechanism.pure:
         noise = laplace or DiscreteLaplace()
@@ -145,11 +123,11 @@ def build_plan(
             name: GaussianThresholdHistogram(rho * epsilon[name] / total_epsilon, delta[name] / 2, sens, noise)
             for name in names
         }
-    return ReleasePlan(unit, relation, bounds, period, mechanism, mechanisms)
+    return ReleasePlan(unit, relation, bounds, periods, mechanism, mechanisms)
 
 
 def _public_domain_plan(
-    unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, period: tuple[str, ...], mechanism: Mechanism,
+    unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, periods: Periods | None, mechanism: Mechanism,
     sens, epsilon: Mapping[str, float], delta: Mapping[str, float], stops: pd.DataFrame,
 ) -> ReleasePlan:
     """The public-domain design's plan (module docstring): one ``DesignNoise`` per tap, one tau for all."""
@@ -173,5 +151,5 @@ def _public_domain_plan(
                                        sort_keys=True).encode()).hexdigest()
     mechanisms = {name: pd_design.DomainMeasurement(table, noise[tap], tau, false_cells, digest)
                   for tap, tables in by_tap.items() for table, name in tables.items()}
-    return ReleasePlan(unit, relation, bounds, period, mechanism, {m.name: mechanisms[m.name] for m in MARGINALS},
+    return ReleasePlan(unit, relation, bounds, periods, mechanism, {m.name: mechanisms[m.name] for m in MARGINALS},
                        Design.PUBLIC_DOMAIN, noise, domains, tau)

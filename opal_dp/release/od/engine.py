@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from opal_dp.parallel import map_calls
 from opal_dp.prep.sequences import from_frame
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 from opal_dp.release.charged import Pending, release_charged
+from opal_dp.release.periods import Periods
 
 OD = "od"
 
@@ -46,14 +47,14 @@ class OdPlan:
     unit: PrivacyUnit  # the marginals' unit
     budget: TreeBudget
     taxonomy: Taxonomy
-    period_name: str = ""  # card_period only
+    periods: Periods = field(default_factory=Periods)  # card_period: which dates form one period
 
     @property
     def ledger_unit(self) -> PrivacyUnit:
         return PrivacyUnit.CARD_PERIOD if self.unit is PrivacyUnit.CARD_PERIOD else PrivacyUnit.CARD_DAY
 
     def scope(self, day: str) -> str:
-        return self.period_name if self.unit is PrivacyUnit.CARD_PERIOD else day
+        return self.periods.name_of(day) if self.unit is PrivacyUnit.CARD_PERIOD else day
 
     def marginal(self, day: str) -> str:
         return f"{OD} {day}" if self.unit is PrivacyUnit.CARD_PERIOD else OD

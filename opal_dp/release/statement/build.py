@@ -221,15 +221,23 @@ def _worked_examples(unit: PrivacyUnit, scopes: Sequence[ScopeSpend]) -> list[di
         commuter = (COMMUTER_DAYS * eps, COMMUTER_DAYS * delta)
         how = f"one card-day per date, basic composition over the {COMMUTER_DAYS} dates"
         occasional = (OCCASIONAL_DAYS * eps, OCCASIONAL_DAYS * delta)
-    else:
-        commuter = occasional = (eps, delta)
-        how = "the whole period is one scope: the period's guarantee, whatever the card did"
+    else:  # each period is one scope, whatever the card did in it; the days may fall in several periods
+        periods = {who: min(days, len(scopes)) for who, days in (("commuter", COMMUTER_DAYS), ("rider", OCCASIONAL_DAYS))}
+        commuter, occasional = ((n * eps, min(1.0, n * delta)) for n in periods.values())
+        how = {who: "one period is one scope: the period's guarantee, whatever the card did" if n == 1 else
+               f"its days can fall in up to {n} of the release's periods: basic composition over them"
+               for who, n in periods.items()}
+        return _examples(commuter, how["commuter"], occasional, how["rider"])
+    return _examples(commuter, how, occasional, "one scope per day, basic composition")
+
+
+def _examples(commuter: tuple[float, float], commuter_how: str, occasional: tuple[float, float],
+              occasional_how: str) -> list[dict]:
     return [
         {"who": f"a commuter with {COMMUTER_TRIPS} train trips on each of {COMMUTER_DAYS} weekdays",
-         "epsilon": commuter[0], "delta": commuter[1], "how": how},
+         "epsilon": commuter[0], "delta": commuter[1], "how": commuter_how},
         {"who": f"an occasional rider with one trip on each of {OCCASIONAL_DAYS} days",
-         "epsilon": occasional[0], "delta": occasional[1],
-         "how": "one scope per day, basic composition" if unit is not PrivacyUnit.CARD_PERIOD else how},
+         "epsilon": occasional[0], "delta": occasional[1], "how": occasional_how},
     ]
 
 

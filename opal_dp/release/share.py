@@ -1,0 +1,88 @@
+"""The default budget of the weekly card-level release: the largest per-week budget that the person cap allows
+in every week of the horizon.
+
+The person account (``core.ledger``) refuses a charge that takes any window of ``horizon_days`` consecutive
+service dates past the person cap, and a card_period charge covers its whole week; a window of h days touches
+at most ``weeks_touching(h)`` calendar weeks (365 days: 53). The weekly share is therefore the largest nominal
+per-week epsilon E such that that many weekly releases -- each the six marginals at E (split 1,1,1,1,2,2 as in
+2016) and ``cap_delta / (2 * weeks)``, plus one OD tree a date at ``od_epsilon`` -- composed by the ledger's own
+accountant (``core.accounting``) stay within the cap. The costs are those of the release plan itself
+(``build_plan``), so the ledger charges exactly what was planned, and a release every week of the year is never
+refused. The search result is rounded down to three significant digits (a smaller budget only costs less).
+Everything here is public: the cap, the horizon and the plan, never the data.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit
+from opal_dp.core.accounting import within
+from opal_dp.network import load_stops
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.periods import WEEK_DAYS, Periods
+
+REL_TOL = 1e-3  # the result is rounded down to 3 significant digits anyway
+
+
+def weeks_touching(horizon_days: int) -> int:
+    """The most calendar weeks a window of ``horizon_days`` consecutive dates can touch."""
+    if horizon_days < 1:
+        raise ValueError(f"a horizon has at least one day, got {horizon_days}")
+    return -(-(horizon_days - 1) // WEEK_DAYS) + 1
+
+
+def split(total_epsilon: float, total_delta: float) -> tuple[dict[str, float], dict[str, float]]:
+    """The default per-marginal shares (1,1,1,1,2,2) scaled to ``total_epsilon``; delta split evenly."""
+    weight = math.fsum(m.default_epsilon for m in MARGINALS)
+    return ({m.name: total_epsilon * m.default_epsilon / weight for m in MARGINALS},
+            {m.name: total_delta / len(MARGINALS) for m in MARGINALS})
+
+
+def week_costs(epsilon: float, delta: float, mechanism: Mechanism, design: Design,
+               od_epsilon: float = 0.0) -> list[PrivacyCost]:
+    """What one weekly release charges one card: the six marginals at nominal (``epsilon``, ``delta``) and one OD
+    tree a date (none if ``od_epsilon`` is 0). The costs depend neither on the bounds nor on the public domains,
+    so the plan is built with the tightest bounds and one stop per mode."""
+    eps, dlt = split(epsilon, delta)
+    plan = build_plan(PrivacyUnit.CARD_PERIOD, eps, dlt, mechanism=mechanism, design=design,
+                      bounds=ContributionBounds(max_trips_per_card_day=1, max_days_per_card=1), periods=Periods(),
+                      stops=load_stops().groupby("mode", observed=True).head(1))
+    od = [PrivacyCost.approx_dp(od_epsilon, 0.0)] * WEEK_DAYS if od_epsilon > 0 else []
+    return [m.cost() for m in plan.mechanisms.values()] + od
+
+
+def week_delta(cap_delta: float, weeks: int) -> float:
+    """The nominal delta of one week: half of the cap's delta to the weeks' own delta (threshold events,
+    conversion), half left to the composition across weeks."""
+    return cap_delta / (2 * weeks)
+
+
+@lru_cache(maxsize=64)
+def weekly_epsilon(cap_epsilon: float, cap_delta: float, weeks: int, mechanism: Mechanism, design: Design,
+                   od_epsilon: float = 0.0) -> float:
+    """The largest nominal per-week epsilon (module docstring) whose ``weeks`` weekly releases fit the cap,
+    rounded down to three significant digits; refuses a cap the OD trees alone exhaust."""
+    delta = week_delta(cap_delta, weeks)
+
+    def fits(epsilon: float) -> bool:
+        return within(week_costs(epsilon, delta, mechanism, design, od_epsilon) * weeks, cap_epsilon, cap_delta)
+
+    if od_epsilon > 0 and not within([PrivacyCost.approx_dp(od_epsilon, 0.0)] * (WEEK_DAYS * weeks), cap_epsilon,
+                                     cap_delta):
+        raise ValueError(f"the OD trees alone (epsilon {od_epsilon} a date, {weeks} weeks) exceed the person cap "
+                         f"({cap_epsilon}, {cap_delta}): lower od_epsilon or turn od_release off")
+    lo, hi = 0.0, cap_epsilon
+    while hi - lo > REL_TOL * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    if lo <= 0:
+        raise ValueError(f"no weekly budget fits the person cap ({cap_epsilon}, {cap_delta}) over {weeks} weeks")
+    quantum = 10.0 ** (math.floor(math.log10(lo)) - 2)
+    rounded = round(math.floor(lo / quantum) * quantum, 12)
+    while not fits(rounded):  # checked as rounded: one quantum lower fits (less budget costs less)
+        rounded = round(rounded - quantum, 12)
+    return rounded

@@ -1,0 +1,96 @@
+"""The default release protects people (issue "one person, one budget"): ``card_period`` over calendar weeks at
+the weekly share of the person cap; two weekly releases in one horizon add up in the second statement, and a
+release that would pass the person cap is refused before any noise is drawn, with nothing published."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, timedelta
+
+import dagster as dg
+import pytest
+
+from opal_dp import settings
+from opal_dp.cli import run_release
+from opal_dp.core.accounting import compose
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import default_storage
+from opal_dp.release.publish import LATEST
+from opal_dp.release.statement.markdown import render_markdown
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+from opal_dp_tests.release.test_person_statement import worst_window
+
+WEEKS = [[(date(2016, 7, 25) + timedelta(days=7 * w + d)).isoformat() for d in range(7)] for w in range(2)]
+
+
+def published() -> tuple[dict, str]:
+    folder = default_storage().published_dir / LATEST
+    return json.loads((folder / "privacy.json").read_text()), (folder / "PRIVACY.md").read_text()
+
+
+def draws_in(ledger) -> int:
+    return len(ledger.draws_on([d for week in WEEKS for d in week]))
+
+
+@pytest.fixture(scope="module")
+def weekly(tmp_path_factory):
+    """Two weekly releases of the default configuration, one after the other, then a fresh draw of the first week
+    under a person cap that two weeks fit and three do not."""
+    root = tmp_path_factory.mktemp("weekly")
+    for i, day in enumerate(d for week in WEEKS for d in week):
+        write_day(root / "raw", day, tiny_day(day, trips=1_500, seed=i))
+    default = PrivacyBudget()
+    week = [m.cost() for m in default.plan().mechanisms.values()]
+    two, three = (compose(week * n, delta_target=1e-6).epsilon for n in (2, 3))
+    # the default weekly budget, stated (a smaller person cap would shrink the share), under a person cap that two
+    # weeks fit and three do not; the week's own cap is set wide, so that the person account is what refuses
+    epsilon, delta = default.budget()
+    budget = {"epsilon": epsilon, "delta": delta, "person_cap_epsilon": (two + three) / 2, "cap_epsilon": 100.0,
+              "cap_delta": 1e-3}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(settings.DATA_DIR_ENV, str(root))
+        instance = dg.DagsterInstance.ephemeral()
+        run_release(instance, dates=WEEKS[0], budget=budget)
+        first = published()
+        run_release(instance, dates=WEEKS[1], budget=budget)
+        second = published()
+        ledger = PrivacyBudget(**budget).ledger(default_storage())
+        before = draws_in(ledger)
+        with pytest.raises(SystemExit) as refused:
+            run_release(instance, dates=WEEKS[0], budget=budget | {"fresh_draw": True})
+        yield {"first": first, "second": second, "third": published(), "refused": str(refused.value),
+               "ledger": ledger, "draws": (before, draws_in(ledger)), "cap": budget["person_cap_epsilon"]}
+
+
+@pytest.mark.slow
+def test_the_default_release_is_card_level_and_opens_with_the_person_sentence(weekly):
+    statement, markdown = weekly["first"]
+    assert statement["privacy_unit"]["unit"] == "card_period"
+    assert [s["scope"] for s in statement["guarantee"]["scopes"]] == [f"{WEEKS[0][0]}..{WEEKS[0][-1]}"]
+    person = statement["person"]
+    assert person["bounded"] and person["horizon_days"] == 365
+    assert (person["cap"]["epsilon"], person["cap"]["delta"]) == (weekly["cap"], 1e-6)
+    assert markdown.splitlines()[2] == f"**{person['sentence']}**" == render_markdown(statement).splitlines()[2]
+    assert person["sentence"].startswith("Over any 365 consecutive days of releases, one person's total privacy loss")
+    assert "od" not in statement  # the weekly default gives the OD trees' share to the marginals
+
+
+@pytest.mark.slow
+def test_the_second_weeks_statement_counts_the_first_and_equals_the_ledger(weekly):
+    first, second = weekly["first"][0]["person"], weekly["second"][0]["person"]
+    ledger = weekly["ledger"]
+    assert set(first["this_release_charges"]) < set(second["charges"])
+    assert second["spent"]["epsilon"] > first["spent"]["epsilon"]
+    spent, ids = worst_window(ledger, WEEKS[0][0], WEEKS[1][-1])
+    assert second["spent"] == spent.describe() and second["charges"] == ids
+    mine = [c for c in ledger.charges() if c.id in second["this_release_charges"]]
+    assert second["this_release"] == compose([c.cost for c in mine], delta_target=1e-6).describe()
+    scopes = [s["scope"] for s in weekly["second"][0]["guarantee"]["scopes"]]
+    assert scopes == [f"{w[0]}..{w[-1]}" for w in WEEKS]  # two weekly scopes in one release
+
+
+@pytest.mark.slow
+def test_a_release_past_the_person_cap_is_refused_before_any_noise_and_nothing_is_published(weekly):
+    assert "person budget exceeded" in weekly["refused"]
+    assert weekly["draws"][0] == weekly["draws"][1]  # no draw recorded for the refused release
+    assert weekly["third"] == weekly["second"]  # latest is still the second release

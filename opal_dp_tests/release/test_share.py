@@ -1,0 +1,77 @@
+"""``release.share``: the default weekly budget is the largest that a release every week of the horizon keeps
+within the person cap, as the ledger itself composes it."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opal_dp.core import PrivacyLedger, PrivacyUnit
+from opal_dp.core.accounting import compose, within
+from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, PersonBudgetExceeded
+from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.periods import Periods
+from opal_dp.release.settings import PrivacySettings
+from opal_dp.release.share import week_costs, week_delta, weekly_epsilon, weeks_touching
+from opal_dp_tests.core.test_ledger import release, request
+
+MONDAY = date(2016, 7, 25)
+
+
+@given(st.integers(1, 800), st.integers(0, 6))
+@settings(max_examples=200, deadline=None)
+def test_a_window_touches_at_most_weeks_touching_weeks_and_some_window_all_of_them(horizon, offset):
+    first = MONDAY + timedelta(days=offset)
+    touched = {Periods().of((first + timedelta(days=i)).isoformat()) for i in range(horizon)}
+    assert len(touched) <= weeks_touching(horizon)
+    worst = MONDAY - timedelta(days=1)  # a window starting on a Sunday touches the most weeks
+    assert len({Periods().of((worst + timedelta(days=i)).isoformat()) for i in range(horizon)}) == weeks_touching(horizon)
+
+
+def test_the_weekly_share_fits_and_is_the_largest_to_three_digits():
+    """Kills a share computed for 52 weeks (a 365-day window touches 53) or rounded up."""
+    cap, weeks = DEFAULT_PERSON_CAP, weeks_touching(DEFAULT_HORIZON_DAYS)
+    assert weeks == 53
+    share = weekly_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH)
+    delta = week_delta(cap[1], weeks)
+    fits = lambda e: within(week_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH) * weeks, *cap)  # noqa: E731
+    assert fits(share) and not fits(share + 0.02)
+    assert not within(week_costs(share, delta, Mechanism.GAUSSIAN, Design.SBH) * (weeks + 1), *cap)
+    assert 2.0 < share < 3.0  # about Google EIE's epsilon 2 per user-week, from an annual cap of 20
+
+
+def test_the_default_settings_release_a_week_at_the_share():
+    settings = PrivacySettings()
+    assert settings.unit is PrivacyUnit.CARD_PERIOD and settings.periods.weekly and not settings.releases_od
+    epsilon, delta = settings.budget()
+    share = weekly_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH)
+    assert sum(epsilon.values()) == pytest.approx(share) and sum(delta.values()) == pytest.approx(1e-6 / 106)
+    with_od = PrivacySettings(od_release=True)
+    assert with_od.od_budget == 0.05 and sum(with_od.budget()[0].values()) < sum(epsilon.values())
+    trip = PrivacySettings(privacy_unit="trip")
+    assert sum(trip.budget()[0].values()) == 8.0 and trip.releases_od and trip.od_budget == 1.0
+
+
+@pytest.mark.slow
+def test_a_year_of_default_weekly_releases_fits_the_ledger_and_one_more_is_refused(tmp_path):
+    """53 weeks of the default plan's charges on a real ledger with the default person cap: all accepted, and a
+    second release of the last week (fresh noise, a new charge) refused before any draw."""
+    costs = [m.cost() for m in PrivacySettings().plan().mechanisms.values()]
+    ledger = PrivacyLedger(str(tmp_path / "ledger.sqlite"), {"card_period": (100.0, 1e-3)})
+    weeks = []
+    for w in range(53):
+        week = Periods().of((MONDAY - timedelta(days=1) + timedelta(weeks=w)).isoformat())  # from a Sunday's week
+        weeks.append(week)
+        release(ledger, *[request(f"m{i}", unit="card_period", day=week[0], scope=f"{week[0]}..{week[-1]}", cost=c,
+                                  input_version=f"w{w}") for i, c in enumerate(costs)])
+    spent = ledger.person_spend(weeks[0][-1], weeks[-1][0])
+    assert spent.guarantee.epsilon <= DEFAULT_PERSON_CAP[0] and len(spent.charges) == 53 * len(costs)
+    assert spent.guarantee.epsilon == pytest.approx(compose(costs * 53, delta_target=1e-6).epsilon)
+    last = weeks[-1]
+    with pytest.raises(PersonBudgetExceeded, match="person budget exceeded"):
+        release(ledger, request("m0", unit="card_period", day=last[0], scope=f"{last[0]}..{last[-1]}", cost=costs[0],
+                                input_version="w52-corrected"), run_id="again")
+    assert len(ledger.draws_on(last)) == len(costs)  # nothing drawn for the refused release
