@@ -35,8 +35,8 @@ lock:
 $(DAGSTER_HOME): | $(STAMP)
 	@$(PY) -m opal_dp.cli dagster-home $@ >/dev/null
 
-# make release PRIVACY_UNIT=card_day (or card_period); default: trip, the 2016 release. At today's per-release budgets a
-# card-level release of the 14-day sample is over the default person cap and refused before any noise (README, Privacy).
+# Default: one card protected over each calendar week at the weekly share of the person cap (README, "The default
+# release"); make release PRIVACY_UNIT=trip reproduces the 2016 trip-level release (no person-level bound).
 # On the default ./data the bundled synthetic sample is generated when raw/ holds no real day file (--sample);
 # with $OPAL_DP_DATA_DIR set, only the files there are released.
 release: $(STAMP) | $(DAGSTER_HOME)
