@@ -1,0 +1,106 @@
+"""The hierarchical OD release (``release.od.hierarchy``): a domain from the stop list only, the per-cell bound,
+one ledger charge per date for all its modes (and the person account), exact totals and one row per trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opal_dp.core import BudgetExceeded, PrivacyLedger, SeededBits
+from opal_dp.core.hierarchy import HierarchyBudget
+from opal_dp.core.units import PrivacyUnit
+from opal_dp.network import load_stops
+from opal_dp.prep.sequences import TripAlphabet, to_frame
+from opal_dp.private_files import write_parquet_atomic
+from opal_dp.release.od.hierarchy import OTHER, HierarchyPlan, OdDomain, release_od_hierarchy, sum_problems
+
+BUDGET = HierarchyBudget(0.5, (0.1, 0.3, 0.6), max_items=3, max_per_cell=1)
+
+
+@pytest.fixture(scope="module")
+def alphabet() -> TripAlphabet:
+    return TripAlphabet.from_stops(load_stops())
+
+
+@pytest.fixture(scope="module")
+def domain(alphabet) -> OdDomain:
+    return OdDomain.from_stops(load_stops(), alphabet)
+
+
+def test_the_domain_is_every_location_pair_of_the_stop_list(domain, alphabet):
+    assert domain.cells == alphabet.size  # every (mode, origin, destination) symbol, nothing else
+    symbols = alphabet.symbols
+    for i in (0, alphabet.size // 2, alphabet.size - 1):
+        dom = domain.modes[symbols["mode"].iloc[i]]
+        o, d = divmod(int(domain.symbol_cell[i]), len(dom.destinations))
+        assert (dom.origins[o], dom.destinations[d]) == (symbols["origin"].iloc[i], symbols["destination"].iloc[i])
+
+
+def test_a_card_day_keeps_at_most_max_per_cell_trips_of_one_pair(domain, alphabet):
+    seqs = np.array([[5, 5, 9, 5], [5, -1, -1, -1]])
+    mode = alphabet.symbols["mode"].iloc[5]
+    one, two = domain.counts(seqs, 1)[mode], domain.counts(seqs, 2)[mode]
+    cell = domain.symbol_cell[5]
+    assert one[cell] == 2 and two[cell] == 3 and one.sum() == 3 and two.sum() == 4
+    with pytest.raises(ValueError, match="outside the public OD alphabet"):
+        domain.counts(np.array([[alphabet.size]]), 1)
+
+
+def _store(seqs, day, root):
+    path = root / "sequences" / f"{day}.parquet"
+    write_parquet_atomic(to_frame(np.asarray(seqs, dtype=np.int32)), path)
+    return path
+
+
+def _trips(alphabet) -> np.ndarray:
+    """300 card-days: a busy pair, a quiet one, a pair of another mode."""
+    busy, quiet = 0, 1
+    other = int(np.flatnonzero(alphabet.symbols["mode"] != alphabet.symbols["mode"].iloc[0])[0])
+    rows = [[busy, other, -1]] * 250 + [[quiet, -1, -1]] * 3 + [[busy, -1, -1]] * 47
+    return np.array(rows)
+
+
+def test_one_charge_per_date_for_all_its_modes_and_exact_rows(tmp_path, alphabet, domain):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (10.0, 1e-6)})
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, domain)
+    path = _store(_trips(alphabet), "2016-07-25", tmp_path)
+    out = list(release_od_hierarchy({"2016-07-25": path}, plan, ledger, tmp_path, "r1", b"k" * 32,
+                                    bits=SeededBits(1)))
+    assert sorted(m for _, m, _ in out) == sorted(domain.modes)
+    assert len({d.charge.id for _, _, d in out}) == 1 and sorted({d.decision for _, _, d in out}) == ["charge", "join"]
+    assert ledger.spend("card_day", "2016-07-25").rho == pytest.approx(BUDGET.rho)
+    person = ledger.person_spend("2016-07-25", "2016-07-25")  # the person account is charged too
+    assert [c.marginal for c in person.charges] == ["od_hierarchy"] and person.guarantee.rho == pytest.approx(0.5)
+    frame = pd.concat([d.rows for _, _, d in out], ignore_index=True)
+    assert sum_problems(frame) == []
+    busy = alphabet.symbols.iloc[0]
+    listed = frame[(frame["level"] == "location") & (frame["origin"] == busy["origin"])
+                   & (frame["destination"] == busy["destination"])]
+    assert len(listed) == 1 and abs(int(listed["count"].iloc[0]) - 297) < 40  # sigma 2.2 on the finest level
+    quiet = alphabet.symbols.iloc[1]
+    assert not ((frame["origin"] == quiet["origin"]) & (frame["destination"] == quiet["destination"])).any()
+    assert (frame.loc[frame["origin"] == OTHER, "destination"] == OTHER).all()
+    again = list(release_od_hierarchy({"2016-07-25": path}, plan, ledger, tmp_path, "r2", b"k" * 32))
+    assert all(d.decision == "reuse" for _, _, d in again)  # same input: the stored draws, no new noise
+    assert pd.concat([d.rows for _, _, d in again], ignore_index=True).equals(frame)
+
+
+def test_the_ledger_refuses_a_hierarchy_over_the_cap_before_any_noise(tmp_path, alphabet, domain):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (1.0, 1e-6)})  # rho 0.5 is epsilon > 1
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, domain)
+    with pytest.raises(BudgetExceeded):
+        list(release_od_hierarchy({"2016-07-25": _store(_trips(alphabet), "2016-07-25", tmp_path)}, plan, ledger,
+                                  tmp_path, "r1", b"k" * 32))
+    assert not (tmp_path / "releases").exists() or not any((tmp_path / "releases").rglob("*.parquet"))
+
+
+def test_sum_problems_names_a_level_that_does_not_add_up():
+    frame = pd.DataFrame({"date": "d", "mode": "bus", "level": ["mode", "district", "location", "location"],
+                          "origin_district": ["all", "200x", "200x", "200x"],
+                          "destination_district": ["all", "201x", "201x", "201x"],
+                          "origin": ["all", "all", "2000", OTHER], "destination": ["all", "all", "2010", OTHER],
+                          "count": [10, 10, 7, 2]})
+    assert len(sum_problems(frame)) == 1
+    frame.loc[3, "count"] = 3
+    assert sum_problems(frame) == []
