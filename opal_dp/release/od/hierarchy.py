@@ -46,11 +46,17 @@ from opal_dp.prep.schemas import UNKNOWN_LABEL
 from opal_dp.prep.sequences import PAD, TripAlphabet, district_of, from_frame
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 from opal_dp.release.charged import Pending, release_charged
+from opal_dp.release.marginals.plan import parse_period
 
 OD_HIERARCHY = "od_hierarchy"
 ALL = "all"
 OTHER = "other"
 LEVEL_NAMES = ("mode", "district", "location")
+SHARES = (0.1, 0.3, 0.6)
+"""rho shares of the mode totals, the district pairs and the location pairs: the location pairs are what an OD user
+reads cell by cell and hold the most cells; a mode total is one number (its sigma is still well under 1% of it)."""
+FALSE_CELLS = 1.0
+"""Expected empty location pairs listed per date, over every mode (the listing threshold follows)."""
 ROW_COLUMNS = ["date", "mode", "level", "origin_district", "destination_district", "origin", "destination", "count"]
 
 
@@ -227,6 +233,17 @@ class HierarchyPlan:
     def bounds(self) -> str:
         return json.dumps({"unit": PrivacyUnit.CARD_DAY.value, "max_trips": self.budget.max_items,
                            "max_per_cell": self.budget.max_per_cell}, sort_keys=True)
+
+
+def hierarchy_plan(settings, domain: OdDomain) -> HierarchyPlan:
+    """The plan from the release's ``PrivacySettings``: ``od_hierarchy_rho`` per date, at most ``od_height`` trips
+    per card-day (the stored sequences' length) and ``max_per_bin`` of them in one location pair."""
+    unit = settings.unit
+    period = parse_period(settings.period) if unit is PrivacyUnit.CARD_PERIOD and settings.period else ()
+    name = f"{period[0]}..{period[-1]}" if period else ""  # the prefix tree's period scope (``od_plan``)
+    budget = HierarchyBudget(settings.od_hierarchy_rho, SHARES, settings.od_height,
+                             min(settings.max_per_bin, settings.od_height), FALSE_CELLS)
+    return HierarchyPlan(unit, budget, domain, name)
 
 
 @dataclass(frozen=True)
