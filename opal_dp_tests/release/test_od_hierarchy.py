@@ -111,10 +111,13 @@ def test_the_plan_follows_the_privacy_settings(domain):
     from opal_dp.release.settings import PrivacySettings
 
     plan = hierarchy_plan(PrivacySettings(privacy_unit="card_day", od_hierarchy_rho=0.3), domain)
-    assert plan.budget.cost().rho == pytest.approx(0.3) and plan.budget.l2_squared == (16, 16, 4)
+    assert plan.budget.cost().rho == pytest.approx(0.3) and plan.budget.l2_squared == (16, 16, 8)
+    one = hierarchy_plan(PrivacySettings(od_hierarchy_max_per_pair=1), domain)
+    assert one.budget.l2_squared == (16, 16, 4) and one.tau < plan.tau
     assert plan.scope("2016-07-25") == "2016-07-25" and plan.ledger_unit is PrivacyUnit.CARD_DAY
     period = hierarchy_plan(PrivacySettings(privacy_unit="card_period", period="2016-07-25..2016-07-31"), domain)
     assert period.scope("2016-07-26") == "2016-07-25..2016-07-31" and period.marginal("2016-07-26").endswith("26")
     assert plan.tau >= 1 and plan.tau == hierarchy_plan(PrivacySettings(od_hierarchy_rho=0.3), domain).tau
-    with pytest.raises(ValueError):
-        PrivacySettings(od_hierarchy_rho=0)
+    for bad in ({"od_hierarchy_rho": 0}, {"od_hierarchy_max_per_pair": 0}):
+        with pytest.raises(ValueError):
+            PrivacySettings(**bad)

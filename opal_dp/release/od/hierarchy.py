@@ -8,9 +8,9 @@ district_of``; ``-1`` its own district). Level 1 is every (origin district, dest
 mode, level 2 every (origin, destination) pair. No cell comes from the data: a trip outside the domain is an error.
 
 Input: the date's stored card-day sequences (``prep.sequences``: every trip of one card-day, in tap-on order,
-truncated to the public ``od_height`` trips), the prefix tree's input. ``max_per_cell`` more: a card-day keeps at
-most that many trips of one (mode, origin, destination), the first in tap-on order (a rule on the card-day's own
-trips, so the bounds below hold for any neighbour). So one card-day holds at most ``m = od_height`` trips over
+truncated to the public ``od_height`` trips), the prefix tree's input, bounded once more: a card-day keeps at most
+``max_per_cell`` (``od_hierarchy_max_per_pair``) trips of one (mode, origin, destination), the first in tap-on
+order (a rule on the card-day's own trips, so the bounds below hold for any neighbour). So one card-day holds at most ``m = od_height`` trips over
 all modes and at most ``max_per_cell`` in a location pair: the sensitivities of ``core.hierarchy.level_l2_squared``.
 
 Ledger: one request per (date, mode), all of a date's modes under one charge (parts of one histogram per level over
@@ -47,6 +47,7 @@ from opal_dp.prep.sequences import PAD, TripAlphabet, district_of, from_frame
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 from opal_dp.release.charged import Pending, release_charged
 from opal_dp.release.marginals.plan import parse_period
+from opal_dp.release.od.placement import OdPlacement
 
 OD_HIERARCHY = "od_hierarchy"
 ALL = "all"
@@ -204,23 +205,15 @@ def rows(dom: ModeDomain, fitted: Fitted, day: str) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class HierarchyPlan:
-    """Unit, scope and cost of the hierarchy under the release's ``unit`` (module docstring)."""
+class HierarchyPlan(OdPlacement):
+    """Unit, scope and cost of the hierarchy under the release's ``unit`` (module docstring; scopes as the
+    prefix tree's, ``release.od.placement``)."""
 
+    NAME = OD_HIERARCHY
     unit: PrivacyUnit
     budget: HierarchyBudget
     domain: OdDomain
     period_name: str = ""  # card_period only
-
-    @property
-    def ledger_unit(self) -> PrivacyUnit:
-        return PrivacyUnit.CARD_PERIOD if self.unit is PrivacyUnit.CARD_PERIOD else PrivacyUnit.CARD_DAY
-
-    def scope(self, day: str) -> str:
-        return self.period_name if self.unit is PrivacyUnit.CARD_PERIOD else day
-
-    def marginal(self, day: str) -> str:
-        return f"{OD_HIERARCHY} {day}" if self.unit is PrivacyUnit.CARD_PERIOD else OD_HIERARCHY
 
     @cached_property
     def tau(self) -> int:
@@ -237,12 +230,14 @@ class HierarchyPlan:
 
 def hierarchy_plan(settings, domain: OdDomain) -> HierarchyPlan:
     """The plan from the release's ``PrivacySettings``: ``od_hierarchy_rho`` per date, at most ``od_height`` trips
-    per card-day (the stored sequences' length) and ``max_per_bin`` of them in one location pair."""
+    per card-day (the stored sequences' length) and ``od_hierarchy_max_per_pair`` of them in one location pair
+    (default 2: an out-and-back trip within one bus postcode is twice the same pair, and a bound of 1 would cut
+    the busiest such pairs, e.g. inside 2000, by a third; ``benchmarks.od_compare`` measures both)."""
     unit = settings.unit
     period = parse_period(settings.period) if unit is PrivacyUnit.CARD_PERIOD and settings.period else ()
     name = f"{period[0]}..{period[-1]}" if period else ""  # the prefix tree's period scope (``od_plan``)
     budget = HierarchyBudget(settings.od_hierarchy_rho, SHARES, settings.od_height,
-                             min(settings.max_per_bin, settings.od_height), FALSE_CELLS)
+                             min(settings.od_hierarchy_max_per_pair, settings.od_height), FALSE_CELLS)
     return HierarchyPlan(unit, budget, domain, name)
 
 
