@@ -121,3 +121,46 @@ def test_the_plan_follows_the_privacy_settings(domain):
     for bad in ({"od_hierarchy_rho": 0}, {"od_hierarchy_max_per_pair": 0}):
         with pytest.raises(ValueError):
             PrivacySettings(**bad)
+
+
+class UnchargedTotals(HierarchyBudget):
+    """Planted bug: the mode totals are measured but left out of the charge."""
+
+    def cost(self):
+        from opal_dp.core import PrivacyCost
+
+        return PrivacyCost.zcdp(sum(self.level_rho[1:]), 0.0)
+
+
+def _audit_from_the_ledger(tmp_path, alphabet, domain, budget, seed):
+    """Release one date, then audit the production measurement against the charge the ledger holds."""
+    import json
+
+    from opal_dp.audit.hierarchy import audit_measurement
+    from opal_dp.core import PrivacyCost
+    from opal_dp.core.discrete_gaussian import DiscreteGaussian
+    from opal_dp.core.hierarchy import measure
+
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (10.0, 1e-6)})
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, budget, domain)
+    out = list(release_od_hierarchy({"2016-07-25": _store(_trips(alphabet), "2016-07-25", tmp_path)}, plan, ledger,
+                                    tmp_path, "r1", b"k" * 32, bits=SeededBits(seed)))
+    (charge,) = {d.charge.id: d.charge for _, _, d in out}.values()
+    recorded = json.loads(charge.mechanism)
+    claimed = HierarchyBudget(recorded["rho"], tuple(recorded["shares"]), recorded["max_items"],
+                              recorded["max_per_cell"], recorded["false_cells"])
+    noise = DiscreteGaussian(SeededBits(seed + 1))
+    return audit_measurement(lambda t, c, b: measure(t, c, b, noise), claimed,
+                             PrivacyCost.zcdp(charge.rho, charge.delta))
+
+
+@pytest.mark.slow
+def test_the_audit_passes_the_release_against_its_ledger_charge(tmp_path, alphabet, domain):
+    assert _audit_from_the_ledger(tmp_path, alphabet, domain, BUDGET, seed=21).passed
+
+
+@pytest.mark.slow
+def test_the_audit_catches_a_release_whose_charge_leaves_out_a_level(tmp_path, alphabet, domain):
+    planted = UnchargedTotals(BUDGET.rho, BUDGET.shares, BUDGET.max_items, BUDGET.max_per_cell)
+    report = _audit_from_the_ledger(tmp_path, alphabet, domain, planted, seed=22)
+    assert not report.passed and report.rho_lower > report.charged_rho
