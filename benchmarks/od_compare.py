@@ -150,7 +150,7 @@ def compare_markdown(result: dict, command: str) -> str:
                          for n in VARIANTS)
              + f". InfTDA: every trip, rho/3 per level, sensitivity "
              f"{result['height']}, epsilon {result['inftda_epsilon']:.3f} at delta 1e-6 for its conversion; tree: "
-             f"pure epsilon {result['tree_epsilon']:.3f}, which implies rho). Pairs with true >= 200: "
+             f"pure epsilon {result['tree_epsilon']:.3f}, which implies rho. Pairs with true >= 200: "
              f"{methods['hierarchy']['cells_200']}, >= 50: {methods['hierarchy']['cells_50']}.", "",
              "| | " + " | ".join(METHODS) + " |", "|---|" + "---|" * len(METHODS)]
     for label, key, fmt in rows:
