@@ -13,7 +13,14 @@ from opal_dp.core.units import PrivacyUnit
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet, to_frame
 from opal_dp.private_files import write_parquet_atomic
-from opal_dp.release.od.hierarchy import OTHER, HierarchyPlan, OdDomain, release_od_hierarchy, sum_problems
+from opal_dp.release.od.hierarchy import (
+    OTHER,
+    HierarchyPlan,
+    OdDomain,
+    domain_problems,
+    release_od_hierarchy,
+    sum_problems,
+)
 
 BUDGET = HierarchyBudget(0.5, (0.1, 0.3, 0.6), max_items=3, max_per_cell=1)
 
@@ -73,7 +80,7 @@ def test_one_charge_per_date_for_all_its_modes_and_exact_rows(tmp_path, alphabet
     person = ledger.person_spend("2016-07-25", "2016-07-25")  # the person account is charged too
     assert [c.marginal for c in person.charges] == ["od_hierarchy"] and person.guarantee.rho == pytest.approx(0.5)
     frame = pd.concat([d.rows for _, _, d in out], ignore_index=True)
-    assert sum_problems(frame) == []
+    assert sum_problems(frame) == [] and domain_problems(frame, domain) == []
     busy = alphabet.symbols.iloc[0]
     listed = frame[(frame["level"] == "location") & (frame["origin"] == busy["origin"])
                    & (frame["destination"] == busy["destination"])]
@@ -164,3 +171,17 @@ def test_the_audit_catches_a_release_whose_charge_leaves_out_a_level(tmp_path, a
     planted = UnchargedTotals(BUDGET.rho, BUDGET.shares, BUDGET.max_items, BUDGET.max_per_cell)
     report = _audit_from_the_ledger(tmp_path, alphabet, domain, planted, seed=22)
     assert not report.passed and report.rho_lower > report.charged_rho
+
+
+def test_domain_problems_names_rows_outside_the_stop_list(domain):
+    bus = domain.modes["bus"]
+    frame = pd.DataFrame({"date": "d", "mode": "bus", "level": ["mode", "district", "location", "location"],
+                          "origin_district": ["all"] + [bus.origin_districts[bus.origin_district[0]]] * 3,
+                          "destination_district": ["all"] + [bus.destination_districts[bus.destination_district[0]]] * 3,
+                          "origin": ["all", "all", bus.origins[0], OTHER],
+                          "destination": ["all", "all", bus.destinations[0], OTHER], "count": [3, 3, 2, 1]})
+    assert domain_problems(frame, domain) == []
+    frame.loc[2, "origin"] = "Nowhere"
+    assert domain_problems(frame, domain) == ["bus: 1 rows outside the public domain"]
+    frame.loc[2, "origin"] = next(o for o, d in zip(bus.origins, bus.origin_district) if d != bus.origin_district[0])
+    assert domain_problems(frame, domain) == ["bus: 1 rows outside the public domain"]  # not its district

@@ -300,3 +300,30 @@ def sum_problems(frame: pd.DataFrame) -> list[str]:
         for key in both.index[both["district"] != both["location"]]:
             problems.append(f"{day} {mode} {key}: its location rows do not sum to its district row")
     return problems
+
+
+def domain_problems(frame: pd.DataFrame, domain: OdDomain) -> list[str]:
+    """Released rows whose labels are not of the public domain: a mode, district pair or location pair the stop
+    list does not give, a location pair under another district pair than its own (``all`` and ``other`` only where
+    the level puts them)."""
+    problems = []
+    for mode, part in frame.groupby("mode", sort=True):
+        dom = domain.modes.get(mode)
+        if dom is None:
+            problems.append(f"{mode}: not a mode of the stop list")
+            continue
+        district = part["level"] != "mode"
+        bad = district & ~(part["origin_district"].isin(dom.origin_districts)
+                           & part["destination_district"].isin(dom.destination_districts))
+        location = part["level"] == "location"
+        listed = location & (part["origin"] != OTHER)
+        home = dict(zip(dom.origins, np.array(dom.origin_districts)[dom.origin_district]))
+        away = dict(zip(dom.destinations, np.array(dom.destination_districts)[dom.destination_district]))
+        bad |= listed & ~((part["origin"].map(home) == part["origin_district"])
+                          & (part["destination"].map(away) == part["destination_district"]))
+        bad |= location & ~listed & (part["destination"] != OTHER)
+        bad |= ~location & ((part["origin"] != ALL) | (part["destination"] != ALL))
+        bad |= ~part["level"].isin(LEVEL_NAMES)
+        if bad.any():
+            problems.append(f"{mode}: {int(bad.sum())} rows outside the public domain")
+    return problems
