@@ -28,15 +28,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opal_dp.core.hierarchy import HierarchyBudget, fit, measure
-from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
-from opal_dp.network import MODES, load_stops
+from opal_dp.core.hierarchy import HierarchyBudget
+from opal_dp.core.prefix_tree import Taxonomy
+from opal_dp.network import load_stops
 from opal_dp.prep.binning import bin_trips
 from opal_dp.prep.ingest import ingest_file
 from opal_dp.prep.sequences import TripAlphabet, card_day_sequences
-from opal_dp.release.od.generate import consistent_tree
 from opal_dp.release.od.hierarchy import FALSE_CELLS, SHARES, OdDomain, tau_for
-from opal_dp.reports.od_hierarchy_evaluation import LevelCounts, evaluate, scatter_points, true_vs_released_plot
+from opal_dp.reports.od_hierarchy_evaluation import (
+    LevelCounts,
+    evaluate,
+    hierarchy_counts,
+    scatter_points,
+    tree_counts,
+    true_vs_released_plot,
+    truth_counts,
+)
 
 VARIANTS = {"hierarchy": 2, "hierarchy_1": 1, "hierarchy_h": None}
 """Hierarchy variants: trips of one card-day kept per location pair (None: ``h``, no bound)."""
@@ -96,28 +103,19 @@ def run_compare(raw_dir: Path, *, rho: float = 0.5, height: int = 4, days: int |
     files = sorted(Path(raw_dir).glob("trips_*.parquet"))[:days]
     for path in files:
         seqs = card_day_sequences(bin_trips(ingest_file(path, stops).accepted, stops), alphabet, height)
-        true = domain.counts(seqs, height)
+        day_truth = truth_counts(domain, seqs)
         t0 = time.perf_counter()
         for name, budget in budgets.items():
-            bounded = domain.counts(seqs, budget.max_per_cell)
-            dropped[name] += sum(int(true[m].sum() - bounded[m].sum()) for m in true)
-            for mode, dom in domain.modes.items():
-                f = fit(dom.tree, measure(dom.tree, bounded[mode], budget), budget.sigmas, taus[name])
-                released[name].append(LevelCounts(f.total, f.middle, f.listed, f.remainder))
+            released[name] += hierarchy_counts(domain, seqs, budget, taus[name])
+            kept = domain.counts(seqs, budget.max_per_cell)
+            dropped[name] += sum(t.total for t in day_truth) - sum(int(c.sum()) for c in kept.values())
         t1 = time.perf_counter()
-        for mode, counts in inftda.release(true, rho).items():
+        for mode, counts in inftda.release(domain.counts(seqs, height), rho).items():
             released["inftda"].append(LevelCounts.from_finest(domain.modes[mode].tree, counts))
         t2 = time.perf_counter()
-        tree = consistent_tree(build_noisy_prefix_tree(seqs, taxonomy, TreeBudget(math.sqrt(2 * rho), height)))
-        nodes = tree[tree["level"] > 0]
-        per_symbol = np.bincount(nodes["symbol"], weights=nodes["count"], minlength=alphabet.size)
-        for mode, dom in domain.modes.items():
-            mine = domain.symbol_mode == MODES.index(mode)
-            counts = np.bincount(domain.symbol_cell[mine], weights=per_symbol[mine], minlength=dom.cells)
-            released["tree"].append(LevelCounts.from_finest(dom.tree, counts.astype(np.int64)))
+        released["tree"] += tree_counts(domain, seqs, taxonomy, math.sqrt(2 * rho))
         t3 = time.perf_counter()
-        for mode, dom in domain.modes.items():
-            truth.append(LevelCounts.from_finest(dom.tree, true[mode]))
+        truth += day_truth
         for method, start, end in (("hierarchy", t0, t1), ("inftda", t1, t2), ("tree", t2, t3)):  # both hierarchies
             seconds[method] += end - start
         print(f"  compare {path.stem}: {t1 - t0:.1f} / {t2 - t1:.1f} / {t3 - t2:.1f} s", file=sys.stderr)

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opal_dp.core.hierarchy import Tree
+from opal_dp.core.bits import BitSource
+from opal_dp.core.discrete_gaussian import DiscreteGaussian
+from opal_dp.core.hierarchy import HierarchyBudget, Tree, fit, measure
+from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
+from opal_dp.network import MODES
+from opal_dp.release.od.generate import consistent_tree
+from opal_dp.release.od.hierarchy import OdDomain
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,39 @@ class LevelCounts:
 
 
 THRESHOLDS = (200, 50)
+
+
+def truth_counts(domain: OdDomain, sequences: np.ndarray) -> list[LevelCounts]:
+    """Per mode, the true counts of every trip of the sequences (no per-pair bound)."""
+    true = domain.counts(sequences, sequences.shape[1])
+    return [LevelCounts.from_finest(dom.tree, true[mode]) for mode, dom in domain.modes.items()]
+
+
+def hierarchy_counts(domain: OdDomain, sequences: np.ndarray, budget: HierarchyBudget, tau: int,
+                     bits: BitSource | None = None) -> list[LevelCounts]:
+    """Per mode, the hierarchy drawn in memory (nothing charged) from the per-pair-bounded sequences."""
+    noise = DiscreteGaussian(bits)
+    bounded = domain.counts(sequences, budget.max_per_cell)
+    out = []
+    for mode, dom in domain.modes.items():
+        f = fit(dom.tree, measure(dom.tree, bounded[mode], budget, noise), budget.sigmas, tau)
+        out.append(LevelCounts(f.total, f.middle, f.listed, f.remainder))
+    return out
+
+
+def tree_counts(domain: OdDomain, sequences: np.ndarray, taxonomy: Taxonomy, epsilon: float,
+                bits: BitSource | None = None) -> list[LevelCounts]:
+    """Per mode, today's ``od.csv`` counts from a prefix tree drawn in memory (nothing charged)."""
+    tree = consistent_tree(build_noisy_prefix_tree(sequences, taxonomy, TreeBudget(epsilon, sequences.shape[1]),
+                                                   bits))
+    nodes = tree[tree["level"] > 0]
+    per_symbol = np.bincount(nodes["symbol"], weights=nodes["count"], minlength=len(domain.symbol_cell))
+    out = []
+    for mode, dom in domain.modes.items():
+        mine = domain.symbol_mode == MODES.index(mode)
+        counts = np.bincount(domain.symbol_cell[mine], weights=per_symbol[mine], minlength=dom.cells)
+        out.append(LevelCounts.from_finest(dom.tree, counts.astype(np.int64)))
+    return out
 
 
 def evaluate(truth: Sequence[LevelCounts], released: Sequence[LevelCounts], days: int) -> dict:
