@@ -53,7 +53,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from opal_dp.core.accounting import PrivacyCost
-from opal_dp.core.bits import BitSource
 from opal_dp.core.discrete_gaussian import MAX_SIGMA, DiscreteGaussian, tail_upper_bound
 from opal_dp.core.gaussian_threshold import sigma_for
 
@@ -261,10 +260,3 @@ def fit(tree: Tree, measured: Measurement, sigmas: tuple[float, ...], tau: int) 
     remainder = np.zeros(tree.sizes[1], dtype=np.int64)
     remainder[has_rest] = counts[int(listed.sum()):]
     return Fitted(total, middle, cells, remainder)
-
-
-def release(tree: Tree, finest: np.ndarray, budget: HierarchyBudget, tau: int, bits: BitSource | None = None
-            ) -> Fitted:
-    """Measure (the only step that reads the data) and fit."""
-    noise = DiscreteGaussian(bits) if bits is not None else None
-    return fit(tree, measure(tree, finest, budget, noise), budget.sigmas, tau)
