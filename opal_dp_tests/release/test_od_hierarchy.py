@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, PrivacyLedger, SeededBits
 from opal_dp.core.hierarchy import HierarchyBudget
@@ -185,3 +187,25 @@ def test_domain_problems_names_rows_outside_the_stop_list(domain):
     assert domain_problems(frame, domain) == ["bus: 1 rows outside the public domain"]
     frame.loc[2, "origin"] = next(o for o, d in zip(bus.origins, bus.origin_district) if d != bus.origin_district[0])
     assert domain_problems(frame, domain) == ["bus: 1 rows outside the public domain"]  # not its district
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32), st.lists(st.tuples(st.integers(0, 38), st.integers(0, 39), st.integers(1, 300)),
+                                       max_size=30))
+def test_published_rows_add_up_and_hold_each_pair_once(domain, seed, trips):
+    """The ferry domain (39 x 40 pairs), random busy pairs and noise: the rows add up level by level, and a
+    location pair is either its own row or inside its district pair's remainder row, never twice."""
+    from opal_dp.core.discrete_gaussian import DiscreteGaussian
+    from opal_dp.core.hierarchy import fit, measure
+    from opal_dp.release.od.hierarchy import rows
+
+    ferry = domain.modes["ferry"]
+    counts = np.zeros(ferry.cells, np.int64)
+    for o, d, n in trips:
+        counts[o * len(ferry.destinations) + d] += n
+    fitted = fit(ferry.tree, measure(ferry.tree, counts, BUDGET, DiscreteGaussian(SeededBits(seed))), BUDGET.sigmas,
+                 tau=12)
+    frame = rows(ferry, fitted, "20160725")
+    assert sum_problems(frame) == [] and domain_problems(frame, domain) == []
+    keys = ["level", "origin_district", "destination_district", "origin", "destination"]
+    assert not frame.duplicated(keys).any() and (frame["count"] >= 0).all()
