@@ -143,8 +143,8 @@ def compare_markdown(result: dict, command: str) -> str:
     methods = result["methods"]
     lines = ["## Hierarchical OD vs InfTDA vs prefix tree (issue 27), scale 0.05 only", "", f"`{command}`", "",
              f"{result['days']} days, {result['trips']:,} trips (first {result['height']} per card-day; errors are "
-             "against all of them); the same budget per card-day: rho "
-             f"{result['rho']}. Hierarchy variants (sigma of mode / district / location pairs, listing threshold, "
+             f"against all of them); budget per card-day: rho {result['rho']} for the hierarchy and InfTDA. "
+             "Hierarchy variants (sigma of mode / district / location pairs, listing threshold, "
              "trips of a card-day kept per location pair, trips that bound drops): "
              + "; ".join(f"{n}: {', '.join(f'{s:.2f}' for s in result['sigmas'][n])}, tau {result['tau'][n]}, "
                          f"{result['max_per_pair'][n]} per pair, {result['dropped_by_pair_bound'][n]:,} dropped"
