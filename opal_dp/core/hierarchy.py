@@ -3,8 +3,8 @@ a top-down weighted least-squares fit, integer rounding that keeps every sum exa
 cells folded into one remainder per parent.
 
 Setting. A public tree of cells with three levels: one root (level 0), its children (level 1), theirs (level 2,
-the finest); ``Tree.parents[l][j]`` is the level-``l`` parent of level-``l + 1`` cell ``j``. The input is the true count of every
-finest cell; a coarser cell counts the items of the finest cells below it.
+the finest); ``Tree.parents[l][j]`` is the level-``l`` parent of level-``l + 1`` cell ``j``. The input is the true
+count of every finest cell; a coarser cell counts the items of the finest cells below it.
 
 Sensitivity (``level_l2_squared``). One privacy unit holds at most ``m`` items (``max_items``), at most ``c``
 (``max_per_cell``) of them in one finest cell. Under add/remove the unit changes a level's count vector by a

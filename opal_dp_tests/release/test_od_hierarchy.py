@@ -177,9 +177,9 @@ def test_the_audit_catches_a_release_whose_charge_leaves_out_a_level(tmp_path, a
 
 def test_domain_problems_names_rows_outside_the_stop_list(domain):
     bus = domain.modes["bus"]
+    home, away = bus.origin_districts[bus.origin_district[0]], bus.destination_districts[bus.destination_district[0]]
     frame = pd.DataFrame({"date": "d", "mode": "bus", "level": ["mode", "district", "location", "location"],
-                          "origin_district": ["all"] + [bus.origin_districts[bus.origin_district[0]]] * 3,
-                          "destination_district": ["all"] + [bus.destination_districts[bus.destination_district[0]]] * 3,
+                          "origin_district": ["all"] + [home] * 3, "destination_district": ["all"] + [away] * 3,
                           "origin": ["all", "all", bus.origins[0], OTHER],
                           "destination": ["all", "all", bus.destinations[0], OTHER], "count": [3, 3, 2, 1]})
     assert domain_problems(frame, domain) == []

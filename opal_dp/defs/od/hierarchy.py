@@ -1,7 +1,7 @@
 """The hierarchical OD release (opt-in, not yet published): per date, every mode's total, district pairs and
 location pairs with exact totals, charged to the ledger before any noise is drawn. A thin wrapper over
-``release.od.hierarchy``; the ``release_od_hierarchy`` job runs it on demand, ``make release`` does not (its charge is not
-in the default caps, and ``od.csv`` still comes from the prefix tree)."""
+``release.od.hierarchy``; the ``release_od_hierarchy`` job runs it on demand, ``make release`` does not (its
+charge is not in the default caps, and ``od.csv`` still comes from the prefix tree)."""
 
 import json
 

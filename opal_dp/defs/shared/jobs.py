@@ -2,9 +2,9 @@
 
 "The release" (what ``make release`` builds) is three jobs, run in this order: ``private_stages`` (per day),
 ``release`` (per day and mode) and ``rollup`` (ledger, audit, reports, publish). Their union is
-``THE_RELEASE``, the selection automation may launch; the opt-in ``synthetic`` job and the on-demand internal
-reports (``compare_units``, ``compare_designs``, ``evaluate_od``) and the opt-in ``release_od_hierarchy`` job are outside it
-and run only when launched.
+``THE_RELEASE``, the selection automation may launch; the opt-in ``synthetic`` and ``release_od_hierarchy`` jobs
+and the on-demand internal reports (``compare_units``, ``compare_designs``, ``evaluate_od``) are outside it and run
+only when launched.
 
 A backfill of everything launched from the UI, the automation's backfills and ``make release`` make the same
 runs: one ``private_stages`` run over all the days (single-run backfill policy), one ``release`` run per mode

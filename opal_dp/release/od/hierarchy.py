@@ -9,9 +9,10 @@ mode, level 2 every (origin, destination) pair. No cell comes from the data: a t
 
 Input: the date's stored card-day sequences (``prep.sequences``: every trip of one card-day, in tap-on order,
 truncated to the public ``od_height`` trips), the prefix tree's input, bounded once more: a card-day keeps at most
-``max_per_cell`` (``od_hierarchy_max_per_pair``) trips of one (mode, origin, destination), the first in tap-on
-order (a rule on the card-day's own trips, so the bounds below hold for any neighbour). So one card-day holds at most ``m = od_height`` trips over
-all modes and at most ``max_per_cell`` in a location pair: the sensitivities of ``core.hierarchy.level_l2_squared``.
+``max_per_cell`` (``od_hierarchy_max_per_pair``) trips of one (mode, origin, destination), the first in tap-on order
+(a rule on the card-day's own trips, so the bounds below hold for any neighbour). So one card-day holds at most
+``m = od_height`` trips over all modes and at most ``max_per_cell`` in a location pair: the sensitivities of
+``core.hierarchy.level_l2_squared``.
 
 Ledger: one request per (date, mode), all of a date's modes under one charge (parts of one histogram per level over
 (mode, cell): ``core.hierarchy``), cost ``HierarchyBudget.cost()`` (the sum of the three levels' rho, delta 0).
