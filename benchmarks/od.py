@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         from benchmarks.od_compare import run_compare, write_compare
 
-        result = run_compare(fortnight.raw_dir, rho=args.rho, tree_epsilon=args.tree_epsilon)
+        result = run_compare(fortnight.raw_dir, rho=args.rho, tree_epsilon=args.tree_epsilon, scale=args.scale)
         print(write_compare(result, command, args.out))
         return 0
     od = run_od(fortnight.raw_dir, queries=args.queries)

@@ -89,9 +89,19 @@ class InfTda:
         return {m: flat[start:start + size] for m, (start, size) in self._offsets.items()}
 
 
+def projected_listed_share(truth: list[LevelCounts], days: int, scale: float, tau: int) -> float:
+    """A projection, not a measurement: the share of trips in location pairs whose mean daily count over the run,
+    scaled to scale 1.0 (``/ scale``), reaches ``tau``: what the listed share would be at scale 1.0 if every pair
+    drew its mean and the noise were 0 (pairs near ``tau`` are listed about half of the time either way)."""
+    finest = np.concatenate([t.finest for t in truth]).astype(np.float64)  # day by day, the same cells each day
+    mean = finest.reshape(days, -1).sum(axis=0) / days / scale
+    return float(mean[mean >= tau].sum() / mean.sum())
+
+
 def run_compare(raw_dir: Path, *, rho: float = 0.5, height: int = 4, days: int | None = None,
-                tree_epsilon: float | None = None) -> dict:
-    """The comparison over the fortnight's days; ``tree_epsilon`` defaults to ``sqrt(2 rho)`` (module docstring)."""
+                tree_epsilon: float | None = None, scale: float = 1.0) -> dict:
+    """The comparison over the fortnight's days; ``tree_epsilon`` defaults to ``sqrt(2 rho)`` (module docstring);
+    ``scale``: the fortnight's, for ``projected_listed_share``."""
     tree_epsilon = math.sqrt(2 * rho) if tree_epsilon is None else tree_epsilon
     stops = load_stops()
     alphabet = TripAlphabet.from_stops(stops)
@@ -127,7 +137,9 @@ def run_compare(raw_dir: Path, *, rho: float = 0.5, height: int = 4, days: int |
             "sigmas": {name: list(b.sigmas) for name, b in budgets.items()}, "dropped_by_pair_bound": dropped,
             "tree_epsilon": tree_epsilon, "inftda_epsilon": inftda_epsilon(rho), "days": n_days,
             "trips": int(sum(t.total for t in truth)), "seconds": seconds,
-            "methods": {m: evaluate(truth, released[m], n_days) for m in METHODS},
+            "methods": {m: evaluate(truth, released[m], n_days) for m in METHODS}, "scale": scale,
+            "projected_listed_share_at_scale_1": {n: projected_listed_share(truth, n_days, scale, taus[n])
+                                                  for n in VARIANTS},
             "points": {m: scatter_points(truth, released[m]) for m in METHODS}}
 
 
@@ -161,6 +173,10 @@ def compare_markdown(result: dict, command: str) -> str:
     for level in ("mode", "district", "location"):
         lines.append(f"| max abs error, {level} level | "
                      + " | ".join(f"{methods[m]['max_abs_error'][level]:.0f}" for m in METHODS) + " |")
+    projected = result["projected_listed_share_at_scale_1"]
+    lines += ["", "Projection, not a measurement: share of trips in location pairs whose mean daily count over these "
+              f"days, scaled to scale 1.0 (x {1 / result['scale']:g}), reaches the listing threshold: "
+              + ", ".join(f"{n} {projected[n]:.3f}" for n in VARIANTS) + "."]
     seconds = result["seconds"]
     lines += ["", "Release time over all days (s): " + ", ".join(f"{m} {seconds[m]:.1f}" for m in seconds)
               + " (hierarchy: its three variants). True vs released per level: `od-compare.png`.", ""]

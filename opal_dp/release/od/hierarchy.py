@@ -56,7 +56,8 @@ OTHER = "other"
 LEVEL_NAMES = ("mode", "district", "location")
 SHARES = (0.1, 0.3, 0.6)
 """rho shares of the mode totals, the district pairs and the location pairs: the location pairs are what an OD user
-reads cell by cell and hold the most cells; a mode total is one number (its sigma is still well under 1% of it)."""
+reads cell by cell and hold the most cells; a mode total is one number (at the default rho its sigma, 12.6, is
+under 1% of any mode's daily total)."""
 FALSE_CELLS = 1.0
 """Expected empty location pairs listed per date, over every mode (the listing threshold follows)."""
 ROW_COLUMNS = ["date", "mode", "level", "origin_district", "destination_district", "origin", "destination", "count"]
