@@ -169,6 +169,7 @@ def measurement_frame(measured: Measurement) -> pd.DataFrame:
 
 
 def measurement_of(frame: pd.DataFrame, tree: Tree) -> Measurement:
+    """A stored measurement back, checked to hold every cell of ``tree``'s public domain, in order."""
     levels = []
     for level, size in enumerate(tree.sizes):
         part = frame[frame["level"] == level]
