@@ -134,5 +134,5 @@ def true_vs_released_plot(points: Mapping[str, Mapping[str, tuple]]) -> bytes:
         ax.set_title(level)
         ax.set_xlabel("true count + 1")
         ax.set_ylabel("released count + 1")
-        ax.legend(fontsize=7, markerscale=3)
+        ax.legend(fontsize=7, markerscale=3, loc="upper left")
     return png(fig, "Internal, not DP: OD releases against the truth, per level")
