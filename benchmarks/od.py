@@ -98,11 +98,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.od", description=__doc__)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--queries", type=int, default=40_000)
+    parser.add_argument("--compare", action="store_true",
+                        help="only the hierarchical OD release vs InfTDA vs the tree's od.csv (benchmarks.od_compare)")
+    parser.add_argument("--rho", type=float, default=0.5, help="--compare: the budget per card-day (zCDP)")
+    parser.add_argument("--tree-epsilon", type=float, default=None,
+                        help="--compare: the tree's pure epsilon (default sqrt(2 rho), which implies rho-zCDP)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
     args = parser.parse_args(argv)
     fortnight = ensure_fortnight(args.out / "cache", args.scale, DEFAULT_SEED)
-    od = run_od(fortnight.raw_dir, queries=args.queries)
     command = "python -m benchmarks.od " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.compare:
+        from benchmarks.od_compare import run_compare, write_compare
+
+        result = run_compare(fortnight.raw_dir, rho=args.rho, tree_epsilon=args.tree_epsilon, scale=args.scale)
+        print(write_compare(result, command, args.out))
+        return 0
+    od = run_od(fortnight.raw_dir, queries=args.queries)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "od.json").write_text(json.dumps(od, indent=2) + "\n")
     (args.out / "OD.md").write_text(markdown(od, command))

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
 from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, LedgerError
@@ -79,6 +79,8 @@ class PrivacySettings(BaseModel):
     od_epsilon: float | None = None  # a date; default: 0.05 in the weekly card_period release, else 1
     od_height: int = 4
     od_top_sequences: int = 100
+    od_hierarchy_rho: float = Field(0.5, gt=0, allow_inf_nan=False)  # hierarchical OD per date (release.od.hierarchy)
+    od_hierarchy_max_per_pair: int = Field(2, ge=1)  # trips of one card-day kept per (mode, origin, destination)
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
     synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic.queries``), charged to card_period
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead

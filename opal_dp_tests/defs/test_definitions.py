@@ -21,9 +21,10 @@ EXPECTED_GROUPS = {
     "release": {f"release/{m}" for m in ("tap_on_time", "tap_on_loc", "tap_off_time", "tap_off_loc",
                                           "tap_on_time_loc", "tap_off_time_loc")} | {"privacy_ledger", "release_draws"},
     "synthetic": {"synthetic_release", "synthetic_trips", "synthetic_published", "synthetic_report"},
+    "od_hierarchy": {"od_hierarchy"},
 }
 
-ON_DEMAND = {"unit_comparison", "design_comparison", "od_evaluation"}
+ON_DEMAND = {"unit_comparison", "design_comparison", "od_evaluation", "od_hierarchy_evaluation"}
 ROLLUP = {"privacy_ledger", "privacy_audit", "utility_report", "disclosure_risk", "published_release"}
 
 
@@ -69,7 +70,8 @@ def test_release_assets_have_blocking_checks():
 
 def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "evaluate_od", "synthetic"):
+    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "evaluate_od", "synthetic",
+                "release_od_hierarchy"):
         assert d.resolve_job_def(job)
     for sensor in ("raw_file_sensor", "opal_dp_automation", "weekly_rollup"):
         assert d.resolve_sensor_def(sensor)
@@ -83,7 +85,7 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
             continue
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
-        opt_in = key in ON_DEMAND or spec.group_name == "synthetic"
+        opt_in = key in ON_DEMAND or spec.group_name in ("synthetic", "od_hierarchy")
         weekly = key in ROLLUP  # launched together by the weekly_rollup sensor, not by conditions
         assert (spec.automation_condition is None) == (opt_in or weekly), key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
@@ -105,14 +107,15 @@ def test_dg_check_defs_passes():
 
 
 def test_the_release_is_what_make_release_builds_and_nothing_opt_in():
-    """The three jobs of the release cover every asset except the opt-in synthetic ones and the on-demand reports;
-    automation may launch only those, and the roll-up job is the weekly sensor's."""
+    """The three jobs of the release cover every asset except the opt-in synthetic and OD-hierarchy ones and the
+    on-demand reports; automation may launch only those, and the roll-up job is the weekly sensor's."""
     d = defs()
     graph = d.resolve_asset_graph()
     jobs = {name: {k.to_user_string() for k in d.resolve_job_def(name).asset_layer.selected_asset_keys}
             for name in ("private_stages", "release", "rollup")}
     everything = {k.to_user_string() for k in graph.materializable_asset_keys}
-    assert set().union(*jobs.values()) == everything - ON_DEMAND - EXPECTED_GROUPS["synthetic"]
+    opt_in = EXPECTED_GROUPS["synthetic"] | EXPECTED_GROUPS["od_hierarchy"]
+    assert set().union(*jobs.values()) == everything - ON_DEMAND - opt_in
     assert jobs["rollup"] == ROLLUP
     automation = d.resolve_sensor_def("opal_dp_automation")
     assert {k.to_user_string() for k in automation.asset_selection.resolve(graph)} <= set().union(*jobs.values())

@@ -37,3 +37,34 @@ def test_od_evaluation_job_charges_and_publishes_nothing(released):
     assert table["average_relative_error"].between(0, 10).all()
     (materialization,) = result.asset_materializations_for_node("od_evaluation")
     assert materialization.metadata["plot"].value.startswith("![od](data:image/png;base64,")
+    hierarchy = pd.read_parquet(storage.private_dir / "od_hierarchy_evaluation.parquet").set_index("method")
+    assert list(hierarchy.index) == ["hierarchy", "tree"]
+    assert hierarchy.loc["hierarchy", "accounted_share"] > 0.95  # every trip in a row: only the noise moves it
+
+
+def test_release_od_hierarchy_job_charges_each_date_once_and_publishes_nothing(released, tmp_path):
+    """On a copy of the released data (its own ledger): one charge per date for all modes, blocking checks pass,
+    rows exact, nothing published."""
+    import shutil
+
+    from opal_dp.defs.shared.storage import OpalStorage
+    from opal_dp.release.od.hierarchy import sum_problems
+
+    instance, _ = released
+    copy = tmp_path / "data"
+    shutil.copytree(default_storage().data_dir, copy)
+    storage = OpalStorage(data_dir=str(copy))
+    published = sorted(p.name for p in storage.published_dir.rglob("*"))
+    job = defs().resolve_job_def("release_od_hierarchy")
+    for day in DAYS:
+        result = job.execute_in_process(instance=instance, partition_key=day.isoformat(), run_config={
+            "resources": {"storage": {"config": {"data_dir": str(copy)}}}})
+        assert result.success
+        checks = result.get_asset_check_evaluations()
+        assert len(checks) == 2 and all(c.passed for c in checks)
+        frame = pd.read_parquet(storage.private_dir / "od_hierarchy" / f"{day.isoformat()}.parquet")
+        assert sum_problems(frame.drop(columns=["draw_id"])) == [] and frame["draw_id"].nunique() == 4
+    charges = [c for c in PrivacyBudget().ledger(storage).charges() if c.marginal == "od_hierarchy"]
+    assert sorted(c.scope for c in charges) == [d.isoformat() for d in DAYS]
+    assert all(c.unit == "card_day" and c.rho == PrivacyBudget().od_hierarchy_rho for c in charges)
+    assert sorted(p.name for p in storage.published_dir.rglob("*")) == published

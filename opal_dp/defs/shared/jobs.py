@@ -2,8 +2,9 @@
 
 "The release" (what ``make release`` builds) is three jobs, run in this order: ``private_stages`` (per day),
 ``release`` (per day and mode) and ``rollup`` (ledger, audit, reports, publish). Their union is
-``THE_RELEASE``, the selection automation may launch; the opt-in ``synthetic`` job and the on-demand internal
-reports (``compare_units``, ``compare_designs``, ``evaluate_od``) are outside it and run only when launched.
+``THE_RELEASE``, the selection automation may launch; the opt-in ``synthetic`` and ``release_od_hierarchy`` jobs
+and the on-demand internal reports (``compare_units``, ``compare_designs``, ``evaluate_od``) are outside it and run
+only when launched.
 
 A backfill of everything launched from the UI, the automation's backfills and ``make release`` make the same
 runs: one ``private_stages`` run over all the days (single-run backfill policy), one ``release`` run per mode
@@ -34,7 +35,7 @@ release_job = dg.define_asset_job(
 rollup_job = dg.define_asset_job(
     "rollup",
     selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
-    - dg.AssetSelection.assets("unit_comparison", "design_comparison", "od_evaluation"),
+    - dg.AssetSelection.assets("unit_comparison", "design_comparison", "od_evaluation", "od_hierarchy_evaluation"),
     description="The release, 3 of 3 (the weekly roll-up): summarise the privacy ledger, audit, report internally "
                 "and publish the complete partitions.",
 )
@@ -65,9 +66,18 @@ synthetic_job = dg.define_asset_job(
 
 evaluate_od_job = dg.define_asset_job(
     "evaluate_od",
-    selection=dg.AssetSelection.assets("od_evaluation"),
-    description="Internal report: the hybrid and the plain OD prefix trees against the truth, as in the seed's §5 "
-                "(not DP, never published, nothing charged).",
+    selection=dg.AssetSelection.assets("od_evaluation", "od_hierarchy_evaluation"),
+    description="Internal reports: the hybrid and the plain OD prefix trees against the truth, as in the seed's §5, "
+                "and the hierarchical OD release against the tree's od.csv, per level (not DP, never published, "
+                "nothing charged).",
+)
+
+
+od_hierarchy_job = dg.define_asset_job(
+    "release_od_hierarchy",
+    selection=dg.AssetSelection.groups("od_hierarchy"),
+    description="Opt-in: the hierarchical OD release of the days with stored card-day sequences (mode totals, "
+                "district pairs, location pairs with exact totals), charged to the ledger; not published.",
 )
 
 

@@ -35,29 +35,21 @@ from opal_dp.parallel import map_calls
 from opal_dp.prep.sequences import from_frame
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 from opal_dp.release.charged import Pending, release_charged
+from opal_dp.release.od.placement import OdPlacement
 from opal_dp.release.periods import Periods
 
 OD = "od"
 
 
 @dataclass(frozen=True)
-class OdPlan:
+class OdPlan(OdPlacement):
     """Unit, scope and cost of the OD trees under the marginals' configured ``unit`` (module docstring)."""
 
+    NAME = OD
     unit: PrivacyUnit  # the marginals' unit
     budget: TreeBudget
     taxonomy: Taxonomy
     periods: Periods = field(default_factory=Periods)  # card_period: which dates form one period
-
-    @property
-    def ledger_unit(self) -> PrivacyUnit:
-        return PrivacyUnit.CARD_PERIOD if self.unit is PrivacyUnit.CARD_PERIOD else PrivacyUnit.CARD_DAY
-
-    def scope(self, day: str) -> str:
-        return self.periods.name_of(day) if self.unit is PrivacyUnit.CARD_PERIOD else day
-
-    def marginal(self, day: str) -> str:
-        return f"{OD} {day}" if self.unit is PrivacyUnit.CARD_PERIOD else OD
 
     def cost(self) -> PrivacyCost:
         return PrivacyCost.approx_dp(self.budget.epsilon, 0.0)

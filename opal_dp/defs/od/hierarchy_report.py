@@ -1,0 +1,60 @@
+"""Internal report (never published): the hierarchical OD release and today's prefix-tree ``od.csv`` against the
+truth, per level, on the first materialised day (``reports.od_hierarchy_evaluation``; drawn in memory, nothing
+charged)."""
+
+import base64
+
+import dagster as dg
+import pandas as pd
+
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.io import PartitionFrames, materialised
+from opal_dp.defs.shared.metadata import labels
+from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.prep.sequences import TripAlphabet, from_frame
+from opal_dp.release.od.hierarchy import OdDomain, hierarchy_plan
+from opal_dp.reports.od_hierarchy_evaluation import (
+    evaluate,
+    hierarchy_counts,
+    scatter_points,
+    tree_counts,
+    true_vs_released_plot,
+    truth_counts,
+)
+
+
+@dg.asset(
+    group_name="report",
+    io_manager_key="private_parquet",
+    description="Internal, NOT differentially private: the hierarchical OD release (od_hierarchy_rho) and the prefix "
+                "tree's od.csv counts (od_epsilon) against the true trips of the first materialised day, per level: "
+                "share of trips listed and accounted, relative errors on busy pairs, max abs error per level, false "
+                "pairs. Drawn in memory, nothing charged. Never published.",
+    **labels("internal", "parquet"),
+)
+def od_hierarchy_evaluation(trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget,
+                            reference: ReferenceNetwork) -> dg.Output[pd.DataFrame]:
+    days = materialised(trip_sequences)
+    if not days:
+        raise dg.Failure(description="no trip_sequences materialised yet")
+    stops = reference.stops()
+    alphabet = TripAlphabet.from_stops(stops)
+    domain = OdDomain.from_stops(stops, alphabet)
+    plan = hierarchy_plan(privacy_budget, domain)
+    sequences = from_frame(trip_sequences[days[0]])
+    truth = truth_counts(domain, sequences)
+    released = {"hierarchy": hierarchy_counts(domain, sequences, plan.budget, plan.tau),
+                "tree": tree_counts(domain, sequences, privacy_budget.od_plan(alphabet.groups).taxonomy,
+                                    privacy_budget.od_epsilon)}
+    rows = []
+    for method, counts in released.items():
+        figures = evaluate(truth, counts, days=1)
+        errors = figures.pop("max_abs_error")
+        rows.append({"method": method, **figures, **{f"max_abs_error_{k}": v for k, v in errors.items()}})
+    table = pd.DataFrame(rows)
+    plot = true_vs_released_plot({m: scatter_points(truth, c) for m, c in released.items()})
+    return dg.Output(table, metadata={
+        "day": days[0],
+        "evaluation (internal, not DP)": dg.MetadataValue.md(table.to_markdown(index=False, floatfmt=".4g")),
+        "plot": dg.MetadataValue.md(f"![od](data:image/png;base64,{base64.b64encode(plot).decode()})"),
+    })

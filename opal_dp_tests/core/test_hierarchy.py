@@ -1,0 +1,213 @@
+"""The hierarchical release with exact totals (``core.hierarchy``): exact sums and one row per item for any input
+and any noise (hypothesis), the sensitivity bound against brute force, the threshold from the noise scale, the
+noise scale of each level (statistical, false failure <= 1e-6), and the measurement audit catching the planted
+bugs (a domain taken from the data, a level left out of the charge)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opal_dp.audit.hierarchy import audit_measurement, tail_share
+from opal_dp.core import PrivacyCost, SeededBits
+from opal_dp.core.discrete_gaussian import DiscreteGaussian, tail_upper_bound
+from opal_dp.core.hierarchy import (
+    HierarchyBudget,
+    Measurement,
+    Tree,
+    fit,
+    level_l2_squared,
+    listing_threshold,
+    measure,
+    round_exact,
+    weighted_projection,
+)
+from opal_dp_tests.core.helpers import ALPHA
+
+BUDGET = HierarchyBudget(0.5, (0.1, 0.3, 0.6), max_items=4, max_per_cell=1)
+
+
+def release(tree, counts, budget, tau, bits):
+    return fit(tree, measure(tree, counts, budget, DiscreteGaussian(bits)), budget.sigmas, tau)
+
+
+@st.composite
+def trees_and_counts(draw):
+    middle = draw(st.integers(1, 6))
+    children = draw(st.lists(st.integers(1, 5), min_size=middle, max_size=middle))
+    parent = np.repeat(np.arange(middle), children)
+    counts = np.array(draw(st.lists(st.integers(0, 60), min_size=len(parent), max_size=len(parent))), np.int64)
+    return Tree((np.zeros(middle, np.int64), parent)), counts
+
+
+def check_exact(tree: Tree, fitted) -> None:
+    assert fitted.total >= 0 and (fitted.middle >= 0).all() and (fitted.listed >= 0).all()
+    assert (fitted.remainder >= 0).all()
+    assert fitted.middle.sum() == fitted.total
+    below = np.bincount(tree.parents[1], weights=fitted.listed, minlength=tree.sizes[1]).astype(np.int64)
+    assert np.array_equal(below + fitted.remainder, fitted.middle)
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees_and_counts(), st.integers(0, 2**32), st.integers(1, 40))
+def test_every_level_sums_exactly_to_its_parent(case, seed, tau):
+    tree, counts = case
+    check_exact(tree, release(tree, counts, BUDGET, tau, SeededBits(seed)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees_and_counts(), st.lists(st.integers(-10**4, 10**4), min_size=50, max_size=50), st.integers(1, 40))
+def test_any_measurement_fits_to_exact_sums(case, noise, tau):
+    """Exactness does not depend on the noise being small: arbitrary (even absurd) measurements still fit."""
+    tree, _ = case
+    values = itertools.cycle(noise)
+    measured = Measurement(tuple(np.array([next(values) for _ in range(n)], np.int64) for n in tree.sizes))
+    check_exact(tree, fit(tree, measured, BUDGET.sigmas, tau))
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees_and_counts(), st.integers(0, 2**32), st.integers(1, 40))
+def test_every_item_is_in_exactly_one_row_per_level(case, seed, tau):
+    """At the finest level a cell is its own row when listed (count > 0), else it is in its parent's remainder:
+    never both, never neither. Coarser levels list every cell once."""
+    tree, counts = case
+    fitted = release(tree, counts, BUDGET, tau, SeededBits(seed))
+    own_row = fitted.listed > 0
+    in_remainder = ~own_row  # the remainder row of its parent stands for every cell not listed
+    assert np.array_equal(own_row.astype(int) + in_remainder.astype(int), np.ones(tree.sizes[2], int))
+    # a remainder row only ever holds cells that are not listed: its count equals the parent minus listed cells
+    listed_sum = np.bincount(tree.parents[1], weights=fitted.listed, minlength=tree.sizes[1])
+    assert np.array_equal(fitted.remainder, fitted.middle - listed_sum)
+
+
+def test_without_noise_large_cells_are_exact_and_small_ones_go_to_the_remainder():
+    tree = Tree((np.zeros(2, np.int64), np.array([0, 0, 0, 1, 1])))
+    counts = np.array([500, 3, 0, 80, 2])
+    measured = Measurement(tuple(tree.level_counts(counts)))
+    fitted = fit(tree, measured, BUDGET.sigmas, tau=10)
+    assert fitted.total == 585 and fitted.middle.tolist() == [503, 82]
+    assert fitted.listed.tolist() == [500, 0, 0, 80, 0] and fitted.remainder.tolist() == [3, 2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 100), min_size=1, max_size=12), st.integers(0, 500))
+def test_rounding_keeps_the_sum_and_stays_within_one(values, target):
+    x = np.array(values)
+    group = np.zeros(len(x), np.int64)
+    out = round_exact(x, group, np.array([target]))
+    assert out.sum() == target and (out >= 0).all()
+    scaled = x * target / x.sum() if x.sum() > 0 else np.full(len(x), target / len(x))
+    assert (np.abs(out - scaled) < 1 + 1e-9).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-50, 50), min_size=1, max_size=10), st.lists(st.floats(0.5, 20), min_size=10,
+                                                                          max_size=10), st.integers(0, 300))
+def test_projection_is_the_nearest_non_negative_point_with_the_sum(y, var, target):
+    y, var = np.array(y), np.array(var[: len(y)])
+    x = weighted_projection(y, var, np.zeros(len(y), np.int64), np.array([target]))
+    assert (x >= 0).all() and math.isclose(x.sum(), target, abs_tol=1e-6)
+    # KKT: x = max(0, y + var * lam) for one lam
+    positive = x > 1e-9
+    if positive.any():
+        lam = (x[positive] - y[positive]) / var[positive]
+        assert np.allclose(lam, lam[0], atol=1e-6)
+        assert (y[~positive] + var[~positive] * lam[0] <= 1e-6).all()
+
+
+@pytest.mark.parametrize("m,c", [(1, 1), (3, 1), (4, 1), (4, 2), (5, 2), (4, 4), (3, 5)])
+def test_l2_bounds_are_the_brute_force_maximum(m, c):
+    """Over every way of placing at most m items in 3 cells with at most c per cell (finest) or any (coarse)."""
+    finest = max(sum(v * v for v in d) for d in itertools.product(range(min(c, m) + 1), repeat=m) if sum(d) <= m)
+    coarse = max(sum(v * v for v in d) for d in itertools.product(range(m + 1), repeat=3) if sum(d) <= m)
+    assert level_l2_squared(m, c) == (coarse, coarse, finest)
+
+
+def test_the_budget_costs_the_sum_of_its_levels_and_each_sigma_meets_its_rho():
+    assert BUDGET.cost() == PrivacyCost.zcdp(0.5, 0.0)
+    for rho, l2, sigma in zip(BUDGET.level_rho, BUDGET.l2_squared, BUDGET.sigmas):
+        assert l2 / (2 * sigma**2) <= rho and l2 / (2 * math.nextafter(sigma, 0) ** 2) > rho
+
+
+def test_the_threshold_follows_the_noise_scale_and_the_domain():
+    for sigma, cells in ((2.6, 160_000), (5.0, 1000), (1.0, 10)):
+        tau = listing_threshold(sigma, cells, 1.0)
+        assert cells * tail_upper_bound(sigma, tau) <= 1.0
+        assert tau == 1 or cells * tail_upper_bound(sigma, tau - 1) > 1.0
+    assert listing_threshold(5.2, 160_000, 1.0) > listing_threshold(2.6, 160_000, 1.0)
+
+
+def test_a_tree_rejects_a_cell_without_a_parent():
+    with pytest.raises(ValueError):
+        Tree((np.zeros(2, np.int64), np.array([0, 2])))
+
+
+def _noise_shares(measure_fn, runs: int, seed: int) -> list[tuple[float, float, int]]:
+    tree = Tree((np.zeros(50, np.int64), np.repeat(np.arange(50), 40)))
+    noise = DiscreteGaussian(SeededBits(seed))
+    samples = [[], [], []]
+    for _ in range(runs):
+        for level, values in enumerate(measure_fn(tree, np.zeros(tree.sizes[2], np.int64), BUDGET, noise).levels):
+            samples[level].append(values)
+    out = []
+    for s, sigma in zip(samples, BUDGET.sigmas):
+        z = np.concatenate(s)
+        k = max(1, round(sigma))
+        out.append((float((np.abs(z) >= k).mean()), tail_share(sigma, k), z.size))
+    return out
+
+
+def within_hoeffding(share: float, expected: float, n: int, tests: int) -> bool:
+    """|share - expected| within Hoeffding's bound at ALPHA/tests: together the tests fail with prob <= ALPHA."""
+    return abs(share - expected) <= math.sqrt(math.log(2 * tests / ALPHA) / (2 * n))
+
+
+def test_each_level_has_the_noise_scale_of_its_budget():
+    """P(|Z| >= round(sigma_l)) per level against the exact discrete Gaussian value, Hoeffding at 1e-6/3 per
+    level (false failure <= 1e-6 in all): 5,000 runs, so 5,000 level-0 draws (tolerance 0.04), 250,000 level-1
+    and 10^7 level-2 draws."""
+    for share, expected, n in _noise_shares(measure, 5_000, seed=7):
+        assert within_hoeffding(share, expected, n, 3), (share, expected)
+
+
+def test_the_noise_scale_check_catches_one_sigma_for_every_level():
+    def finest_sigma_everywhere(tree, finest, budget, noise):
+        truth = tree.level_counts(finest)
+        return Measurement(tuple(t + noise.sample(budget.sigmas[2], t.size) for t in truth))
+
+    shares = _noise_shares(finest_sigma_everywhere, 5_000, seed=8)
+    assert not all(within_hoeffding(s, e, n, 3) for s, e, n in shares)
+
+
+@pytest.mark.slow
+def test_the_audit_passes_the_real_measurement_against_its_charge():
+    noise = DiscreteGaussian(SeededBits(11))
+    report = audit_measurement(lambda t, c, b: measure(t, c, b, noise), BUDGET, BUDGET.cost())
+    assert report.passed, report
+    assert report.rho_lower > 0.9 * BUDGET.rho  # the audit has power: most of the real loss shows
+    assert report.false_alarm_bound <= 2 * ALPHA
+
+
+@pytest.mark.slow
+def test_the_audit_catches_a_level_left_out_of_the_charge():
+    noise = DiscreteGaussian(SeededBits(12))
+    uncharged = PrivacyCost.zcdp(sum(BUDGET.level_rho[1:]), 0.0)  # the mode totals drawn but not charged
+    report = audit_measurement(lambda t, c, b: measure(t, c, b, noise), BUDGET, uncharged)
+    assert not report.passed and report.rho_lower > uncharged.rho
+
+
+def test_the_audit_catches_a_domain_taken_from_the_data():
+    noise = DiscreteGaussian(SeededBits(13))
+
+    def occupied_cells_only(tree, finest, budget):
+        truth = tree.level_counts(finest)
+        return Measurement(tuple(np.where(t > 0, t + noise.sample(s, t.size), 0) for t, s in zip(truth,
+                                                                                                 budget.sigmas)))
+
+    report = audit_measurement(occupied_cells_only, BUDGET, BUDGET.cost(), runs=200)
+    assert not report.passed and report.silent_cells == 7
