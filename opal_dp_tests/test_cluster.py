@@ -98,7 +98,7 @@ def test_full_release_of_the_sample_through_two_celery_workers(cluster):
     ensure_sample(storage.raw_dir)
     with dg.DagsterInstance.get() as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
-        results = run_release(instance, distributed=True)
+        results = run_release(instance, distributed=True, budget={"privacy_unit": "trip"})
         assert [len(runs) for runs in results.values()] == [1, len(MODES), 1]
         evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
         run_level = [e for e in evaluations if e.partition is None]  # the others: one per partition and check
@@ -109,7 +109,7 @@ def test_full_release_of_the_sample_through_two_celery_workers(cluster):
                       if e.event_type_value == "ENGINE_EVENT" and "Celery worker" in e.event_specific_data.metadata}
     assert steps and set(on_workers) == steps, "every step must run on a Celery worker"
     assert {w.split("@")[0] for w in on_workers.values()} == {f"opal-{i}" for i in range(WORKERS)}
-    ledger = PrivacyBudget().ledger(storage)
+    ledger = PrivacyBudget(privacy_unit="trip").ledger(storage)
     pairs = [(c.scope, c.marginal) for c in ledger.charges()]
     partitions = len(SAMPLE_DATES) * len(MODES)
     charges = partitions * len(MARGINALS) + len(SAMPLE_DATES)  # six marginals per (date, mode), one OD tree per date

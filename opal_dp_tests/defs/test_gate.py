@@ -16,7 +16,7 @@ from opal_dp.definitions import defs
 from opal_dp.defs.shared.partitions import RANGE_START
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
-from opal_dp_tests.defs.conftest import DAYS
+from opal_dp_tests.defs.conftest import DAYS, TRIP
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 BAD_KEY = f"{DAYS[0].isoformat()}|train"
@@ -52,7 +52,7 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
     monkeypatch.setattr(release_defs, "release_partitions", planted)
     instance = dg.DagsterInstance.ephemeral()
     with pytest.raises(SystemExit, match="blocking checks failed; no release asset was stored"):
-        run_release(instance, data_dir=storage.root)
+        run_release(instance, data_dir=storage.root, budget=TRIP)
     (failed,) = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
     assert failed.job_name == "release" and failed.tags[RANGE_START].endswith("|train")
     train = {f"{d.isoformat()}|train" for d in DAYS}
@@ -69,7 +69,8 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
     assert not storage.published_dir.exists()
 
     rollup = defs().resolve_job_def("rollup").execute_in_process(
-        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}})
+        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+                                                     "privacy_budget": {"config": TRIP}}})
     published = latest_metadata(instance, "published_release")[None]
     assert rollup.success and published["partitions_pending"].value == sorted(train)
     statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
@@ -79,7 +80,7 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
 @pytest.mark.slow
 def test_per_partition_metadata_is_each_partitions_own(storage):
     instance = dg.DagsterInstance.ephemeral()
-    run_release(instance, data_dir=storage.root)
+    run_release(instance, data_dir=storage.root, budget=TRIP)
     meta = latest_metadata(instance, "release/tap_on_time_loc")
     assert len(meta) == 8
     for key, values in meta.items():

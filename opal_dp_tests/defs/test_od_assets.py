@@ -1,4 +1,4 @@
-"""The OD assets end to end on the session's tiny release: sequences private, one tree per date charged on its
+"""The OD assets end to end on the session's tiny (trip-level) release: sequences private, one tree per date charged on its
 card_day scope, the evaluation report materialised without charging or publishing anything."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from opal_dp.definitions import defs
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.od.generate import inconsistent_parents
-from opal_dp_tests.defs.conftest import DAYS
+from opal_dp_tests.defs.conftest import DAYS, TRIP
 
 
 def test_sequences_stay_private_and_trees_are_consistent(released):
     storage = default_storage()
     for day in DAYS:
         seqs = pd.read_parquet(storage.private_dir / "trip_sequences" / f"{day.isoformat()}.parquet")
-        assert list(seqs.columns) == [f"s{i}" for i in range(PrivacyBudget().od_height)]  # no card id
+        assert list(seqs.columns) == [f"s{i}" for i in range(PrivacyBudget(**TRIP).od_height)]  # no card id
         tree = pd.read_parquet(storage.private_dir / "od_prefix_tree" / f"{day.isoformat()}.parquet")
         assert inconsistent_parents(tree) == 0 and tree["draw_id"].nunique() == 1
     assert not any("trip_sequences" in str(p) for p in storage.published_dir.rglob("*"))
@@ -25,12 +25,13 @@ def test_sequences_stay_private_and_trees_are_consistent(released):
 def test_od_evaluation_job_charges_and_publishes_nothing(released):
     instance, _ = released
     storage = default_storage()
-    ledger = PrivacyBudget().ledger(storage)
+    ledger = PrivacyBudget(**TRIP).ledger(storage)
     before = (ledger.charges(), ledger.draws(), sorted(p.name for p in storage.published_dir.rglob("*")))
     result = defs().resolve_job_def("evaluate_od").execute_in_process(
-        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}})
+        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+                                                     "privacy_budget": {"config": TRIP}}})
     assert result.success
-    ledger = PrivacyBudget().ledger(storage)
+    ledger = PrivacyBudget(**TRIP).ledger(storage)
     assert (ledger.charges(), ledger.draws(), sorted(p.name for p in storage.published_dir.rglob("*"))) == before
     table = pd.read_parquet(storage.private_dir / "od_evaluation.parquet")
     assert set(table["tree"]) == {"hybrid", "plain"} and set(table["epsilon"]) == {0.5, 0.75, 1.0, 1.25, 1.5}
@@ -58,13 +59,13 @@ def test_release_od_hierarchy_job_charges_each_date_once_and_publishes_nothing(r
     job = defs().resolve_job_def("release_od_hierarchy")
     for day in DAYS:
         result = job.execute_in_process(instance=instance, partition_key=day.isoformat(), run_config={
-            "resources": {"storage": {"config": {"data_dir": str(copy)}}}})
+            "resources": {"storage": {"config": {"data_dir": str(copy)}}, "privacy_budget": {"config": TRIP}}})
         assert result.success
         checks = result.get_asset_check_evaluations()
         assert len(checks) == 2 and all(c.passed for c in checks)
         frame = pd.read_parquet(storage.private_dir / "od_hierarchy" / f"{day.isoformat()}.parquet")
         assert sum_problems(frame.drop(columns=["draw_id"])) == [] and frame["draw_id"].nunique() == 4
-    charges = [c for c in PrivacyBudget().ledger(storage).charges() if c.marginal == "od_hierarchy"]
+    charges = [c for c in PrivacyBudget(**TRIP).ledger(storage).charges() if c.marginal == "od_hierarchy"]
     assert sorted(c.scope for c in charges) == [d.isoformat() for d in DAYS]
-    assert all(c.unit == "card_day" and c.rho == PrivacyBudget().od_hierarchy_rho for c in charges)
+    assert all(c.unit == "card_day" and c.rho == PrivacyBudget(**TRIP).od_hierarchy_rho for c in charges)
     assert sorted(p.name for p in storage.published_dir.rglob("*")) == published

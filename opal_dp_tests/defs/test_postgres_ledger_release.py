@@ -21,10 +21,10 @@ def test_release_charges_a_postgres_ledger_once_per_partition_and_marginal(postg
     url = postgres.new_url()
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
     monkeypatch.setenv(LEDGER_URL_ENV, url)
-    run_release(dg.DagsterInstance.ephemeral())
+    run_release(dg.DagsterInstance.ephemeral(), budget={"privacy_unit": "trip"})
     storage = default_storage()
     assert storage.ledger_url == url and not (storage.private_dir / LEDGER_FILE).exists()
-    ledger = PrivacyBudget().ledger(storage)
+    ledger = PrivacyBudget(privacy_unit="trip").ledger(storage)
     pairs = [(c.scope, c.marginal) for c in ledger.charges()]
     assert len(pairs) == len(set(pairs)) == 8 * 6 + 2  # six marginals per (date, mode), one OD tree per date
     assert sum(marginal == "od" for _, marginal in pairs) == 2

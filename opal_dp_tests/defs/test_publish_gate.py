@@ -23,7 +23,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
 from opal_dp_tests.audit.planted import ScaleBug
-from opal_dp_tests.defs.conftest import DAYS
+from opal_dp_tests.defs.conftest import DAYS, TRIP
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 pytestmark = [pytest.mark.slow, pytest.mark.publish_gate]
@@ -40,7 +40,7 @@ def original(tmp_path_factory):
     instance = dg.DagsterInstance.ephemeral()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(audit_defs, "AUDIT_RUNS", AUDIT_RUNS)
-        run_release(instance, data_dir=storage.root)
+        run_release(instance, data_dir=storage.root, budget=TRIP)
     return instance, storage
 
 
@@ -58,7 +58,7 @@ def released(original, tmp_path, monkeypatch):
 def run(instance: dg.DagsterInstance, storage: OpalStorage, assets: list[str] | None, budget: dict | None = None):
     """The roll-up job, or only ``assets`` of it, on ``private_files``; never raises."""
     config = {"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
-                            **({"privacy_budget": {"config": budget}} if budget else {})}}
+                            "privacy_budget": {"config": budget or TRIP}}}
     job = defs().resolve_job_def("rollup")
     selection = None if assets is None else [dg.AssetKey(a) for a in assets]
     return job.execute_in_process(instance=instance, run_config=config, asset_selection=selection,
@@ -79,7 +79,7 @@ def stored_draw(storage: OpalStorage) -> tuple:
     """(release asset file, ledger's stored draw file, the draw's charge) of the ``TAMPERED`` partition's marginal."""
     key, name = TAMPERED
     day, mode = key.split("|")
-    ledger = PrivacyBudget().ledger(storage)
+    ledger = PrivacyBudget(**TRIP).ledger(storage)
     draw, charge = max(((d, c) for d, c in ledger.draws_on([day]) if c.marginal == name and c.scope == key
                         and d.status == "complete"), key=lambda dc: dc[0].id)
     asset = next(storage.private_dir.joinpath("release", name).rglob(f"{mode}.parquet"))
@@ -142,7 +142,7 @@ def test_the_statement_states_the_ledgers_parameters_not_the_publishing_configur
     latest = storage.published_dir / "latest" / "privacy.json"
     charged = json.loads(latest.read_text())
     other = {"epsilon": {m.name: 0.25 for m in MARGINALS}, "delta": {m.name: 1e-9 for m in MARGINALS},
-             "relation": "add_remove", "max_trips_per_card_day": 2}
+             "relation": "add_remove", "max_trips_per_card_day": 2, "od_release": True}  # the default unit, card_period
     result = run(instance, storage, ["published_release"], budget=other)
     assert result.success, failure_messages(result)
     stated = json.loads(latest.read_text())

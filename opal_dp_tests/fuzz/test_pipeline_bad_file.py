@@ -17,6 +17,7 @@ from opal_dp.release.publish import LATEST, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+TRIP = {"privacy_unit": "trip"}  # a few days of one week: trip level (the weekly default waits for the week)
 GOOD, BAD, WRONG_DATES, UNREGISTERED = "2016-07-25", "2016-07-26", "2016-07-27", "2016-07-29"
 
 
@@ -33,7 +34,7 @@ def test_a_bad_file_fails_its_day_only_naming_the_file_and_never_reaches_a_relea
     bad = write_day(raw, BAD, tiny_day(BAD, seed=1))
     bad.write_bytes(bad.read_bytes()[:-100])  # truncated Parquet
     with dg.DagsterInstance.ephemeral() as instance:
-        runs = run_release(instance)
+        runs = run_release(instance, budget=TRIP)
         assert list(runs.failed_days) == [BAD] and f"{bad.name}: cannot be read as parquet" in runs.failed_days[BAD]
         (failed,) = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
         assert failed.job_name == "private_stages"  # the run over both days; then GOOD ran alone
@@ -46,7 +47,7 @@ def test_a_bad_file_fails_its_day_only_naming_the_file_and_never_reaches_a_relea
     # The bad file and a good one for a day nobody registered as a partition stay in raw/; neither is read.
     write_day(raw, UNREGISTERED, tiny_day(UNREGISTERED, seed=3))
     with dg.DagsterInstance.ephemeral() as instance:
-        run_release(instance, dates=[GOOD])
+        run_release(instance, dates=[GOOD], budget=TRIP)
         assert instance.get_dynamic_partitions("service_date") == [GOOD]
         risk = instance.get_latest_materialization_event(dg.AssetKey("disclosure_risk"))
         assert risk.asset_materialization.metadata["partitions"].value == 4
@@ -60,7 +61,7 @@ def test_a_release_where_no_day_can_be_ingested_stops_naming_each(data_dir):
     for day in (GOOD, BAD):
         write_day(raw, day, tiny_day(day).drop(columns="tap_off_stop"))
     with dg.DagsterInstance.ephemeral() as instance, pytest.raises(SystemExit) as stopped:
-        run_release(instance)
+        run_release(instance, budget=TRIP)
     message = str(stopped.value)
     assert message.startswith("no day could be ingested") and message.count("missing required column 'tap_off_stop'") == 2
     assert "dagster._core" not in message and "Traceback" not in message
@@ -72,7 +73,7 @@ def test_a_day_whose_taps_are_all_on_another_date_releases_nothing(data_dir):
     write_day(default_storage().raw_dir, GOOD, tiny_day(GOOD))
     write_day(default_storage().raw_dir, WRONG_DATES, tiny_day("2016-07-28", seed=2))
     with dg.DagsterInstance.ephemeral() as instance:
-        run_release(instance)
+        run_release(instance, budget=TRIP)
         (wrong,) = instance.fetch_materializations(dg.AssetRecordsFilter(
             asset_key=dg.AssetKey("ingested_trips"), asset_partitions=[WRONG_DATES]), limit=1).records
     meta = wrong.asset_materialization.metadata
