@@ -100,6 +100,13 @@ def marginal_counts(joint: np.ndarray, marginal: Marginal) -> np.ndarray:
     return joint.sum(axis=2) if marginal.by_time else joint.sum(axis=1)
 
 
+def bin_of(marginal: Marginal, window: np.ndarray, loc: np.ndarray, n_labels: int) -> np.ndarray:
+    """The bin of each (window, label) pair under ``marginal``, in ``marginal_counts``' order."""
+    if marginal.by_time and marginal.by_loc:
+        return window * n_labels + loc
+    return window if marginal.by_time else loc
+
+
 def day_histograms(day: BinnedDay, n_labels: int) -> dict[str, np.ndarray]:
     joints = {tap: joint_counts(day, tap, n_labels) for tap in TAPS}
     return {m.name: marginal_counts(joints[m.tap], m) for m in MARGINALS}
