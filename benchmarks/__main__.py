@@ -46,6 +46,10 @@ NOTES = [
     "card_period bounding, the card-level queries through a fresh ledger at epsilon 8 per card over the fortnight, "
     "generation, Parquet and CSV written), measured like the pipeline; then, unmeasured, the 3-way k-marginal score "
     "of it and of two baselines at the same budget against every true trip.",
+    "Profile: the median repeat's end to end split into interpreter start (spawn to the child's first line after "
+    "the standard library), imports, each Dagster step (STEP_START to STEP_SUCCESS in the run's event log, summed "
+    "over the runs), Dagster inside runs outside steps (RUN_START to RUN_SUCCESS less the steps), run_release outside "
+    "runs (definitions, partitions, run set-up) and the exit; the parts add up to the end to end (`benchmarks.profile`).",
     "Row-level peers run on the leading `--peer-days` day(s) and are extrapolated: PipelineDP by rows, "
     "OpenDP Polars by partitions (its per-query threshold search dominates, not the rows).",
 ]
@@ -205,6 +209,7 @@ def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, mill
         "steps": {k: report.median([run["steps"][k] for r in repeats for run in r["runs"].values()
                                     if k in run["steps"]]) for k in sorted(steps)},
         "repeats": repeats,
+        "profile": sorted(repeats, key=lambda r: r["wall_s"])[len(repeats) // 2]["profile"],  # the median repeat's
         "blocking_checks_passed": all(r["blocking_checks_passed"] for r in repeats),
         "ledger": repeats[-1]["ledger"],
     }
