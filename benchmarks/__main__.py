@@ -24,7 +24,7 @@ NOTES = [
     "imports, definitions, the run plan of a UI backfill in process: one private_stages run, one release run per mode, one rollup; a job's seconds sum its runs); CPU via `os.wait4` on that child; peak RSS of that child and "
     "its per-day worker processes together, sampled every 0.1 s from /proc (`benchmarks.memory`; at least the largest "
     "single process `os.wait4` reports). "
-    "Per-run seconds from the instance's run stats; an ephemeral instance and a fresh data directory per "
+    "Per-run and per-step seconds from the runs' event logs; an ephemeral instance and a fresh data directory per "
     "repeat, so the ledger never reuses a stored release.",
     "Floor: pyarrow read of 5 columns, integer binning, one `np.bincount` per tap per day (one-way "
     "marginals summed from the joint), then `StabilityHistogram.release` with our exact discrete Laplace "

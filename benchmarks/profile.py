@@ -1,5 +1,6 @@
 """Where the end-to-end seconds of one pipeline repeat go: interpreter start, imports, each Dagster step, Dagster
-inside runs but outside steps, ``run_release`` outside runs, and the child's exit.
+inside runs but outside steps, ``run_release`` outside runs, and the child's exit; and how many Dagster events of
+each kind the runs recorded (each one is stored in the event log: a cost inside steps that scales with events).
 
 The child (``benchmarks.pipeline``) records wall-clock stamps (``time.time()``, the clock of Dagster's event
 log) and, from each run's event log, the run's RUN_START/RUN_SUCCESS and every step's STEP_START to
@@ -14,23 +15,24 @@ RUN_ENDS = ("RUN_SUCCESS", "RUN_FAILURE")
 
 
 def run_intervals(instance, run_ids: list[str]) -> list[dict]:
-    """Per run, in start order: its job, start and end, and each step's (key, start, end) from the event log."""
-    import dagster as dg
-
-    kinds = {dg.DagsterEventType[k] for k in ("RUN_START", "STEP_START", *STEP_ENDS, *RUN_ENDS)}
+    """Per run, in start order: its job, start and end, each step's (key, start, end) and the number of its Dagster
+    events of each kind, from the event log."""
     runs = []
     for run_id in run_ids:
-        run = {"job": instance.get_run_by_id(run_id).job_name, "start": None, "end": None, "steps": []}
+        run = {"job": instance.get_run_by_id(run_id).job_name, "start": None, "end": None, "steps": [], "events": {}}
         started: dict[str, float] = {}
-        for entry in instance.all_logs(run_id, of_type=kinds):
+        for entry in instance.all_logs(run_id):
+            if not entry.is_dagster_event:
+                continue
             kind, key = entry.dagster_event_type.name, entry.dagster_event.step_key  # names: RUN_START's value differs
+            run["events"][kind] = run["events"].get(kind, 0) + 1
             if kind == "RUN_START":
                 run["start"] = entry.timestamp
             elif kind in RUN_ENDS:
                 run["end"] = entry.timestamp
             elif kind == "STEP_START":
                 started[key] = entry.timestamp
-            else:
+            elif kind in STEP_ENDS:
                 run["steps"].append((key, started.pop(key), entry.timestamp))
         if run["start"] is not None and run["end"] is not None:
             runs.append(run)
@@ -69,6 +71,10 @@ def phases(stamps: dict, runs: list[dict]) -> dict:
     for job in per_job(runs).values():
         for key, seconds in job["steps"].items():
             steps[key] = steps.get(key, 0.0) + seconds
+    events: dict[str, int] = {}
+    for run in runs:
+        for kind, count in run["events"].items():
+            events[kind] = events.get(kind, 0) + count
     in_steps = sum(_covered([(start, end) for _, start, end in run["steps"]]) for run in runs)
     in_runs = sum(run["end"] - run["start"] for run in runs)
     return {
@@ -81,6 +87,7 @@ def phases(stamps: dict, runs: list[dict]) -> dict:
         "after_release_s": stamps["exited"] - stamps["release_ended"],
         "end_to_end_s": stamps["exited"] - stamps["spawned"],
         "runs": len(runs),
+        "events": dict(sorted(events.items(), key=lambda kv: -kv[1])),
         "steps": dict(sorted(steps.items(), key=lambda kv: -kv[1])),
     }
 
@@ -109,4 +116,7 @@ def markdown(profile: dict, floor_s: float) -> list[str]:
         if key == "steps_s":
             lines += [row(f"&nbsp;&nbsp;step `{step}`", seconds) for step, seconds in profile["steps"].items()]
     lines += [row(f"**end to end** ({profile['runs']} runs)", total), row("floor (same files, same run)", floor_s)]
+    events = profile["events"]
+    lines += ["", f"Dagster events: {sum(events.values()):,} (" + ", ".join(f"{k} {n:,}" for k, n in events.items())
+              + ")."]
     return lines

@@ -52,6 +52,8 @@ def test_the_phases_of_a_run_add_up_to_the_end_to_end():
     assert job["runs"] == 2 and job["steps"] == pytest.approx(profile["steps"])
     assert job["wall_s"] == pytest.approx(sum(run["end"] - run["start"] for run in runs))
     assert profile["runs"] == 2
+    assert profile["events"]["RUN_START"] == 2 and profile["events"]["STEP_SUCCESS"] == 4
+    assert sum(run["events"]["STEP_START"] for run in runs) == 4
     assert list(profile["steps"]) == ["slow_source", "slow_sink"]  # slowest first, summed over both runs
     assert profile["steps"]["slow_source"] >= 0.4 and profile["steps"]["slow_sink"] >= 0.2
     assert profile["steps_s"] == pytest.approx(sum(profile["steps"].values()))  # sequential steps: no overlap
@@ -63,3 +65,4 @@ def test_the_phases_of_a_run_add_up_to_the_end_to_end():
     table = "\n".join(markdown(profile, floor_s=0.25))
     assert "step `slow_source`" in table and "| floor (same files, same run) | 0.25 |" in table
     assert f"| **end to end** (2 runs) | {profile['end_to_end_s']:.2f} | 100.0% |" in table
+    assert f"Dagster events: {sum(profile['events'].values()):,} (" in table and "STEP_SUCCESS 4" in table
