@@ -28,8 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.floor import N_MODES, TAPS, BinnedDay, Labels, bin_day, bin_of, day_histograms
-from opal_dp.release.settings import PrivacySettings
+from benchmarks.floor import N_MODES, TAPS, TRIP_RELEASE, BinnedDay, Labels, bin_day, bin_of, day_histograms
 from opal_dp.release.marginals.tables import MARGINALS
 
 
@@ -84,7 +83,7 @@ def opendp_threshold(files: list[Path]) -> PeerResult:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    ours = PrivacySettings().plan().mechanisms
+    ours = TRIP_RELEASE.plan().mechanisms
     space = (dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64)),
              dp.l01inf_distance(dp.absolute_distance(T=dp.i64)))
     measurements = {}
@@ -114,9 +113,8 @@ def opendp_polars(files: list[Path]) -> PeerResult:
     import polars as pl
 
     dp.enable_features("contrib")
-    budget = PrivacySettings()
-    epsilon, delta = budget.nominal
-    weights = [budget.epsilon[m.name] for m in MARGINALS]
+    epsilon, delta = TRIP_RELEASE.nominal
+    weights = [TRIP_RELEASE.budget()[0][m.name] for m in MARGINALS]
 
     def release_day(day: BinnedDay, labels: Labels) -> Released:
         released: Released = {}
@@ -147,8 +145,8 @@ def opendp_polars(files: list[Path]) -> PeerResult:
 def pipelinedp(files: list[Path]) -> PeerResult:
     import pipeline_dp
 
-    budget = PrivacySettings()
-    epsilon, delta = budget.nominal
+    epsilon, delta = TRIP_RELEASE.nominal
+    per_marginal = TRIP_RELEASE.budget()[0]
     params = {
         m.name: pipeline_dp.AggregateParams(
             noise_kind=pipeline_dp.NoiseKind.LAPLACE,
@@ -157,7 +155,7 @@ def pipelinedp(files: list[Path]) -> PeerResult:
             max_contributions_per_partition=1,
             partition_selection_strategy=pipeline_dp.PartitionSelectionStrategy.LAPLACE_THRESHOLDING,
             post_aggregation_thresholding=True,
-            budget_weight=budget.epsilon[m.name],
+            budget_weight=per_marginal[m.name],
         )
         for m in MARGINALS
     }

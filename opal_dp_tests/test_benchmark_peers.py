@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 
 from benchmarks import peers
-from benchmarks.floor import Labels, bin_day, day_histograms
+from benchmarks.floor import TRIP_RELEASE, Labels, bin_day, day_histograms
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.settings import PrivacySettings
 from opal_dp.simulate.trips import generate_days
 
 SCALE = 0.01  # about 20,000 trips: cells of the one-way marginals well above every peer's threshold
@@ -70,7 +69,7 @@ def test_peer_releases_the_true_counts_plus_noise(name, day):
     assert result.seconds > 0
     if name in peers.EXTRAPOLATE_BY:  # the row-level peers run on leading days and are extrapolated to 14
         assert result.full_seconds(14 * rows, 14) > result.seconds
-    epsilon = PrivacySettings().epsilon
+    epsilon = TRIP_RELEASE.budget()[0]
     cells = sum(np.count_nonzero(counts) for counts in truth.values())
     for marginal, table in result.tables.items():
         counts = truth[marginal]
