@@ -28,7 +28,7 @@ NOTES = [
     "repeat, so the ledger never reuses a stored release.",
     "Floor: pyarrow read of 5 columns, integer binning, one `np.bincount` per tap per day (one-way "
     "marginals summed from the joint), then `StabilityHistogram.release` with our exact discrete Laplace "
-    "(`opal_dp.core.DiscreteLaplace`, OS CSPRNG) and the pipeline's default parameters; nothing written.",
+    "(`opal_dp.core.DiscreteLaplace`, OS CSPRNG) and the parameters of the trip-unit pipeline run; nothing written.",
     "opendp_threshold: `make_laplace_threshold` (replace-one, d_in=(2,2,1), scale 2/ε, our integer "
     "threshold; privacy map checked) on the floor's counts, one call per partition × marginal.",
     "opendp_polars: `dp.Context.compositor` per partition, `unit_of(changes=1)`, (8, 6/8e6) split 1,1,1,1,2,2, "
