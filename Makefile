@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml $(LOCK)
 lock:
 	$(PYTHON) -m venv $(VENV)-lock
 	$(VENV)-lock/bin/pip install --quiet pip-tools==7.6.2
-	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --extra cluster --all-build-deps \
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)-lock/bin/pip-compile --quiet --extra test --extra cluster --extra bench --all-build-deps \
 	  --generate-hashes --allow-unsafe --no-strip-extras --no-emit-index-url --no-emit-find-links \
 	  $(LOCK_ARGS) -o $(LOCK) pyproject.toml
 
@@ -80,13 +80,8 @@ OPAL_DP_AUTOMATION ?= 1
 daemon: $(STAMP) | $(DAGSTER_HOME)
 	umask 077 && OPAL_DP_AUTOMATION=$(OPAL_DP_AUTOMATION) $(VENV)/bin/dagster-daemon run -w workspace.yaml
 
-# The peer libraries the benchmark runs are the `bench` extra.
-BENCH_STAMP := $(VENV)/.bench-stamp
-$(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[bench]"
-	@touch $@
-
-bench: $(BENCH_STAMP)
+# The peer libraries the benchmark runs (the `bench` extra) are in the lock: installed, with hashes, by $(STAMP).
+bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 # Mutation testing of the privacy path (QUALITY.md), not part of `make test`: mutmut as [tool.mutmut] in

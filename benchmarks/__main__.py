@@ -24,11 +24,11 @@ NOTES = [
     "imports, definitions, the run plan of a UI backfill in process: one private_stages run, one release run per mode, one rollup; a job's seconds sum its runs); CPU via `os.wait4` on that child; peak RSS of that child and "
     "its per-day worker processes together, sampled every 0.1 s from /proc (`benchmarks.memory`; at least the largest "
     "single process `os.wait4` reports). "
-    "Per-run seconds from the instance's run stats; an ephemeral instance and a fresh data directory per "
+    "Per-run and per-step seconds from the runs' event logs; an ephemeral instance and a fresh data directory per "
     "repeat, so the ledger never reuses a stored release.",
     "Floor: pyarrow read of 5 columns, integer binning, one `np.bincount` per tap per day (one-way "
     "marginals summed from the joint), then `StabilityHistogram.release` with our exact discrete Laplace "
-    "(`opal_dp.core.DiscreteLaplace`, OS CSPRNG) and the pipeline's default parameters; nothing written.",
+    "(`opal_dp.core.DiscreteLaplace`, OS CSPRNG) and the parameters of the trip-unit pipeline run; nothing written.",
     "opendp_threshold: `make_laplace_threshold` (replace-one, d_in=(2,2,1), scale 2/ε, our integer "
     "threshold; privacy map checked) on the floor's counts, one call per partition × marginal.",
     "opendp_polars: `dp.Context.compositor` per partition, `unit_of(changes=1)`, (8, 6/8e6) split 1,1,1,1,2,2, "
@@ -46,6 +46,10 @@ NOTES = [
     "card_period bounding, the card-level queries through a fresh ledger at epsilon 8 per card over the fortnight, "
     "generation, Parquet and CSV written), measured like the pipeline; then, unmeasured, the 3-way k-marginal score "
     "of it and of two baselines at the same budget against every true trip.",
+    "Profile: the median repeat's end to end split into interpreter start (spawn to the child's first line after "
+    "the standard library), imports, each Dagster step (STEP_START to STEP_SUCCESS in the run's event log, summed "
+    "over the runs), Dagster inside runs outside steps (RUN_START to RUN_SUCCESS less the steps), run_release outside "
+    "runs (definitions, partitions, run set-up) and the exit; the parts add up to the end to end (`benchmarks.profile`).",
     "Row-level peers run on the leading `--peer-days` day(s) and are extrapolated: PipelineDP by rows, "
     "OpenDP Polars by partitions (its per-query threshold search dominates, not the rows).",
 ]
@@ -205,6 +209,7 @@ def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, mill
         "steps": {k: report.median([run["steps"][k] for r in repeats for run in r["runs"].values()
                                     if k in run["steps"]]) for k in sorted(steps)},
         "repeats": repeats,
+        "profile": sorted(repeats, key=lambda r: r["wall_s"])[len(repeats) // 2]["profile"],  # the median repeat's
         "blocking_checks_passed": all(r["blocking_checks_passed"] for r in repeats),
         "ledger": repeats[-1]["ledger"],
     }

@@ -4,9 +4,9 @@ Per day file: read the five needed Parquet columns, bin (15-minute window from t
 location label from a stop-id lookup array), count each tap's joint (mode, window, location)
 histogram with one ``np.bincount`` (the one-way marginals are sums of it, not further passes over
 the rows), then release the bins present with the pipeline's own mechanism: ``StabilityHistogram``
-with the default ``PrivacySettings`` parameters, i.e. our exact discrete Laplace on the OS CSPRNG
-(``opal_dp.core.DiscreteLaplace`` + ``SecureBits``) and the same integer threshold. The four modes of
-a day are released in one call per marginal (the noise is iid, so this is the same distribution as
+with the parameters of the trip-unit release (``TRIP_RELEASE``, the benchmark's pipeline), i.e. our exact
+discrete Laplace on the OS CSPRNG (``opal_dp.core.DiscreteLaplace`` + ``SecureBits``) and the same integer
+threshold. The four modes of a day are released in one call per marginal (the noise is iid, so this is the same distribution as
 one call per partition). No validation, no intermediates on disk, no published files.
 
 The binning here is shared with the peers (``benchmarks.peers``), so they all start from the same bins.
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from opal_dp.core import PrivacyUnit
 from opal_dp.release.settings import PrivacySettings
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import location_labels, stop_labels
@@ -32,6 +33,8 @@ from opal_dp.release.marginals.tables import MARGINALS, Marginal
 WINDOW_US = WINDOW_MINUTES * 60 * 1_000_000
 N_WINDOWS = WINDOWS_PER_DAY + 1  # index 0 is the unknown window (-1), as in marginals.histogram
 N_MODES = len(MODES)
+# What the floor and the peers release: the 2016 trip-unit release, as the benchmark's pipeline runs it.
+TRIP_RELEASE = PrivacySettings(privacy_unit=PrivacyUnit.TRIP.value)
 TAPS = ("on", "off")
 COLUMNS = ["mode", "tap_on_time", "tap_on_stop", "tap_off_time", "tap_off_stop"]
 
@@ -100,6 +103,13 @@ def marginal_counts(joint: np.ndarray, marginal: Marginal) -> np.ndarray:
     return joint.sum(axis=2) if marginal.by_time else joint.sum(axis=1)
 
 
+def bin_of(marginal: Marginal, window: np.ndarray, loc: np.ndarray, n_labels: int) -> np.ndarray:
+    """The bin of each (window, label) pair under ``marginal``, in ``marginal_counts``' order."""
+    if marginal.by_time and marginal.by_loc:
+        return window * n_labels + loc
+    return window if marginal.by_time else loc
+
+
 def day_histograms(day: BinnedDay, n_labels: int) -> dict[str, np.ndarray]:
     joints = {tap: joint_counts(day, tap, n_labels) for tap in TAPS}
     return {m.name: marginal_counts(joints[m.tap], m) for m in MARGINALS}
@@ -119,7 +129,7 @@ class FloorResult:
 def run_floor(files: list[Path]) -> FloorResult:
     started = time.perf_counter()
     labels = Labels.load()
-    mechanisms = PrivacySettings().plan().mechanisms
+    mechanisms = TRIP_RELEASE.plan().mechanisms
     read_bin = count = noise = 0.0
     rows = 0
     present_total = {m.name: 0 for m in MARGINALS}

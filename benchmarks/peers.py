@@ -10,7 +10,9 @@
 - ``pipelinedp``: PipelineDP's local backend, one trip per privacy id, ``PRIVACY_ID_COUNT`` with
   Laplace thresholding after aggregation (PipelineDP only offers add/remove neighbours); float output.
 
-Every peer times its own read and binning too. The two row-level peers are slow, so they can run on
+Every peer times its own read and binning too, and returns what it released: per marginal, one table of
+(date, mode, bin, count) rows with bins in the floor's canonical order (``benchmarks.floor.bin_of``), so
+a test can hold each peer's output against the true counts. The two row-level peers are slow, so they can run on
 the leading days of the fortnight only and are then extrapolated: PipelineDP linearly in rows (its
 cost is per row), OpenDP's Polars front end linearly in partitions (its cost is per query, about
 the same on 20 k and 500 k rows: the threshold search, not the data, dominates).
@@ -24,10 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from benchmarks.floor import N_MODES, TAPS, Labels, bin_day, day_histograms
-from opal_dp.release.settings import PrivacySettings
+from benchmarks.floor import N_MODES, TAPS, TRIP_RELEASE, BinnedDay, Labels, bin_day, bin_of, day_histograms
 from opal_dp.release.marginals.tables import MARGINALS
+
+
+COLUMNS = ["date", "mode", "bin", "count"]
+# One day's release of a peer: per marginal, (mode, bins, counts) triples.
+Released = dict[str, list[tuple[int, np.ndarray, np.ndarray]]]
 
 
 @dataclass
@@ -36,7 +43,11 @@ class PeerResult:
     seconds: float  # measured on the days it ran on
     rows: int  # rows it ran on
     days: int  # leading days it ran on
-    released_bins: int
+    tables: dict[str, pd.DataFrame]  # per marginal: the released (date, mode, bin, count) rows
+
+    @property
+    def released_bins(self) -> int:
+        return sum(len(table) for table in self.tables.values())
 
     def full_seconds(self, total_rows: int, total_days: int) -> float:
         """Seconds for the whole fortnight: measured, or extrapolated along ``EXTRAPOLATE_BY``."""
@@ -47,22 +58,32 @@ class PeerResult:
         return self.seconds * total_days / self.days
 
 
-def _timed(name: str, files: list[Path], release_day: Callable[..., int]) -> PeerResult:
+def _timed(name: str, files: list[Path], release_day: Callable[[BinnedDay, Labels], Released]) -> PeerResult:
     started = time.perf_counter()
     labels = Labels.load()
-    rows = released = 0
+    rows = 0
+    parts: dict[str, list[pd.DataFrame]] = {m.name: [] for m in MARGINALS}
     for path in files:
         day = bin_day(path, labels)
         rows += day.rows
-        released += release_day(day, labels)
-    return PeerResult(name, time.perf_counter() - started, rows, len(files), released)
+        for marginal, released in release_day(day, labels).items():
+            parts[marginal] += [pd.DataFrame({"date": day.date, "mode": mode, "bin": bins, "count": counts},
+                                             columns=COLUMNS) for mode, bins, counts in released]
+    seconds = time.perf_counter() - started
+    tables = {m: pd.concat(p, ignore_index=True) if p else pd.DataFrame(columns=COLUMNS) for m, p in parts.items()}
+    return PeerResult(name, seconds, rows, len(files), tables)
+
+
+def _arrays(released: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A peer's {bin: count} as (bins, counts) arrays."""
+    return np.fromiter(released.keys(), np.int64, len(released)), np.fromiter(released.values(), float, len(released))
 
 
 def opendp_threshold(files: list[Path]) -> PeerResult:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    ours = PrivacySettings().plan().mechanisms
+    ours = TRIP_RELEASE.plan().mechanisms
     space = (dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64)),
              dp.l01inf_distance(dp.absolute_distance(T=dp.i64)))
     measurements = {}
@@ -75,12 +96,13 @@ def opendp_threshold(files: list[Path]) -> PeerResult:
                              f"above ({mechanism.epsilon}, {mechanism.delta})")
         measurements[name] = m
 
-    def release_day(day, labels: Labels) -> int:
-        released = 0
+    def release_day(day: BinnedDay, labels: Labels) -> Released:
+        released: Released = {}
         for name, counts in day_histograms(day, labels.count).items():
             for mode in range(N_MODES):
                 present = np.flatnonzero(counts[mode])
-                released += len(measurements[name](dict(zip(present.tolist(), counts[mode, present].tolist()))))
+                noisy = measurements[name](dict(zip(present.tolist(), counts[mode, present].tolist())))
+                released.setdefault(name, []).append((mode, *_arrays(noisy)))
         return released
 
     return _timed("opendp_threshold", files, release_day)
@@ -91,16 +113,15 @@ def opendp_polars(files: list[Path]) -> PeerResult:
     import polars as pl
 
     dp.enable_features("contrib")
-    budget = PrivacySettings()
-    epsilon, delta = budget.nominal
-    weights = [budget.epsilon[m.name] for m in MARGINALS]
+    epsilon, delta = TRIP_RELEASE.nominal
+    weights = [TRIP_RELEASE.budget()[0][m.name] for m in MARGINALS]
 
-    def release_day(day, labels: Labels) -> int:
-        released = 0
+    def release_day(day: BinnedDay, labels: Labels) -> Released:
+        released: Released = {}
         for mode in range(N_MODES):
             rows = day.mode == mode
-            frame = pl.DataFrame({f"{tap}_{what}": getattr(day, attr)[tap][rows].astype(np.int32)
-                                  for tap in TAPS for what, attr in (("window", "window"), ("loc", "loc"))})
+            frame = pl.DataFrame({f"{tap}_{what}": getattr(day, what)[tap][rows].astype(np.int32)
+                                  for tap in TAPS for what in ("window", "loc")})
             context = dp.Context.compositor(
                 data=frame.lazy(),
                 privacy_unit=dp.unit_of(changes=1),
@@ -111,7 +132,11 @@ def opendp_polars(files: list[Path]) -> PeerResult:
             for m in MARGINALS:
                 by = [f"{m.tap}_{what}" for what, used in (("window", m.by_time), ("loc", m.by_loc)) if used]
                 query = context.query().group_by(by).agg(dp.len(signed=True))  # signed: the coming default
-                released += query.release().collect().height
+                table = query.release().collect()
+                columns = {what: table[f"{m.tap}_{what}"].to_numpy() if f"{m.tap}_{what}" in table.columns else 0
+                           for what in ("window", "loc")}
+                bins = bin_of(m, columns["window"], columns["loc"], labels.count)
+                released.setdefault(m.name, []).append((mode, np.asarray(bins), table["len"].to_numpy()))
         return released
 
     return _timed("opendp_polars", files, release_day)
@@ -120,8 +145,8 @@ def opendp_polars(files: list[Path]) -> PeerResult:
 def pipelinedp(files: list[Path]) -> PeerResult:
     import pipeline_dp
 
-    budget = PrivacySettings()
-    epsilon, delta = budget.nominal
+    epsilon, delta = TRIP_RELEASE.nominal
+    per_marginal = TRIP_RELEASE.budget()[0]
     params = {
         m.name: pipeline_dp.AggregateParams(
             noise_kind=pipeline_dp.NoiseKind.LAPLACE,
@@ -130,7 +155,7 @@ def pipelinedp(files: list[Path]) -> PeerResult:
             max_contributions_per_partition=1,
             partition_selection_strategy=pipeline_dp.PartitionSelectionStrategy.LAPLACE_THRESHOLDING,
             post_aggregation_thresholding=True,
-            budget_weight=budget.epsilon[m.name],
+            budget_weight=per_marginal[m.name],
         )
         for m in MARGINALS
     }
@@ -138,20 +163,20 @@ def pipelinedp(files: list[Path]) -> PeerResult:
                                             partition_extractor=lambda row: row[1],
                                             value_extractor=lambda row: 0)
 
-    def release_day(day, labels: Labels) -> int:
-        released = 0
+    def release_day(day: BinnedDay, labels: Labels) -> Released:
+        released: Released = {}
         for mode in range(N_MODES):
             rows = day.mode == mode
             accountant = pipeline_dp.NaiveBudgetAccountant(total_epsilon=epsilon, total_delta=delta)
             engine = pipeline_dp.DPEngine(accountant, pipeline_dp.LocalBackend())
-            outputs = []
+            outputs = {}
             for m in MARGINALS:
-                window = day.window[m.tap][rows] if m.by_time else 0
-                loc = day.loc[m.tap][rows] if m.by_loc else 0
-                key = np.broadcast_to(window * labels.count + loc, rows.sum())
-                outputs.append(engine.aggregate(list(enumerate(key.tolist())), params[m.name], extractors))
+                key = bin_of(m, day.window[m.tap][rows], day.loc[m.tap][rows], labels.count)
+                outputs[m.name] = engine.aggregate(list(enumerate(key.tolist())), params[m.name], extractors)
             accountant.compute_budgets()
-            released += sum(len(list(out)) for out in outputs)  # the local backend is lazy
+            for name, out in outputs.items():  # the local backend is lazy: the release happens here
+                noisy = {key: metrics.privacy_id_count for key, metrics in out}
+                released.setdefault(name, []).append((mode, *_arrays(noisy)))
         return released
 
     return _timed("pipelinedp", files, release_day)

@@ -5,7 +5,8 @@ the cached fortnight (a reused data directory would let the ledger return the st
 The parent measures the subprocess's wall time, its CPU time and largest single process (``os.wait4``,
 not mixed with any other child), and the peak of the RSS summed over the subprocess and its per-day worker
 processes (``benchmarks.memory``). The child (``python -m benchmarks.pipeline DATA_DIR RESULT_JSON``)
-times ``run_release`` and reads per-run and per-step durations from the instance's run and step stats.
+times ``run_release`` and reads each run's and each step's start and end from the runs' event logs: the per-job
+seconds, and with its own time stamps the repeat's profile (``benchmarks.profile``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ import sys
 import time
 from pathlib import Path
 
+# In the child: its first line after the standard library (benchmarks.profile: the end of interpreter start).
+MODULE_STARTED = time.time()
+
+from benchmarks import profile
 from benchmarks.memory import TreeRssSampler
 from opal_dp import settings
-from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.core import PrivacyUnit
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.options import Design
 from opal_dp.release.publish import LATEST
 
@@ -44,7 +49,7 @@ def run_pipeline(
     result_file = run_dir / "child.json"
     log = run_dir / "pipeline.log"
     env = {**os.environ, settings.DATA_DIR_ENV: str(data)}
-    started = time.perf_counter()
+    started, spawned = time.perf_counter(), time.time()
     with open(log, "wb") as out:  # Dagster's event log: kept beside the result, not printed
         child = subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", str(data), str(result_file), unit,
                                   design],
@@ -52,7 +57,7 @@ def run_pipeline(
                                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes,) * 2))
         with TreeRssSampler(child.pid) as sampler:
             _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - started
+    wall, exited = time.perf_counter() - started, time.time()
     child.returncode = os.waitstatus_to_exitcode(status)
     shutil.rmtree(data / "private", ignore_errors=True)  # GBs of microdata at full scale
     if not result_file.exists():  # killed or crashed before it could report
@@ -69,6 +74,8 @@ def run_pipeline(
         "cpu_user_s": usage.ru_utime,
         "cpu_system_s": usage.ru_stime,
         "startup_s": wall - measured["run_release_s"],
+        "profile": profile.phases({**measured.pop("stamps"), "spawned": spawned, "exited": exited},
+                                  measured.pop("intervals")),
         **measured,
         "published_dir": str(data / "published" / LATEST),
     }
@@ -83,33 +90,31 @@ def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
     from benchmarks.quarter import THROUGHPUT_PERSON_CAP
     from opal_dp.prep.ingest import raw_files
 
+    stamps = {"module_started": MODULE_STARTED, "imported": time.time()}
     budget = {"privacy_unit": unit} | ({"release_design": design} if Design.parse(design) is not Design.SBH else {})
     budget |= THROUGHPUT_PERSON_CAP
     if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD:
         budget["period"] = ",".join(sorted(raw_files(STORAGE.raw_dir)))
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
+        stamps["release_started"] = time.time()
         try:
             results = run_release(instance, budget=budget)
             error = None
         except SystemExit as failed:  # run_release's report of a failed run
             results, error = {}, str(failed)
         total = time.perf_counter() - started
+        stamps["release_ended"] = time.time()
+        intervals = profile.run_intervals(instance, [run.run_id for run in instance.get_runs()])
         checks = [e for r in results.get("release", []) for e in r.get_asset_check_evaluations()]
-        runs = {}  # per job, summed over its runs (the release job runs once per mode)
-        for run in sorted(instance.get_runs(), key=lambda r: instance.get_run_stats(r.run_id).start_time):
-            stats = instance.get_run_stats(run.run_id)
-            job = runs.setdefault(run.job_name, {"wall_s": 0.0, "runs": 0, "steps": {}})
-            job["wall_s"] += stats.end_time - stats.start_time
-            job["runs"] += 1
-            for step in instance.get_run_step_stats(run.run_id):
-                job["steps"][step.step_key] = job["steps"].get(step.step_key, 0.0) + step.end_time - step.start_time
         rows_accepted = _rows_accepted(instance)
     published = STORAGE.published_dir / LATEST
     return {
         "error": error,
         "run_release_s": total,
-        "runs": runs,
+        "stamps": stamps,
+        "intervals": intervals,
+        "runs": profile.per_job(intervals),
         "rows_accepted": rows_accepted,
         "blocking_checks_passed": all(e.passed for e in checks if e.check_name != "plausible_totals") and bool(checks),
         "ledger": _ledger_summary(budget),

@@ -9,6 +9,7 @@ import statistics
 from importlib import metadata
 from pathlib import Path
 
+from benchmarks.profile import markdown as profile_markdown
 from benchmarks.synthetic import markdown as synthetic_markdown
 
 PACKAGES = ("numpy", "pandas", "pyarrow", "dagster", "opendp", "polars", "pipeline-dp")
@@ -115,6 +116,10 @@ def markdown(results: dict) -> str:
         if steps:
             ranked = sorted(steps.items(), key=lambda kv: -kv[1])
             lines.append(f"- scale {s['scale']:g}: " + ", ".join(f"{k} {v:.1f}" for k, v in ranked))
+    for s in results["scales"]:
+        if s["pipeline"]:
+            lines += ["", f"## Profile of the pipeline, scale {s['scale']:g} (median repeat, trip unit)", "",
+                      *profile_markdown(s["pipeline"]["profile"], s["floor"]["seconds"])]
     unit_rows = [(s, unit, r) for s in results["scales"] for unit, r in s.get("units", {}).items() if len(s["units"]) > 1]
     if unit_rows:
         lines += [

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks.__main__ import main
+from benchmarks.profile import PHASES
 from opal_dp.release.od.publish import OD_TABLES
 from opal_dp.release.publish import FILES, TABLES
 
@@ -32,6 +33,11 @@ def test_benchmark_smoke(tmp_path):
     assert scale["ratios"]["pipeline_over_floor"] > 0
     (repeat,) = pipeline["repeats"]
     assert repeat["rows_accepted"] == scale["trips"]
+    profile = pipeline["profile"]
+    assert profile == repeat["profile"] and profile["runs"] == 6  # private_stages, release per mode, rollup
+    assert profile["end_to_end_s"] == pytest.approx(pipeline["wall_s"], abs=0.05)
+    assert sum(profile[key] for key, _ in PHASES) == pytest.approx(profile["end_to_end_s"])
+    assert profile["steps"] == pytest.approx(pipeline["steps"])  # one repeat: its steps are the medians
 
     assert scale["units"]["card_day"]["ledger"]["scopes"] == 14 and scale["ratios"]["card_day_over_trip"] > 0
     comparison = {row["unit"]: row for row in scale["unit_comparison"]["rows"]}
@@ -64,6 +70,7 @@ def test_benchmark_smoke(tmp_path):
     assert "| scale | trips | end to end s |" in markdown
     assert f"| 0.005 | {scale['trips']:,} |" in markdown
     assert "Machine: " in markdown
+    assert "## Profile of the pipeline, scale 0.005" in markdown and "step `release_marginals` |" in markdown
     assert "## Privacy units" in markdown and "## Utility of the units on the same data" in markdown
     assert "## Release designs" in markdown
     assert "| 0.005 | public_domain |" in markdown and "| 0.005 | sbh |" in markdown

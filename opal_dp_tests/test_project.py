@@ -65,13 +65,19 @@ def test_the_ui_binds_to_this_machine_only_and_has_a_read_only_mode():
     assert re.search(r"dagster-webserver -w workspace.yaml -h 127.0.0.1 --read-only", dry_run("ui-readonly"))
 
 
-def test_make_bench_installs_the_peers_it_runs():
+def test_the_lock_installs_the_peers_make_bench_runs():
+    """The `bench` extra is in the hashed lock (so `make test`, i.e. CI, installs the peers its test runs) and
+    `make bench` installs nothing else."""
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["bench"]
     names = {re.split(r"[=<>\[]", req)[0]: req for req in extras}
     peers = (REPO / "benchmarks" / "peers.py").read_text()
     assert "import polars" in peers and "opendp[polars]" in names["opendp"]
     assert "import pipeline_dp" in peers and "pipeline-dp" in names
-    assert '-e ".[bench]"' in dry_run("bench").replace("'", '"')
+    lock = (REPO / "requirements" / "lock.txt").read_text()
+    for requirement in extras:
+        assert re.search(rf"^{re.escape(requirement)} \\$", lock, re.M), requirement
+    assert "--extra bench" in dry_run("lock")
+    assert "pip install" not in dry_run("bench")
 
 
 @pytest.mark.slow
