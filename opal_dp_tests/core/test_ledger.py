@@ -220,6 +220,46 @@ def test_raising_the_cap_is_an_explicit_recorded_command(ledger: PrivacyLedger) 
     assert begin(ledger, request(), fresh=True, run_id="run-2")[0].kind == "charge"
 
 
+
+@pytest.mark.parametrize(("epsilon", "delta", "reason", "match"), [
+    (0.0, 12 * DELTA, "ok", "^epsilon must be a finite number > 0"),
+    (16.0, 0.0, "ok", "^delta must be a finite number > 0"),
+    (16.0, 1.0, "ok", "^delta must be < 1"),
+    (16.0, 12 * DELTA, " ", "^reason must be a non-empty string"),
+])
+def test_a_raised_cap_is_checked_like_a_created_one(ledger: PrivacyLedger, epsilon, delta, reason, match) -> None:
+    """Kills the ``raise_cap`` mutants that drop ``below_one`` from the delta check (a delta cap of 1: no delta cap
+    at all) and those that mislabel the refused coordinate or the reason. Nothing is recorded."""
+    with pytest.raises(LedgerError, match=match):
+        ledger.raise_cap("trip", epsilon, delta, reason)
+    assert [c.action for c in ledger.cap_history("trip")] == ["create"]
+
+
+def test_a_cap_raise_may_raise_either_coordinate_alone_and_never_lower_one(ledger: PrivacyLedger) -> None:
+    """Kills the ``raise_cap`` mutants ``epsilon <= current`` and ``delta <= current`` (a raise of one coordinate
+    refused) and ``... or delta < current and (same cap)`` (a lowered delta, or the same cap, recorded as a raise)."""
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_cap("trip", 16.0, DELTA, "more epsilon, less delta")
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_cap("trip", 8.0, 6 * DELTA, "the same cap again")
+    assert ledger.raise_cap("trip", 8.0, 7 * DELTA, "delta only").delta == 7 * DELTA
+    assert ledger.raise_cap("trip", 9.0, 7 * DELTA, "epsilon only").epsilon == 9.0
+    assert [(c.epsilon, c.delta) for c in ledger.cap_history("trip")] == [(8.0, 6 * DELTA), (8.0, 7 * DELTA),
+                                                                           (9.0, 7 * DELTA)]
+
+
+def test_cap_raises_take_the_locks_charges_take(ledger: PrivacyLedger, monkeypatch) -> None:
+    """On PostgreSQL a raise and a charge serialise only through a shared lock row. Kills the mutants that rename
+    the lock key of ``raise_cap`` (``cap|unit``) or ``raise_person_cap`` (``person``, the key every card-level
+    request locks, ``ledger_records._lock_keys``)."""
+    taken: list[list[str]] = []
+    real = ledger._backend.lock
+    monkeypatch.setattr(ledger._backend, "lock", lambda conn, keys: (taken.append(list(keys)), real(conn, keys))[1])
+    ledger.raise_cap("trip", 9.0, 6 * DELTA, "lock check")
+    ledger.raise_person_cap(30.0, 1e-6, "lock check")
+    begin(ledger, request(unit="card_day"))
+    assert taken == [["cap|trip"], ["person"], ["scope|card_day|2016-07-25", "person"]]
+
 # -- reuse / resume / join / charge ---------------------------------------------------------
 
 

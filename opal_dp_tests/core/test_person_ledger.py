@@ -117,6 +117,34 @@ def test_the_person_cap_is_ledger_state_raised_only_by_a_recorded_command(where)
     assert begin(ledger, tree(2))[0].kind == "charge"
 
 
+
+@pytest.mark.parametrize(("epsilon", "delta", "reason", "match"), [
+    (0.0, 1e-6, "ok", "^epsilon must be a finite number > 0"),
+    (30.0, 0.0, "ok", "^delta must be a finite number > 0"),
+    (30.0, 1.0, "ok", "^delta must be < 1"),
+    (30.0, 1e-6, "", "^reason must be a non-empty string"),
+])
+def test_a_raised_person_cap_is_checked_like_a_created_one(where, epsilon, delta, reason, match) -> None:
+    """Kills the ``raise_person_cap`` mutants that drop ``below_one`` from the delta check (a person delta of 1: no
+    bound) and those that mislabel the refused coordinate or the reason. Nothing is recorded."""
+    ledger = PrivacyLedger(where(), WIDE)
+    with pytest.raises(LedgerError, match=match):
+        ledger.raise_person_cap(epsilon, delta, reason)
+    assert [c.action for c in ledger.person_cap_history()] == ["create"]
+
+
+def test_a_person_cap_raise_may_raise_either_coordinate_alone_and_never_lower_one(where) -> None:
+    """Kills the ``raise_person_cap`` mutants ``epsilon <= current`` (a delta-only raise refused) and ``... or
+    delta < current and (same cap)`` (a lowered delta, or the same cap, recorded as a raise)."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(2.0, 1e-6))
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_person_cap(3.0, 1e-7, "more epsilon, less delta")
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_person_cap(2.0, 1e-6, "the same cap again")
+    assert ledger.raise_person_cap(2.0, 2e-6, "delta only").delta == 2e-6
+    assert ledger.raise_person_cap(3.0, 2e-6, "epsilon only").epsilon == 3.0
+    assert [(c.epsilon, c.delta) for c in ledger.person_cap_history()] == [(2.0, 1e-6), (2.0, 2e-6), (3.0, 2e-6)]
+
 def test_a_schema_2_ledger_is_migrated_and_its_charges_join_the_person_account(where) -> None:
     location = where()
     ledger = PrivacyLedger(location, WIDE)
