@@ -91,6 +91,19 @@ def test_windows_slide_over_the_horizon(where) -> None:
     assert ledger.person_spend(day(0), day(30)).guarantee.epsilon == 2.0
 
 
+
+def test_a_window_reaches_the_last_day_of_the_horizon_after_the_charge(where) -> None:
+    """Charges released out of date order: day 29 first, then day 0. The window day 0..29 holds both and must
+    refuse the second. Kills the ``_windows`` mutants that end a window one day early (``h - 2``) or leave out a
+    charge starting on its last day (``first_date < end``): the second charge was then accepted at twice the cap's
+    worth of loss in one 30-day window."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(3.0, 1e-6), horizon_days=30)
+    release(ledger, request(unit="card_day", day=day(29), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    with pytest.raises(PersonBudgetExceeded) as info:
+        begin(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    assert info.value.window == (day(0), day(29))
+    assert ledger.person_spend(day(0), day(0)).window == (day(0), day(29))
+
 def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
     """A second period is composed with the first wherever one window touches both; a period charge reaches
     every window that touches any of its dates."""
