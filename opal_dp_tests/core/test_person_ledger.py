@@ -104,6 +104,17 @@ def test_a_window_reaches_the_last_day_of_the_horizon_after_the_charge(where) ->
     assert info.value.window == (day(0), day(29))
     assert ledger.person_spend(day(0), day(0)).window == (day(0), day(29))
 
+
+def test_every_window_touching_a_charge_is_checked_not_only_the_first(where) -> None:
+    """Day 0 costs 1 and day 40 costs 3; a charge of 2 on day 20 fits the window day 0..29 (3) but not day 20..49
+    (5 > 4.5). Kills the ``_windows`` mutant ``key = None``, which checks only the earliest window."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(4.5, 1e-6), horizon_days=30)
+    release(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(1.0, 0.0)),
+            request(unit="card_day", day=day(40), cost=PrivacyCost.approx_dp(3.0, 0.0)))
+    with pytest.raises(PersonBudgetExceeded) as info:
+        begin(ledger, request(unit="card_day", day=day(20), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    assert info.value.window == (day(20), day(49))
+
 def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
     """A second period is composed with the first wherever one window touches both; a period charge reaches
     every window that touches any of its dates."""
