@@ -115,6 +115,15 @@ def test_every_window_touching_a_charge_is_checked_not_only_the_first(where) -> 
         begin(ledger, request(unit="card_day", day=day(20), cost=PrivacyCost.approx_dp(2.0, 0.0)))
     assert info.value.window == (day(20), day(49))
 
+
+def test_the_person_delta_cap_holds_however_small(where) -> None:
+    """A person cap of delta 1e-12 refuses a charge of delta 1e-10 whatever its epsilon. Kills the ``_check_person``
+    mutant whose quick check compares against ``REL_TOL`` (1e-9) instead of the cap's delta and accepts it."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(20.0, 1e-12))
+    with pytest.raises(PersonBudgetExceeded):
+        begin(ledger, request(unit="card_day", cost=PrivacyCost.approx_dp(0.1, 1e-10)))
+    assert ledger.charges() == []
+
 def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
     """A second period is composed with the first wherever one window touches both; a period charge reaches
     every window that touches any of its dates."""
