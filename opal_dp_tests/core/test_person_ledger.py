@@ -124,6 +124,16 @@ def test_the_person_delta_cap_holds_however_small(where) -> None:
         begin(ledger, request(unit="card_day", cost=PrivacyCost.approx_dp(0.1, 1e-10)))
     assert ledger.charges() == []
 
+
+def test_a_window_filled_to_the_cap_up_to_float_rounding_fits(where) -> None:
+    """Charges of 0.1 on days 0 and 58 and of 0.2 on day 29 fill both 30-day windows of the day-29 charge to
+    ``0.1 + 0.2``, one ulp above a cap of 0.3 in floats: they fit (``REL_TOL``), while the three together, which no
+    window holds, do not. Kills the ``_check_person`` mutant that drops the tolerance from the window check."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(0.3, 1e-6), horizon_days=30)
+    release(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(0.1, 0.0)),
+            request(unit="card_day", day=day(58), cost=PrivacyCost.approx_dp(0.1, 0.0)))
+    assert begin(ledger, request(unit="card_day", day=day(29), cost=PrivacyCost.approx_dp(0.2, 0.0)))[0].kind == "charge"
+
 def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
     """A second period is composed with the first wherever one window touches both; a period charge reaches
     every window that touches any of its dates."""
