@@ -160,6 +160,17 @@ def test_six_marginals_fit_the_trip_cap_exactly_once_and_the_refusal_names_no_fi
     assert info.value.scope == "2016-07-25|bus" and info.value.requested == PrivacyCost.approx_dp(1.0, DELTA)
 
 
+
+def test_the_cap_tolerance_absorbs_float_rounding_only(ledger: PrivacyLedger) -> None:
+    """After the six marginals fill the cap (8.0, 6 x 1/8e6, which floats round), one more charge of epsilon 1e-5
+    (1.25e-6 of the cap) or of delta 1e-12 is refused. Kills a cap check whose tolerance is wider than float
+    rounding (``REL_TOL`` of 1e-3 let both through)."""
+    release(ledger, *all_marginals())
+    for cost in (PrivacyCost.approx_dp(1e-5, 0.0), PrivacyCost.approx_dp(1e-12, 1e-12)):
+        with pytest.raises(BudgetExceeded):
+            begin(ledger, request("tap_on_time_tiny", cost=cost), run_id="run-2")
+    assert len(ledger.charges()) == 6
+
 def test_budget_is_refused_before_any_noise_is_drawn(where) -> None:
     ledger = PrivacyLedger(where(), {"trip": (1.5, 1e-6)})
     draws: list[str] = []
