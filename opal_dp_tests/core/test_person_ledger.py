@@ -134,6 +134,21 @@ def test_a_window_filled_to_the_cap_up_to_float_rounding_fits(where) -> None:
             request(unit="card_day", day=day(58), cost=PrivacyCost.approx_dp(0.1, 0.0)))
     assert begin(ledger, request(unit="card_day", day=day(29), cost=PrivacyCost.approx_dp(0.2, 0.0)))[0].kind == "charge"
 
+
+def test_a_person_refusal_states_the_spend_as_the_ledger_composes_it(where) -> None:
+    """Two Gaussian (zCDP) charges of rho 0.02 on one date: the first costs about epsilon 0.90 at the person delta,
+    the two together about 1.30, over a person cap of 1. The refusal states both, composed at the cap's delta.
+    Kills the ``_check_person`` mutants that compose the spend without the cap's delta (zCDP then cannot be
+    stated) or state the spend after the charge as nothing."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(1.0, 1e-6))
+    gaussian = PrivacyCost.zcdp(0.02, 0.0)
+    release(ledger, request(unit="card_day", cost=gaussian))
+    with pytest.raises(PersonBudgetExceeded) as info:
+        begin(ledger, request("tap_on_loc", unit="card_day", cost=gaussian))
+    before, after = compose([gaussian], delta_target=1e-6), compose([gaussian] * 2, delta_target=1e-6)
+    assert info.value.spent == before and before.epsilon < 1.0 < after.epsilon
+    assert f"({after.epsilon!r}, {after.delta!r}) against the person cap" in str(info.value)
+
 def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
     """A second period is composed with the first wherever one window touches both; a period charge reaches
     every window that touches any of its dates."""
