@@ -139,7 +139,7 @@ def test_a_person_refusal_states_the_spend_as_the_ledger_composes_it(where) -> N
     """Two Gaussian (zCDP) charges of rho 0.02 on one date: the first costs about epsilon 0.90 at the person delta,
     the two together about 1.30, over a person cap of 1. The refusal states both, composed at the cap's delta.
     Kills the ``_check_person`` mutants that compose the spend without the cap's delta (zCDP then cannot be
-    stated) or state the spend after the charge as nothing."""
+    stated), state the spend after the charge as nothing, or drop the scope or the request from the error."""
     ledger = PrivacyLedger(where(), WIDE, person_cap=(1.0, 1e-6))
     gaussian = PrivacyCost.zcdp(0.02, 0.0)
     release(ledger, request(unit="card_day", cost=gaussian))
@@ -148,6 +148,7 @@ def test_a_person_refusal_states_the_spend_as_the_ledger_composes_it(where) -> N
     before, after = compose([gaussian], delta_target=1e-6), compose([gaussian] * 2, delta_target=1e-6)
     assert info.value.spent == before and before.epsilon < 1.0 < after.epsilon
     assert f"({after.epsilon!r}, {after.delta!r}) against the person cap" in str(info.value)
+    assert (info.value.scope, info.value.requested, info.value.cap) == ("2016-07-25", gaussian, (1.0, 1e-6))
 
 def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
     """A second period is composed with the first wherever one window touches both; a period charge reaches
