@@ -260,16 +260,18 @@ def test_a_cap_raise_may_raise_either_coordinate_alone_and_never_lower_one(ledge
 
 
 def test_cap_raises_take_the_locks_charges_take(ledger: PrivacyLedger, monkeypatch) -> None:
-    """On PostgreSQL a raise and a charge serialise only through a shared lock row. Kills the mutants that rename
-    the lock key of ``raise_cap`` (``cap|unit``) or ``raise_person_cap`` (``person``, the key every card-level
-    request locks, ``ledger_records._lock_keys``)."""
+    """On PostgreSQL a raise and a charge serialise only through a shared lock row, and two charges through their
+    scope, card_period date and person rows (``ledger_records._lock_keys``). Kills the mutants that rename or drop
+    a lock key of ``raise_cap`` (``cap|unit``), ``raise_person_cap`` (``person``) or ``_lock_keys``."""
     taken: list[list[str]] = []
     real = ledger._backend.lock
     monkeypatch.setattr(ledger._backend, "lock", lambda conn, keys: (taken.append(list(keys)), real(conn, keys))[1])
     ledger.raise_cap("trip", 9.0, 6 * DELTA, "lock check")
     ledger.raise_person_cap(30.0, 1e-6, "lock check")
-    begin(ledger, request(unit="card_day"))
-    assert taken == [["cap|trip"], ["person"], ["scope|card_day|2016-07-25", "person"]]
+    begin(ledger, request(unit="card_day"), request(unit="card_period"), request())
+    assert taken == [["cap|trip"], ["person"], ["scope|card_day|2016-07-25", "person",
+                                                "scope|card_period|2016-07-25..2016-08-14", "date|card_period|2016-07-25",
+                                                "person", "scope|trip|2016-07-25|bus"]]
 
 # -- reuse / resume / join / charge ---------------------------------------------------------
 
