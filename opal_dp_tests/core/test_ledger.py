@@ -171,6 +171,14 @@ def test_the_cap_tolerance_absorbs_float_rounding_only(ledger: PrivacyLedger) ->
             begin(ledger, request("tap_on_time_tiny", cost=cost), run_id="run-2")
     assert len(ledger.charges()) == 6
 
+
+def test_a_scope_filled_to_the_cap_up_to_float_rounding_fits(where) -> None:
+    """Charges of 0.1 and 0.2 fill a cap of 0.3, which their float sum exceeds by one ulp: the second fits.
+    Kills the ``_check_cap`` mutant that drops ``REL_TOL`` (the other tests' sums are exact in floats)."""
+    ledger = PrivacyLedger(where(), {"trip": (0.3, 1e-6)})
+    release(ledger, request(cost=PrivacyCost.approx_dp(0.1, 0.0)))
+    assert begin(ledger, request("tap_on_loc", cost=PrivacyCost.approx_dp(0.2, 0.0)))[0].kind == "charge"
+
 def test_budget_is_refused_before_any_noise_is_drawn(where) -> None:
     ledger = PrivacyLedger(where(), {"trip": (1.5, 1e-6)})
     draws: list[str] = []
