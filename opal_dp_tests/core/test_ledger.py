@@ -179,6 +179,22 @@ def test_a_scope_filled_to_the_cap_up_to_float_rounding_fits(where) -> None:
     release(ledger, request(cost=PrivacyCost.approx_dp(0.1, 0.0)))
     assert begin(ledger, request("tap_on_loc", cost=PrivacyCost.approx_dp(0.2, 0.0)))[0].kind == "charge"
 
+
+def test_a_refusal_states_the_scope_spend_before_and_after(ledger: PrivacyLedger) -> None:
+    """The refusal carries what the scope holds (each charge on its own line), that spend, and what the request would
+    take it to. Kills the ``_check_cap`` mutants that compose the spend of no scope, leave the request out of the
+    spend after it, drop the spend from the error, or run the charge lines together."""
+    release(ledger, *all_marginals())
+    with pytest.raises(BudgetExceeded) as info:
+        begin(ledger, request(cost=PrivacyCost.approx_dp(0.5, 0.0)), fresh=True, run_id="run-2")
+    held = ledger.spend("trip", "2016-07-25|bus")
+    after = compose([c.cost for c in ledger.charges()] + [PrivacyCost.approx_dp(0.5, 0.0)], delta_target=6 * DELTA)
+    assert info.value.spent == held and held.epsilon == pytest.approx(8.0)
+    message = str(info.value)
+    assert f"for (ε, δ) = ({held.epsilon!r}, {held.delta!r})" in message
+    assert f"would take it to ({after.epsilon!r}, {after.delta!r})" in message and after.epsilon > 8.0
+    assert all(f"\n  - {name}: approx_dp" in message for name in MARGINALS)
+
 def test_budget_is_refused_before_any_noise_is_drawn(where) -> None:
     ledger = PrivacyLedger(where(), {"trip": (1.5, 1e-6)})
     draws: list[str] = []
