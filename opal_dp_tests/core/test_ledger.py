@@ -182,18 +182,21 @@ def test_a_scope_filled_to_the_cap_up_to_float_rounding_fits(where) -> None:
 
 def test_a_refusal_states_the_scope_spend_before_and_after(ledger: PrivacyLedger) -> None:
     """The refusal carries what the scope holds (each charge on its own line), that spend, and what the request would
-    take it to. Kills the ``_check_cap`` mutants that compose the spend of no scope, leave the request out of the
-    spend after it, drop the spend from the error, or run the charge lines together."""
+    take it to; an empty scope says it holds nothing. Kills the ``_check_cap`` mutants that compose the spend of no
+    scope, leave the request out of the spend after it, drop the spend or the cap from the error, run the charge
+    lines together, or change the empty scope's line."""
     release(ledger, *all_marginals())
     with pytest.raises(BudgetExceeded) as info:
         begin(ledger, request(cost=PrivacyCost.approx_dp(0.5, 0.0)), fresh=True, run_id="run-2")
     held = ledger.spend("trip", "2016-07-25|bus")
     after = compose([c.cost for c in ledger.charges()] + [PrivacyCost.approx_dp(0.5, 0.0)], delta_target=6 * DELTA)
-    assert info.value.spent == held and held.epsilon == pytest.approx(8.0)
+    assert info.value.spent == held and held.epsilon == pytest.approx(8.0) and info.value.cap == (8.0, 6 * DELTA)
     message = str(info.value)
     assert f"for (ε, δ) = ({held.epsilon!r}, {held.delta!r})" in message
     assert f"would take it to ({after.epsilon!r}, {after.delta!r})" in message and after.epsilon > 8.0
     assert all(f"\n  - {name}: approx_dp" in message for name in MARGINALS)
+    with pytest.raises(BudgetExceeded, match="it already holds\n  \\(nothing\\)\n"):  # an empty scope says so
+        begin(ledger, request(day="2016-07-26", cost=PrivacyCost.approx_dp(9.0, 0.0)), run_id="run-2")
 
 def test_budget_is_refused_before_any_noise_is_drawn(where) -> None:
     ledger = PrivacyLedger(where(), {"trip": (1.5, 1e-6)})
