@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from opal_dp.core.accounting import PrivacyCost, compose, zcdp_epsilon, zcdp_rho_for
+from opal_dp.core.accounting import PrivacyCost, compose, within, zcdp_epsilon, zcdp_rho_for
 
 
 def cks_delta(epsilon: float, rho: float) -> float:
@@ -92,3 +92,18 @@ def test_rho_for_is_the_largest_rho_within_epsilon(epsilon, delta):
 def test_conversion_refuses_bad_arguments(rho, delta):
     with pytest.raises(ValueError):
         zcdp_epsilon(rho, delta)
+
+
+def test_within_holds_both_coordinates_of_the_cap():
+    """``within`` is the ledger's cap check. Each coordinate binds on its own: on the fast path (every piece
+    approx_dp, plain sums) and through ``compose`` (a zCDP piece), an epsilon far below the cap does not excuse a
+    delta above it, and equality with the cap fits. Kills the mutants that drop the delta comparison of either
+    path, or move the cap on either coordinate."""
+    pure = [PrivacyCost.approx_dp(1.0, 1e-7)] * 2
+    assert within(pure, 2.0, 2e-7) and within(pure, 100.0, 2e-7)
+    assert not within(pure, 100.0, 1.9e-7) and not within(pure, 1.99, 2e-7)
+    mixed = [PrivacyCost.approx_dp(1.0, 1e-7), PrivacyCost.zcdp(0.01, 1e-7)]
+    assert within(mixed, 100.0, 3e-7)
+    assert not within(mixed, 100.0, 2e-7)  # the pieces' own deltas use the whole target: epsilon is infinite
+    assert not within(mixed, compose(mixed, 3e-7).epsilon * 0.999, 3e-7)
+    assert within([], 1e-9, 1e-12)

@@ -13,7 +13,9 @@ from opal_dp.core.sbh import StabilityHistogram
 from opal_dp.core.sensitivity import Sensitivity
 from opal_dp.release.marginals import public_domain
 
-PAIRS = [(l1, eps) for l1 in (1, 2, 3, 4, 6, 7, 12, 28) for eps in (0.1, 0.3, 0.7, 0.9, 1.1, 1.3, 1.7, 2.9, 0.45)]
+PAIRS = [(l1, eps) for l1 in (1, 2, 3, 4, 6, 7, 12, 28) for eps in (0.1, 0.3, 0.7, 0.9, 1.1, 1.3, 1.7, 2.9, 0.45, 0.5, 0.25)]
+"""Pairs whose l1/epsilon a float rounds, and (epsilon 0.5, 0.25) pairs where it is exact: the scale is then l1/epsilon
+itself, not the next float (kills the mutant ``Fraction(scale) <= exact`` of ``laplace_scale``)."""
 
 
 def test_laplace_scale_is_the_smallest_float_at_least_l1_over_epsilon() -> None:

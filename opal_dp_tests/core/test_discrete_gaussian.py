@@ -98,6 +98,14 @@ def test_rejects_bad_sigma(sigma):
         DiscreteGaussian().sample(sigma, 3)
 
 
+
+def test_sigma_up_to_max_sigma_and_no_further():
+    """Kills the mutant ``0 < sigma < MAX_SIGMA`` (the largest sigma the proposal allows refused) and documents the
+    other side: one float above ``MAX_SIGMA`` is refused."""
+    assert DiscreteGaussian(SeededBits(8)).sample(MAX_SIGMA, 5).shape == (5,)
+    with pytest.raises(ValueError, match="sigma"):
+        DiscreteGaussian(SeededBits(8)).sample(math.nextafter(MAX_SIGMA, math.inf), 5)
+
 def test_acceptance_words_are_exact():
     accept = _acceptance(2.5)
     assert accept.t == 3
@@ -143,6 +151,35 @@ def test_tail_bound_is_an_upper_bound_and_tight(sigma):
         if sigma >= 10 and t - 0.5 >= sigma:
             assert bound <= exact * 1.1  # the midpoint bound loses little where card_period thresholds lie
 
+
+
+_PI_100 = Decimal("3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706")
+
+
+def _normal_tail(x: float) -> Decimal:
+    """``Q(x) = P(N(0, 1) >= x)`` at 100 digits for ``0 <= x <= 8``: ``erfc`` by its Taylor series (the terms reach
+    ``e**32 ~ 1e14``, so 100 digits keep over 80 after the cancellation)."""
+    with localcontext() as ctx:
+        ctx.prec = 100
+        y = Decimal(x) / Decimal(2).sqrt()
+        term, total, n = y, y, 0
+        while abs(term) > Decimal(10) ** -95:
+            n += 1
+            term = -term * y * y / n
+            total += term / (2 * n + 1)
+        erf = 2 / _PI_100.sqrt() * total
+        return (1 - erf) / 2
+
+
+@pytest.mark.parametrize("sigma", [0.8, 3.0, 10.0, 47.5])
+def test_tail_bound_covers_the_float_error_of_erfc(sigma):
+    """The tail bound is ``Q`` inflated by a relative 1e-9 that covers ``math.erfc``'s float error. Kills the
+    mutant that drops the inflation: the bound then equals ``Q`` only to a few ulp, either side, and the threshold
+    built on it could be one too low."""
+    for t in range(1, math.ceil(8 * sigma)):
+        shift = 0.5 if t - 0.5 >= sigma else 1.0
+        exact = _normal_tail((t - shift) / sigma)
+        assert Decimal(tail_upper_bound(sigma, t)) >= exact * (1 + Decimal("5e-10"))
 
 def test_release_probability_and_error_bound_match_the_pmf():
     sigma = 6.2

@@ -160,6 +160,44 @@ def test_six_marginals_fit_the_trip_cap_exactly_once_and_the_refusal_names_no_fi
     assert info.value.scope == "2016-07-25|bus" and info.value.requested == PrivacyCost.approx_dp(1.0, DELTA)
 
 
+
+def test_the_cap_tolerance_absorbs_float_rounding_only(ledger: PrivacyLedger) -> None:
+    """After the six marginals fill the cap (8.0, 6 x 1/8e6, which floats round), one more charge of epsilon 1e-5
+    (1.25e-6 of the cap) or of delta 1e-12 is refused. Kills a cap check whose tolerance is wider than float
+    rounding (``REL_TOL`` of 1e-3 let both through)."""
+    release(ledger, *all_marginals())
+    for cost in (PrivacyCost.approx_dp(1e-5, 0.0), PrivacyCost.approx_dp(1e-12, 1e-12)):
+        with pytest.raises(BudgetExceeded):
+            begin(ledger, request("tap_on_time_tiny", cost=cost), run_id="run-2")
+    assert len(ledger.charges()) == 6
+
+
+def test_a_scope_filled_to_the_cap_up_to_float_rounding_fits(where) -> None:
+    """Charges of 0.1 and 0.2 fill a cap of 0.3, which their float sum exceeds by one ulp: the second fits.
+    Kills the ``_check_cap`` mutant that drops ``REL_TOL`` (the other tests' sums are exact in floats)."""
+    ledger = PrivacyLedger(where(), {"trip": (0.3, 1e-6)})
+    release(ledger, request(cost=PrivacyCost.approx_dp(0.1, 0.0)))
+    assert begin(ledger, request("tap_on_loc", cost=PrivacyCost.approx_dp(0.2, 0.0)))[0].kind == "charge"
+
+
+def test_a_refusal_states_the_scope_spend_before_and_after(ledger: PrivacyLedger) -> None:
+    """The refusal carries what the scope holds (each charge on its own line), that spend, and what the request would
+    take it to; an empty scope says it holds nothing. Kills the ``_check_cap`` mutants that compose the spend of no
+    scope, leave the request out of the spend after it, drop the spend or the cap from the error, run the charge
+    lines together, or change the empty scope's line."""
+    release(ledger, *all_marginals())
+    with pytest.raises(BudgetExceeded) as info:
+        begin(ledger, request(cost=PrivacyCost.approx_dp(0.5, 0.0)), fresh=True, run_id="run-2")
+    held = ledger.spend("trip", "2016-07-25|bus")
+    after = compose([c.cost for c in ledger.charges()] + [PrivacyCost.approx_dp(0.5, 0.0)], delta_target=6 * DELTA)
+    assert info.value.spent == held and held.epsilon == pytest.approx(8.0) and info.value.cap == (8.0, 6 * DELTA)
+    message = str(info.value)
+    assert f"for (ε, δ) = ({held.epsilon!r}, {held.delta!r})" in message
+    assert f"would take it to ({after.epsilon!r}, {after.delta!r})" in message and after.epsilon > 8.0
+    assert all(f"\n  - {name}: approx_dp" in message for name in MARGINALS)
+    with pytest.raises(BudgetExceeded, match="it already holds\n  \\(nothing\\)\n"):  # an empty scope says so
+        begin(ledger, request(day="2016-07-26", cost=PrivacyCost.approx_dp(9.0, 0.0)), run_id="run-2")
+
 def test_budget_is_refused_before_any_noise_is_drawn(where) -> None:
     ledger = PrivacyLedger(where(), {"trip": (1.5, 1e-6)})
     draws: list[str] = []
@@ -219,6 +257,48 @@ def test_raising_the_cap_is_an_explicit_recorded_command(ledger: PrivacyLedger) 
     assert ledger.cap_history("trip")[0].epsilon == 8.0  # the cap earlier statements named stays on record
     assert begin(ledger, request(), fresh=True, run_id="run-2")[0].kind == "charge"
 
+
+
+@pytest.mark.parametrize(("epsilon", "delta", "reason", "match"), [
+    (0.0, 12 * DELTA, "ok", "^epsilon must be a finite number > 0"),
+    (16.0, 0.0, "ok", "^delta must be a finite number > 0"),
+    (16.0, 1.0, "ok", "^delta must be < 1"),
+    (16.0, 12 * DELTA, " ", "^reason must be a non-empty string"),
+])
+def test_a_raised_cap_is_checked_like_a_created_one(ledger: PrivacyLedger, epsilon, delta, reason, match) -> None:
+    """Kills the ``raise_cap`` mutants that drop ``below_one`` from the delta check (a delta cap of 1: no delta cap
+    at all) and those that mislabel the refused coordinate or the reason. Nothing is recorded."""
+    with pytest.raises(LedgerError, match=match):
+        ledger.raise_cap("trip", epsilon, delta, reason)
+    assert [c.action for c in ledger.cap_history("trip")] == ["create"]
+
+
+def test_a_cap_raise_may_raise_either_coordinate_alone_and_never_lower_one(ledger: PrivacyLedger) -> None:
+    """Kills the ``raise_cap`` mutants ``epsilon <= current`` and ``delta <= current`` (a raise of one coordinate
+    refused) and ``... or delta < current and (same cap)`` (a lowered delta, or the same cap, recorded as a raise)."""
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_cap("trip", 16.0, DELTA, "more epsilon, less delta")
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_cap("trip", 8.0, 6 * DELTA, "the same cap again")
+    assert ledger.raise_cap("trip", 8.0, 7 * DELTA, "delta only").delta == 7 * DELTA
+    assert ledger.raise_cap("trip", 9.0, 7 * DELTA, "epsilon only").epsilon == 9.0
+    assert [(c.epsilon, c.delta) for c in ledger.cap_history("trip")] == [(8.0, 6 * DELTA), (8.0, 7 * DELTA),
+                                                                           (9.0, 7 * DELTA)]
+
+
+def test_cap_raises_take_the_locks_charges_take(ledger: PrivacyLedger, monkeypatch) -> None:
+    """On PostgreSQL a raise and a charge serialise only through a shared lock row, and two charges through their
+    scope, card_period date and person rows (``ledger_records._lock_keys``). Kills the mutants that rename or drop
+    a lock key of ``raise_cap`` (``cap|unit``), ``raise_person_cap`` (``person``) or ``_lock_keys``."""
+    taken: list[list[str]] = []
+    real = ledger._backend.lock
+    monkeypatch.setattr(ledger._backend, "lock", lambda conn, keys: (taken.append(list(keys)), real(conn, keys))[1])
+    ledger.raise_cap("trip", 9.0, 6 * DELTA, "lock check")
+    ledger.raise_person_cap(30.0, 1e-6, "lock check")
+    begin(ledger, request(unit="card_day"), request(unit="card_period"), request())
+    assert taken == [["cap|trip"], ["person"], ["scope|card_day|2016-07-25", "person",
+                                                "scope|card_period|2016-07-25..2016-08-14", "date|card_period|2016-07-25",
+                                                "person", "scope|trip|2016-07-25|bus"]]
 
 # -- reuse / resume / join / charge ---------------------------------------------------------
 

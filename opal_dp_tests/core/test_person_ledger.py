@@ -91,6 +91,65 @@ def test_windows_slide_over_the_horizon(where) -> None:
     assert ledger.person_spend(day(0), day(30)).guarantee.epsilon == 2.0
 
 
+
+def test_a_window_reaches_the_last_day_of_the_horizon_after_the_charge(where) -> None:
+    """Charges released out of date order: day 29 first, then day 0. The window day 0..29 holds both and must
+    refuse the second. Kills the ``_windows`` mutants that end a window one day early (``h - 2``) or leave out a
+    charge starting on its last day (``first_date < end``): the second charge was then accepted at twice the cap's
+    worth of loss in one 30-day window."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(3.0, 1e-6), horizon_days=30)
+    release(ledger, request(unit="card_day", day=day(29), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    with pytest.raises(PersonBudgetExceeded) as info:
+        begin(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    assert info.value.window == (day(0), day(29))
+    assert ledger.person_spend(day(0), day(0)).window == (day(0), day(29))
+
+
+def test_every_window_touching_a_charge_is_checked_not_only_the_first(where) -> None:
+    """Day 0 costs 1 and day 40 costs 3; a charge of 2 on day 20 fits the window day 0..29 (3) but not day 20..49
+    (5 > 4.5). Kills the ``_windows`` mutant ``key = None``, which checks only the earliest window."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(4.5, 1e-6), horizon_days=30)
+    release(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(1.0, 0.0)),
+            request(unit="card_day", day=day(40), cost=PrivacyCost.approx_dp(3.0, 0.0)))
+    with pytest.raises(PersonBudgetExceeded) as info:
+        begin(ledger, request(unit="card_day", day=day(20), cost=PrivacyCost.approx_dp(2.0, 0.0)))
+    assert info.value.window == (day(20), day(49))
+
+
+def test_the_person_delta_cap_holds_however_small(where) -> None:
+    """A person cap of delta 1e-12 refuses a charge of delta 1e-10 whatever its epsilon. Kills the ``_check_person``
+    mutant whose quick check compares against ``REL_TOL`` (1e-9) instead of the cap's delta and accepts it."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(20.0, 1e-12))
+    with pytest.raises(PersonBudgetExceeded):
+        begin(ledger, request(unit="card_day", cost=PrivacyCost.approx_dp(0.1, 1e-10)))
+    assert ledger.charges() == []
+
+
+def test_a_window_filled_to_the_cap_up_to_float_rounding_fits(where) -> None:
+    """Charges of 0.1 on days 0 and 58 and of 0.2 on day 29 fill both 30-day windows of the day-29 charge to
+    ``0.1 + 0.2``, one ulp above a cap of 0.3 in floats: they fit (``REL_TOL``), while the three together, which no
+    window holds, do not. Kills the ``_check_person`` mutant that drops the tolerance from the window check."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(0.3, 1e-6), horizon_days=30)
+    release(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(0.1, 0.0)),
+            request(unit="card_day", day=day(58), cost=PrivacyCost.approx_dp(0.1, 0.0)))
+    assert begin(ledger, request(unit="card_day", day=day(29), cost=PrivacyCost.approx_dp(0.2, 0.0)))[0].kind == "charge"
+
+
+def test_a_person_refusal_states_the_spend_as_the_ledger_composes_it(where) -> None:
+    """Two Gaussian (zCDP) charges of rho 0.02 on one date: the first costs about epsilon 0.90 at the person delta,
+    the two together about 1.30, over a person cap of 1. The refusal states both, composed at the cap's delta.
+    Kills the ``_check_person`` mutants that compose the spend without the cap's delta (zCDP then cannot be
+    stated), state the spend after the charge as nothing, or drop the scope or the request from the error."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(1.0, 1e-6))
+    gaussian = PrivacyCost.zcdp(0.02, 0.0)
+    release(ledger, request(unit="card_day", cost=gaussian))
+    with pytest.raises(PersonBudgetExceeded) as info:
+        begin(ledger, request("tap_on_loc", unit="card_day", cost=gaussian))
+    before, after = compose([gaussian], delta_target=1e-6), compose([gaussian] * 2, delta_target=1e-6)
+    assert info.value.spent == before and before.epsilon < 1.0 < after.epsilon
+    assert f"({after.epsilon!r}, {after.delta!r}) against the person cap" in str(info.value)
+    assert (info.value.scope, info.value.requested, info.value.cap) == ("2016-07-25", gaussian, (1.0, 1e-6))
+
 def test_a_period_charge_covers_every_date_of_its_period(where) -> None:
     """A second period is composed with the first wherever one window touches both; a period charge reaches
     every window that touches any of its dates."""
@@ -116,6 +175,34 @@ def test_the_person_cap_is_ledger_state_raised_only_by_a_recorded_command(where)
     assert [c.action for c in ledger.person_cap_history()] == ["create", "raise"]
     assert begin(ledger, tree(2))[0].kind == "charge"
 
+
+
+@pytest.mark.parametrize(("epsilon", "delta", "reason", "match"), [
+    (0.0, 1e-6, "ok", "^epsilon must be a finite number > 0"),
+    (30.0, 0.0, "ok", "^delta must be a finite number > 0"),
+    (30.0, 1.0, "ok", "^delta must be < 1"),
+    (30.0, 1e-6, "", "^reason must be a non-empty string"),
+])
+def test_a_raised_person_cap_is_checked_like_a_created_one(where, epsilon, delta, reason, match) -> None:
+    """Kills the ``raise_person_cap`` mutants that drop ``below_one`` from the delta check (a person delta of 1: no
+    bound) and those that mislabel the refused coordinate or the reason. Nothing is recorded."""
+    ledger = PrivacyLedger(where(), WIDE)
+    with pytest.raises(LedgerError, match=match):
+        ledger.raise_person_cap(epsilon, delta, reason)
+    assert [c.action for c in ledger.person_cap_history()] == ["create"]
+
+
+def test_a_person_cap_raise_may_raise_either_coordinate_alone_and_never_lower_one(where) -> None:
+    """Kills the ``raise_person_cap`` mutants ``epsilon <= current`` (a delta-only raise refused) and ``... or
+    delta < current and (same cap)`` (a lowered delta, or the same cap, recorded as a raise)."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(2.0, 1e-6))
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_person_cap(3.0, 1e-7, "more epsilon, less delta")
+    with pytest.raises(LedgerError, match="must raise"):
+        ledger.raise_person_cap(2.0, 1e-6, "the same cap again")
+    assert ledger.raise_person_cap(2.0, 2e-6, "delta only").delta == 2e-6
+    assert ledger.raise_person_cap(3.0, 2e-6, "epsilon only").epsilon == 3.0
+    assert [(c.epsilon, c.delta) for c in ledger.person_cap_history()] == [(2.0, 1e-6), (2.0, 2e-6), (3.0, 2e-6)]
 
 def test_a_schema_2_ledger_is_migrated_and_its_charges_join_the_person_account(where) -> None:
     location = where()

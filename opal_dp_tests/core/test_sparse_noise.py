@@ -94,6 +94,22 @@ def test_tail_digits_are_exact(law, t):
     assert tail_probability(law, t) == pytest.approx(float(p), rel=1e-12)
 
 
+
+@pytest.mark.parametrize(
+    "law,t",
+    [(LaplaceNoise(1.0), 1), (LaplaceNoise(2.0), 7), (LaplaceNoise(0.3), 3),
+     (GaussianNoise(1.0), 1), (GaussianNoise(4.5), 9), (GaussianNoise(12.0), 40)],
+)
+@pytest.mark.parametrize("prec", [12, 30])
+def test_tail_bounds_enclose_the_exact_tail(law, t, prec):
+    """The digits of ``P(Z >= t)`` are exact only if every enclosure ``lo <= p <= hi`` is rigorous. At 12 and 30
+    digits (where a rounding in the wrong direction is visible against the 120-digit reference) the enclosure
+    holds and is tight. Kills the mutants that round a bound the wrong way or drop a term of the Gaussian sum."""
+    p = _reference_tail(law, t)
+    lo, hi = law.tail_bounds(t, prec)
+    assert Fraction(lo) <= p <= Fraction(hi)
+    assert Fraction(hi - lo) <= p * Fraction(10) ** (5 - prec)
+
 def test_exact_skip_agrees_with_the_floor_of_the_logarithm():
     """The exact fallback of the sparse sampler gives ``floor(ln R / ln(1 - p))`` (the float path's value away from
     integer boundaries), also for the word 0 and when capped."""

@@ -126,3 +126,20 @@ def test_card_period_charges_each_date_to_the_period(tmp_path):
     for day in ("2016-07-25", "2016-07-26"):
         release_od_day(np.array([[0, 1, -1]] * 50), day, plan, ledger, tmp_path, "r", b"k" * 32)
     assert ledger.spend("card_period", "2016-07-25..2016-07-26").epsilon == pytest.approx(2.0)
+
+
+def test_card_period_dates_released_together_are_charged_one_tree_each(tmp_path):
+    """The pipeline asks for a period's dates in one batch, all under the period's one input version: each date's
+    tree is its own mechanism and must open its own charge, not join the first date's as a part of one histogram.
+    Kills the mutant that names every date's tree ``od`` (the period then paid for one tree)."""
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_period": (10.0, 1e-6)})
+    plan = OdPlan(PrivacyUnit.CARD_PERIOD, TreeBudget(1.0, 3), TAXONOMY, "2016-07-25..2016-07-26")
+    days = ("2016-07-25", "2016-07-26")
+    paths = {day: tmp_path / "sequences" / f"{day}.parquet" for day in days}
+    for path in paths.values():
+        write_parquet_atomic(to_frame(np.array([[0, 1, -1]] * 50, dtype=np.int32)), path)
+    drawn = dict(release_od_days(paths, plan, ledger, tmp_path, "r", b"k" * 32,
+                                 input_versions={day: "raw-period-v1" for day in days}))
+    assert [drawn[day].decision for day in days] == ["charge", "charge"]
+    assert sorted(c.marginal for c in ledger.charges()) == ["od 2016-07-25", "od 2016-07-26"]
+    assert ledger.spend("card_period", "2016-07-25..2016-07-26").epsilon == pytest.approx(2.0)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from opal_dp.core import DiscreteLaplace, PrivacyLedger, SeededBits
+from opal_dp.core import DiscreteLaplace, PrivacyCost, PrivacyLedger, SeededBits
+from opal_dp.core.ledger import Request
 from opal_dp.core import sbh
 from opal_dp.release.marginals.engine import release_partitions
 from opal_dp.release.marginals.tables import MARGINALS
@@ -113,6 +114,23 @@ def test_trip_worked_examples_show_the_cost_per_person(tmp_path):
     assert (occasional["epsilon"], occasional["delta"]) == (24.0, pytest.approx(18 * DELTA))
     assert "one trip" in s["not_protected"][0]
 
+
+
+def test_the_guarantee_and_the_examples_are_the_worst_scopes(tmp_path):
+    """One scope carries an extra charge of epsilon 1 (9 where the others hold 8): the statement's guarantee and its
+    worked examples are that scope's, the largest loss any unit has. Kills the mutants that state the first or the
+    least-charged scope instead (every other statement test has equal scopes)."""
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"trip": (20.0, 1e-5)}, person_cap=PERSON)
+    ledger, draws = released(tmp_path, ledger=ledger)
+    extra = Request("trip", "2016-07-26|train", "2016-07-26|train", "2016-07-26", "extra", "replace_one",
+                    PrivacyCost.approx_dp(1.0, 0.0), "{}", "{}", "fp", "raw-v1")
+    (decision,) = ledger.begin_many([extra], run_id="run-2")
+    ledger.complete_many([decision.draw.id], run_id="run-2")
+    s = statement(ledger, draws)
+    assert [sc["epsilon"] for sc in s["guarantee"]["scopes"]] == [8.0, 8.0, 9.0]
+    assert s["guarantee"]["epsilon"] == 9.0
+    commuter, occasional = s["worked_examples"]
+    assert (commuter["epsilon"], occasional["epsilon"]) == (180.0, 27.0)
 
 def test_card_day_states_the_bounds_and_the_per_date_scope(tmp_path):
     s = statement(*released(tmp_path, unit="card_day"))
