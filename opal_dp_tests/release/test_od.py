@@ -133,7 +133,7 @@ def test_card_period_dates_released_together_are_charged_one_tree_each(tmp_path)
     tree is its own mechanism and must open its own charge, not join the first date's as a part of one histogram.
     Kills the mutant that names every date's tree ``od`` (the period then paid for one tree)."""
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_period": (10.0, 1e-6)})
-    plan = OdPlan(PrivacyUnit.CARD_PERIOD, TreeBudget(1.0, 3), TAXONOMY, "2016-07-25..2016-07-26")
+    plan = OdPlan(PrivacyUnit.CARD_PERIOD, TreeBudget(1.0, 3), TAXONOMY, Periods.parse("2016-07-25..2016-07-26"))
     days = ("2016-07-25", "2016-07-26")
     paths = {day: tmp_path / "sequences" / f"{day}.parquet" for day in days}
     for path in paths.values():
