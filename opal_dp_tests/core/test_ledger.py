@@ -135,8 +135,11 @@ def test_begin_validates_unit_run_and_fresh(ledger: PrivacyLedger) -> None:
         begin(ledger, fresh=1)
 
 
-@pytest.mark.parametrize("caps, match", [({"trip": (0.0, 1e-6)}, "cap epsilon"), ({"trip": (8.0, 1.0)}, "cap delta")])
+@pytest.mark.parametrize("caps, match", [({"trip": (0.0, 1e-6)}, "cap epsilon"), ({"trip": (8.0, 1.0)}, "cap delta"),
+                                         ({"trip": (True, 1e-6)}, "cap epsilon"), ({"trip": ("8", 1e-6)}, "cap epsilon")])
 def test_validates_caps(tmp_path: Path, caps: dict, match: str) -> None:
+    """A cap is a finite positive number, not a bool or a string (kills the ``_positive`` mutants that let a bool
+    through, or fail on a string with a ``TypeError``)."""
     with pytest.raises(LedgerError, match=match):
         PrivacyLedger(tmp_path / "l.sqlite", caps)
 
