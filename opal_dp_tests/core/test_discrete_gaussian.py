@@ -207,3 +207,4 @@ def test_release_probability_and_error_bound_match_the_pmf():
     assert pmf[np.abs(z) <= e].sum() >= 0.95 > pmf[np.abs(z) <= e - 1].sum()
     assert error_bound(sigma) == e  # the default confidence is 0.95
     assert release_probability(10_000, sigma, 12) == 1.0  # a count far above the threshold is always released
+    assert release_probability(0, sigma, 10_000) == 0.0  # and one far below it never
