@@ -128,6 +128,22 @@ def test_a_tie_is_settled_by_the_next_digits():
     assert DiscreteGaussian(bits).sample(sigma, 1).tolist() == [0] and bits.remaining == 0
 
 
+
+@pytest.mark.parametrize("third", ["below", "above"])
+def test_a_second_tie_moves_on_to_the_third_digit(third):
+    """U equal to p(0)'s first word, then the next word equal to its second digit: the third word decides against the
+    third digit (just below accepts; just above rejects, and a new proposal is drawn: Y = 0, U = 0 accepts). Kills the
+    ``_below`` mutants that step to another digit after a tie (``j = 1``, ``j -= 1``, ``j += 2``): one of the two
+    scripts then ends at the wrong word."""
+    sigma = 2.5
+    accept = _acceptance(sigma)
+    d2, d3 = accept.digit(0, 2), accept.digit(0, 3)
+    assert 0 < d3 < UINT64_MAX
+    words = [UINT64_MAX, UINT64_MAX, accept.word(0), d2] + ([d3 - 1] if third == "below" else
+                                                          [d3 + 1, UINT64_MAX, UINT64_MAX, 0])
+    bits = ScriptedBits(words)
+    assert DiscreteGaussian(bits).sample(sigma, 1).tolist() == [0] and bits.remaining == 0
+
 @settings(max_examples=200, deadline=None)
 @given(sigma=st.floats(0.5, 300.0), l0=st.integers(1, 200), linf=st.integers(1, 4), delta=st.floats(1e-14, 0.1))
 def test_threshold_bounds_the_exact_tail(sigma, l0, linf, delta):
@@ -189,3 +205,6 @@ def test_release_probability_and_error_bound_match_the_pmf():
         assert release_probability(n, sigma, m) == pytest.approx(pmf[z >= m - n].sum(), rel=1e-9, abs=1e-300)
     e = error_bound(sigma, 0.95)
     assert pmf[np.abs(z) <= e].sum() >= 0.95 > pmf[np.abs(z) <= e - 1].sum()
+    assert error_bound(sigma) == e  # the default confidence is 0.95
+    assert release_probability(10_000, sigma, 12) == 1.0  # a count far above the threshold is always released
+    assert release_probability(0, sigma, 10_000) == 0.0  # and one far below it never

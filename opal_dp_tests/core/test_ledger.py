@@ -135,8 +135,11 @@ def test_begin_validates_unit_run_and_fresh(ledger: PrivacyLedger) -> None:
         begin(ledger, fresh=1)
 
 
-@pytest.mark.parametrize("caps, match", [({"trip": (0.0, 1e-6)}, "cap epsilon"), ({"trip": (8.0, 1.0)}, "cap delta")])
+@pytest.mark.parametrize("caps, match", [({"trip": (0.0, 1e-6)}, "cap epsilon"), ({"trip": (8.0, 1.0)}, "cap delta"),
+                                         ({"trip": (True, 1e-6)}, "cap epsilon"), ({"trip": ("8", 1e-6)}, "cap epsilon")])
 def test_validates_caps(tmp_path: Path, caps: dict, match: str) -> None:
+    """A cap is a finite positive number, not a bool or a string (kills the ``_positive`` mutants that let a bool
+    through, or fail on a string with a ``TypeError``)."""
     with pytest.raises(LedgerError, match=match):
         PrivacyLedger(tmp_path / "l.sqlite", caps)
 
@@ -402,6 +405,16 @@ def test_card_periods_cannot_overlap(ledger: PrivacyLedger) -> None:
         begin(ledger, request(unit="card_period", scope="2016-07-20..2016-07-31"))
     assert begin(ledger, request(unit="card_period", day="2016-09-01", scope="2016-09-01..2016-09-14"))[0].kind == "charge"
 
+
+
+@pytest.mark.parametrize("scope", ["2016-07-25..2016-08-14", "2016-09-02..2016-09-15", "2016-09-01"])
+def test_a_card_period_part_must_lie_in_its_scope(ledger: PrivacyLedger, scope: str) -> None:
+    """A card_period charge covers its scope's dates on the person account, so a part dated outside them (or a scope
+    that names no period) would be charged where its card's days are not. Kills the ``_covered`` mutants that accept
+    it (``not sep and ...``) or drop the message; nothing is recorded."""
+    with pytest.raises(LedgerError, match="card_period scope must be 'first..last'"):
+        begin(ledger, request(unit="card_period", day="2016-09-01", scope=scope))
+    assert ledger.charges() == []
 
 def test_zcdp_charges_compose_in_zcdp_and_convert_with_opendp(where) -> None:
     """Six Gaussian charges of rho/6 each: the scope costs what OpenDP's conversion of rho gives at the cap's

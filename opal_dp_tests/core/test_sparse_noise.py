@@ -123,6 +123,24 @@ def test_exact_skip_agrees_with_the_floor_of_the_logarithm():
     assert _exact_failures(law.bits, 0, bounds, 7) == 7
 
 
+
+@pytest.mark.parametrize("side, expected", [(-1, 5), (1, 4)])
+def test_exact_skip_reads_further_words_where_the_first_straddles_a_power(side, expected):
+    """A first word ``u = floor(a**5 * 2**64)`` leaves ``R`` on either side of ``a**5`` (``a = 1 - p``): the next word,
+    just below or above the fraction ``a**5 * 2**64 - u``, decides ``N = 5`` or ``4``. Kills the ``_exact_failures``
+    mutants that round ``R``'s or ``a``'s enclosure the wrong way, or weigh the further words wrongly: they are sure
+    too early, or of the wrong count, exactly where the float path hands over."""
+    law = LaplaceNoise(3.0)
+    bounds = lambda prec: law.tail_bounds(4, prec)  # noqa: E731
+    with localcontext() as ctx:
+        ctx.prec = 120
+        lo, hi = law.tail_bounds(4, 110)
+        power = (1 - (lo + hi) / 2) ** 5 * Decimal(2) ** 64
+        u = int(power)
+        w = int((power - u) * Decimal(2) ** 64) + side
+    bits = ScriptedBits([w])
+    assert _exact_failures(bits, u, bounds, 10**9) == expected and bits.remaining == 0
+
 def test_bernoulli_compares_words_and_settles_ties_with_further_digits():
     first, second = LaplaceNoise(2.0).tail_digit(3, 1), LaplaceNoise(2.0).tail_digit(3, 2)
     # one word per cell (below, above, tie, tie), then the ties' next words; the kept cells' geometrics
