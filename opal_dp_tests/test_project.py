@@ -45,7 +45,8 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     assert re.fullmatch(r"released 56 partitions \(14 days x modes\), [\d,]+ trips read, [\d,]+ cells listed in time-loc.csv",
                         summary[0]), summary
     assert summary[1].startswith("data: the bundled SYNTHETIC sample") and "for 14 of 14 days" in summary[1], summary
-    assert summary[-2].startswith("protected: all trips of one card over the whole release period at (epsilon = ")
+    assert summary[-2].startswith("protected: all trips of one card over one period (a calendar week by default) at "
+                                  "(epsilon = "), summary[-2]
     assert "per release period; one person over any 365 days: (epsilon = " in summary[-2], summary[-2]
     assert summary[-1].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")
     assert len(summary) <= 5 and all(line.startswith("rejected rows: ") for line in summary[2:-2]), summary

@@ -59,7 +59,7 @@ class PrivacyUnit(str, Enum):
         return {
             PrivacyUnit.TRIP: "one trip",
             PrivacyUnit.CARD_DAY: "all trips of one card on one service day, in every mode",
-            PrivacyUnit.CARD_PERIOD: "all trips of one card over the whole release period",
+            PrivacyUnit.CARD_PERIOD: "all trips of one card over one period (a calendar week by default)",
         }[self]
 
     @property

@@ -118,12 +118,15 @@ COMPOSITION = {
         "together, at the sum of those dates' (epsilon, delta)."
     ),
     "card_period": (
-        "All trips of one card over the release period are bounded together before the card id is dropped. "
+        "All trips of one card over one period (a calendar week by default; the scopes list the periods) are "
+        "bounded together before the card id is dropped. "
         "Every (date, mode) partition of the period is a piece of one histogram over (date, mode, time, "
         "location) per marginal, released with one noise draw whose sensitivity covers the card's whole "
         "period; the period is one ledger scope and its marginals compose in zero-concentrated DP (rho adds "
         "up) before one conversion to (epsilon, delta) by OpenDP. The period's (epsilon, delta) holds for "
-        "each card, whatever it did in the period."
+        "each card, whatever it did in the period; a card in several periods of the release is protected at "
+        "their composition (the worked examples), and the person-level sentence above covers every period of "
+        "the horizon."
     ),
 }
 LEDGER = (
