@@ -31,7 +31,8 @@ def released(tmp_path_factory):
         write_day(root / "raw", day, tiny_day(day, trips=3_000, seed=i))
     with pytest.MonkeyPatch.context() as env:
         env.setenv(settings.DATA_DIR_ENV, str(root))
-        results = run_release(dg.DagsterInstance.ephemeral(), budget={"synthetic_epsilon": 4.0}, synthetic=True)
+        results = run_release(dg.DagsterInstance.ephemeral(), budget={"privacy_unit": "trip", "synthetic_epsilon": 4.0},
+                              synthetic=True)
         yield results, default_storage()
 
 

@@ -26,7 +26,7 @@ def test_metadata_reports_all_three_attacks():
     releases = manly_release(7, range(24, 80, 2), pair_noise=3)
     secret = releases["tap_on_time"]["2016-07-25|ferry"]
     secret.loc[secret[TIME] == 40, COUNT] += 50
-    budget = PrivacyBudget()
+    budget = PrivacyBudget(privacy_unit="trip")  # the attacks are on the 2016 trip-level release
     result = disclosure_risk(context=dg.build_asset_context(), privacy_budget=budget, **releases)
     meta = result.metadata
     assert meta["partitions"] == 2

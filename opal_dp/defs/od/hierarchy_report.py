@@ -45,7 +45,7 @@ def od_hierarchy_evaluation(trip_sequences: PartitionFrames, privacy_budget: Pri
     truth = truth_counts(domain, sequences)
     released = {"hierarchy": hierarchy_counts(domain, sequences, plan.budget, plan.tau),
                 "tree": tree_counts(domain, sequences, privacy_budget.od_plan(alphabet.groups).taxonomy,
-                                    privacy_budget.od_epsilon)}
+                                    privacy_budget.od_budget)}
     rows = []
     for method, counts in released.items():
         figures = evaluate(truth, counts, days=1)
