@@ -23,12 +23,15 @@ and its files must add up exactly (``public_domain.sum_problems``); an SBH relea
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import itertools
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -46,7 +49,8 @@ from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Margin
 from opal_dp.release.od.publish import OD_TABLES, validate_od
 from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, sum_problems
 from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
-from opal_dp.release.page.catalogue import PageSettings
+from opal_dp.release.page.catalogue import INDEX_JSON, PageSettings
+from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, open_data_partition, stated_design
 from opal_dp.release.statement.markdown import render_markdown
 
@@ -54,7 +58,9 @@ COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
 TAPS = ("on", "off")
 AGGREGATED = "-"
-FILES = (*(f"{t}.csv" for t in TABLES), STATEMENT_JSON, STATEMENT_MD, PAGE)
+DATES = "dates"
+FILES = (*(f"{t}.csv" for t in TABLES), STATEMENT_JSON, STATEMENT_MD, INDEX_JSON, PAGE)
+CHUNK = 1 << 20  # bytes copied at a time when streaming date files into a combined file
 LATEST = "latest"
 LATEST_JSON = "latest.json"
 STAGING_PREFIX, LINK_PREFIX = ".staging-", ".latest-"
@@ -152,61 +158,232 @@ def _categorical(column: pd.Series, categories: list[str] | None = None) -> pd.C
     return pd.Categorical(column, categories=sorted(column.unique()) if categories is None else categories)
 
 
+@dataclass(frozen=True)
+class DateFiles:
+    """One service date as published: its tables (file stem -> rows in published order: the marginals', and any
+    other product's, e.g. the OD tables), the ledger draws they come from, and what its validation needs (the
+    modes of its partitions; whether its design has remainder rows)."""
+
+    date: str  # YYYYMMDD
+    tables: Mapping[str, pd.DataFrame]
+    draws: tuple[int, ...]
+    modes: tuple[str, ...]
+    remainders: bool = False
+
+
+def published_index(published_dir: Path) -> dict:
+    """The committed ``index.json`` of the publication (an empty index before the first)."""
+    path = Path(published_dir) / LATEST / INDEX_JSON
+    if not path.is_file():
+        return {"release_id": None, "dates": {}, "combined": {}}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def publish(
-    published_dir: Path, tables: Mapping[str, pd.DataFrame], statement: dict, release_id: str, stops: pd.DataFrame,
-    od: Mapping[str, pd.DataFrame] | None = None, page: PageSettings = PageSettings(),
+    published_dir: Path, changed: Iterable[DateFiles], statement_of: Callable[[PageSummary], dict],
+    stops: pd.DataFrame, state_dir: Path, page: PageSettings = PageSettings(),
 ) -> Path:
-    """Write, validate and fsync the release in a staging folder, rename it to ``<release_id>``, then
-    repoint ``latest``, then write ``latest.json``. A crash at any point leaves both naming complete releases
-    (between the two, ``latest.json`` the previous one, until the next publish); stale staging
-    folders are removed by the next publish. Refuses an existing release id. ``stops``: the public stop
-    list, which places the locations on the page's map; ``page``: the publisher, contact, licence and update
-    frequency the page states. The page, written last, lists the size of every other file."""
-    if not RELEASE_ID.fullmatch(release_id) or release_id == LATEST:
-        raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}, got {release_id!r}")
-    if statement["release"]["id"] != release_id:
-        raise ValueError(f"statement is for release {statement['release']['id']!r}, not {release_id!r}")
-    if sorted(tables) != sorted(TABLES):
-        raise ValueError(f"tables must be exactly {TABLES}, got {sorted(tables)}")
-    if ("od" in statement) != (od is not None) or (od is not None and sorted(od) != sorted(OD_TABLES)):
-        raise ValueError(f"the OD tables {OD_TABLES} go with the statement's od section, and only with it")
+    """Publish the ``changed`` dates (new, or re-released: a correction) into ``<published>/latest`` and rebuild
+    what covers them all; nothing else is rewritten.
+
+    Each date is written, validated and fsynced in a staging folder, then renamed to ``dates/<date>``; the
+    combined CSVs are appended to in place when every changed date is new and follows the last one (else
+    rebuilt by streaming the date files in date order into a new file, renamed over the old); then
+    ``privacy.json`` (``statement_of`` the publication's ``PageSummary``), ``PRIVACY.md``, ``index.html`` and
+    ``index.json`` (the commit record) are replaced, then ``latest.json``. A crash leaves the last committed
+    index: the next publish removes stale staging folders and rebuilds a combined file whose size is not the
+    index's. ``state_dir`` (private) keeps the dates' page summaries, so the statement and the page cost the
+    changed dates only and never read a published CSV."""
+    changed = iter(changed)
+    first = next(changed, None)  # the first date's gate runs before anything is created
+    changed = itertools.chain([first] if first else [], changed)
     published_dir = make_dirs(published_dir, PUBLIC_DIR)
     with publish_lock(published_dir):
-        target = published_dir / release_id
-        if target.exists() or target.is_symlink():
-            raise FileExistsError(f"release {release_id} already exists at {target}")
         _remove_stale(published_dir)
-        staging = published_dir / f"{STAGING_PREFIX}{release_id}"
-        make_dirs(staging, PUBLIC_DIR)
-        for table in TABLES:
-            write_durably(staging / f"{table}.csv", tables[table].to_csv(index=False, lineterminator="\n"))
-        for table, frame in (od or {}).items():
-            write_durably(staging / f"{table}.csv", frame.to_csv(index=False, lineterminator="\n"))
-        write_durably(staging / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
-        write_durably(staging / STATEMENT_MD, render_markdown(statement))
-        sizes = {p.name: p.stat().st_size for p in staging.iterdir()}
-        write_durably(staging / PAGE, render_index(tables, statement, stops, sizes, page))
-        validate_published(staging)
-        fsync_folder(staging)
-        os.rename(staging, target)
+        folder, staging = published_dir / LATEST, published_dir / f"{STAGING_PREFIX}{DATES}"
+        index = published_index(published_dir)
+        state = _SummaryState(Path(state_dir), index)
+        added: list[PageSummary] = []
+        removed: list[PageSummary] = []
+        touched: list[str] = []
+        try:
+            for day in changed:
+                if not DATE.fullmatch(day.date):
+                    raise ValueError(f"a published date is YYYYMMDD, got {day.date!r}")
+                if day.date in index["dates"]:
+                    removed.append(state.of_date(folder, day.date, index["dates"][day.date]))
+                index["dates"][day.date] = _stage_date(staging, day)
+                summary = PageSummary.of_tables({t: day.tables[t] for t in TABLES})
+                state.store(day.date, day.draws, summary)
+                added.append(summary)
+                touched.append(day.date)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if not touched and index["release_id"] is not None:
+            return folder
+        dates_dir = make_dirs(_publication_folder(published_dir) / DATES, PUBLIC_DIR)
+        for date in touched:  # every changed date passed the gate and validated: only now does any go out
+            _place_date(staging / date, dates_dir / date)
+        shutil.rmtree(staging)
+        index["dates"] = dict(sorted(index["dates"].items()))
+        index["combined"] = _combine(folder, index, touched)
+        summary = state.combined(folder).combine(added, removed)
+        statement = statement_of(summary)
+        index["release_id"] = statement["release"]["id"]
+        if not RELEASE_ID.fullmatch(index["release_id"]) or index["release_id"] == LATEST:
+            raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}")
+        _replace(folder / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
+        _replace(folder / STATEMENT_MD, render_markdown(statement))
+        _replace(folder / INDEX_JSON, json.dumps(index, indent=2) + "\n")
+        sizes = {name: (folder / name).stat().st_size for name in files_of(statement) if name != PAGE}
+        _replace(folder / PAGE, render_index(summary, statement, stops, sizes, page))
+        _validate_root(folder, statement)
+        fsync_folder(folder)
+        state.commit(index["release_id"], summary)
+        _replace(published_dir / LATEST_JSON, json.dumps({"release_id": index["release_id"], "folder": LATEST}) + "\n")
         fsync_folder(published_dir)
-        link = published_dir / f"{LINK_PREFIX}{release_id}"
-        os.symlink(release_id, link)
-        os.replace(link, published_dir / LATEST)
-        pointer = published_dir / f"{LINK_PREFIX}{release_id}.json"
-        write_durably(pointer, json.dumps({"release_id": release_id}) + "\n")
-        os.replace(pointer, published_dir / LATEST_JSON)
-        fsync_folder(published_dir)
-    return target
+    return folder
+
+
+def _publication_folder(published_dir: Path) -> Path:
+    """``<published>/latest``, created on the first publish; a ``latest`` link of the per-release layout this one
+    replaces is removed (its release folders stay, untouched), and so are leftovers of an interrupted publish."""
+    folder = published_dir / LATEST
+    if folder.is_symlink():
+        folder.unlink()
+    make_dirs(folder, PUBLIC_DIR)
+    _remove_stale(folder)
+    if (folder / DATES).is_dir():
+        _remove_stale(folder / DATES)
+    return folder
+
+
+def _stage_date(staging: Path, day: DateFiles) -> dict:
+    """Write, validate and fsync one date's files in the staging folder; its index entry."""
+    folder = make_dirs(make_dirs(staging, PUBLIC_DIR) / day.date, PUBLIC_DIR)
+    for name, frame in day.tables.items():
+        write_durably(folder / f"{name}.csv", frame.to_csv(index=False, lineterminator="\n"))
+    validate_date(folder, day.date, set(day.modes), day.remainders)
+    fsync_folder(folder)
+    return {"draws": sorted(day.draws), "modes": sorted(day.modes),
+            "files": {f"{name}.csv": {"rows": len(frame), "bytes": (folder / f"{name}.csv").stat().st_size,
+                                      "sha256": _sha256(folder / f"{name}.csv")} for name, frame in day.tables.items()}}
+
+
+def _place_date(staged: Path, target: Path) -> None:
+    """Rename a staged date into ``dates/<date>``, replacing the files a correction supersedes."""
+    if target.exists():
+        old = target.with_name(f"{STAGING_PREFIX}old-{target.name}")
+        os.rename(target, old)
+        os.rename(staged, target)
+        shutil.rmtree(old)
+    else:
+        os.rename(staged, target)
+    fsync_folder(target.parent)
+
+
+def _combine(folder: Path, index: dict, touched: list[str]) -> dict:
+    """Bring every combined CSV up to the index's dates: append the touched dates when they are all new and
+    follow the dates it holds and its size is the one committed, else rebuild it by streaming; its index entry."""
+    present = {name for entry in index["dates"].values() for name in entry["files"]}
+    known = [f"{t}.csv" for t in (*TABLES, *OD_TABLES)]
+    names = [n for n in known if n in present] + sorted(present - set(known))
+    combined = {}
+    for name in names:
+        dates = [d for d, entry in index["dates"].items() if name in entry["files"]]
+        old = index["combined"].get(name, {"dates": [], "bytes": -1})
+        path, new = folder / name, [d for d in touched if name in index["dates"][d]["files"]]
+        appendable = (path.is_file() and path.stat().st_size == old["bytes"] and not set(new) & set(old["dates"])
+                      and dates == [*old["dates"], *sorted(new)])
+        if appendable:
+            _append(path, [folder / DATES / d / name for d in sorted(new)])
+        else:
+            staging = folder / f"{STAGING_PREFIX}{name}"
+            with open(create_file(staging, PUBLIC_FILE), "w", encoding="utf-8", newline="") as out:
+                out.write(_header(folder / DATES / dates[0] / name))
+            _append(staging, [folder / DATES / d / name for d in dates])
+            os.replace(staging, path)
+        combined[name] = {"dates": dates, "bytes": path.stat().st_size}
+    return combined
+
+
+def _header(path: Path) -> str:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.readline()
+
+
+def _append(path: Path, parts: list[Path]) -> None:
+    """Append each part's rows (its header must be the file's) to ``path``, chunk by chunk, then fsync."""
+    header = _header(path)
+    with open(path, "a", encoding="utf-8", newline="") as out:
+        for part in parts:
+            with open(part, encoding="utf-8", newline="") as rows:
+                if rows.readline() != header:
+                    raise PublishedFormatError(f"{part}: its header is not that of {path.name}")
+                shutil.copyfileobj(rows, out, CHUNK)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _replace(path: Path, text: str) -> None:
+    """A small public file replaced atomically (written beside it, fsynced, renamed over it)."""
+    staging = path.with_name(f"{STAGING_PREFIX}{path.name}")
+    write_durably(staging, text)
+    os.replace(staging, path)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+class _SummaryState:
+    """The private page summaries: one per published date (named by its draws) and the publication's, named by
+    the release that committed it. A missing one (a crash, a lost private folder) is rebuilt from the dates."""
+
+    def __init__(self, root: Path, index: dict):
+        self.root, self.index = make_dirs(root), index
+
+    def _date_path(self, date: str, draws: Iterable[int]) -> Path:
+        return self.root / "dates" / f"{date}-{hashlib.sha256(repr(sorted(draws)).encode()).hexdigest()[:16]}.json"
+
+    def store(self, date: str, draws: Iterable[int], summary: PageSummary) -> None:
+        path = self._date_path(date, draws)
+        make_dirs(path.parent)
+        path.write_text(summary.to_json(), encoding="utf-8")
+
+    def of_date(self, folder: Path, date: str, entry: dict) -> PageSummary:
+        path = self._date_path(date, entry["draws"])
+        if path.is_file():
+            return PageSummary.from_json(path.read_text(encoding="utf-8"))
+        tables = {t: pd.read_csv(folder / DATES / date / f"{t}.csv", dtype=str, keep_default_na=False) for t in TABLES}
+        return PageSummary.of_tables(tables)
+
+    def combined(self, folder: Path) -> PageSummary:
+        """The committed publication's summary (before this publish's dates replaced any)."""
+        if self.index["release_id"] is None:
+            return PageSummary()
+        path = self.root / f"summary-{self.index['release_id']}.json"
+        if path.is_file():
+            return PageSummary.from_json(path.read_text(encoding="utf-8"))
+        committed = published_index(folder.parent)["dates"]
+        return PageSummary().combine(self.of_date(folder, d, e) for d, e in committed.items())
+
+    def commit(self, release_id: str, summary: PageSummary) -> None:
+        (self.root / f"summary-{release_id}.json").write_text(summary.to_json(), encoding="utf-8")
+        for old in self.root.glob("summary-*.json"):
+            if old.name != f"summary-{release_id}.json":
+                old.unlink()
 
 
 def latest_release(published_dir: Path) -> Path:
-    """The folder of the latest published release, as ``latest.json`` names it."""
+    """The folder of the publication, as ``latest.json`` names it."""
     pointer = published_dir / LATEST_JSON
-    release_id = json.loads(pointer.read_text(encoding="utf-8"))["release_id"]
-    if not RELEASE_ID.fullmatch(release_id) or release_id == LATEST:
-        raise PublishedFormatError(f"{pointer} names no release: {release_id!r}")
-    return published_dir / release_id
+    data = json.loads(pointer.read_text(encoding="utf-8"))
+    if not RELEASE_ID.fullmatch(data.get("release_id") or "") or data.get("folder") != LATEST:
+        raise PublishedFormatError(f"{pointer} names no publication: {data!r}")
+    return published_dir / LATEST
 
 
 @contextmanager
@@ -220,13 +397,13 @@ def publish_lock(folder: Path):
         os.close(fd)
 
 
-def _remove_stale(published_dir: Path) -> None:
-    """Leftovers of an interrupted publish: staging folders and unrenamed links."""
-    for path in published_dir.iterdir():
-        if path.name.startswith(LINK_PREFIX):
-            path.unlink()
-        elif path.name.startswith(STAGING_PREFIX):
+def _remove_stale(folder: Path) -> None:
+    """Leftovers of an interrupted publish: staging folders and files, unrenamed links."""
+    for path in folder.iterdir():
+        if path.name.startswith(STAGING_PREFIX) and path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
+        elif path.name.startswith((LINK_PREFIX, STAGING_PREFIX)):
+            path.unlink()
 
 
 def write_durably(path: Path, text: str) -> None:
@@ -238,23 +415,38 @@ def write_durably(path: Path, text: str) -> None:
 
 
 def validate_published(folder: Path) -> None:
-    """Raise ``PublishedFormatError`` unless ``folder`` holds exactly a well-formed release."""
+    """Raise ``PublishedFormatError`` unless ``folder`` holds exactly a well-formed publication: every date's files
+    valid, each combined CSV the concatenation of its dates' files, the statement and the page. Reads every
+    file: for tests and audits; a publish validates the dates it writes and the statement and page."""
     folder = Path(folder)
-    present = sorted(p.name for p in folder.iterdir())
-    try:
-        statement = json.loads((folder / STATEMENT_JSON).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, FileNotFoundError) as err:
-        raise PublishedFormatError(f"{folder / STATEMENT_JSON}: missing or not valid JSON ({err})") from err
-    if present != sorted(files_of(statement)):
-        raise PublishedFormatError(f"{folder}: expected exactly the files {sorted(files_of(statement))}, found {present}")
-    if "od" in statement:
-        problems = validate_od(folder, statement["od"], TripAlphabet.from_stops(load_stops()))
-        if problems:
-            raise PublishedFormatError(f"{folder}: " + "; ".join(problems))
-    if (folder / STATEMENT_MD).read_text(encoding="utf-8") != render_markdown(statement):
-        raise PublishedFormatError(f"{folder / STATEMENT_MD} does not render {STATEMENT_JSON}")
-    partitions = {(k["date"], k["mode"]) for k in statement["partitions"]["keys"]}
+    statement = _statement(folder)
+    index = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))
+    published = {k["date"] for k in statement["partitions"]["keys"]}
+    if sorted(index["dates"]) != sorted(published) or sorted(p.name for p in (folder / DATES).iterdir()) != sorted(published):
+        raise PublishedFormatError(f"{folder}: {DATES}/ and {INDEX_JSON} must hold exactly the dates of {STATEMENT_JSON}")
     remainders = stated_design(statement).consistent
+    for day, entry in index["dates"].items():
+        modes = {k["mode"] for k in statement["partitions"]["keys"] if k["date"] == day}
+        validate_date(folder / DATES / day, day, modes, remainders, od=statement.get("od"))
+        for name, about in entry["files"].items():
+            if _sha256(folder / DATES / day / name) != about["sha256"]:
+                raise PublishedFormatError(f"{folder / DATES / day / name}: not the file {INDEX_JSON} lists")
+    for name, about in index["combined"].items():
+        parts = [folder / DATES / d / name for d in about["dates"]]
+        expected = _header(parts[0]) + "".join(p.read_text(encoding="utf-8").split("\n", 1)[1] for p in parts)
+        if (folder / name).read_text(encoding="utf-8") != expected:
+            raise PublishedFormatError(f"{folder / name}: not its dates' files in date order")
+    _validate_root(folder, statement)
+
+
+def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od: Mapping | None = None) -> None:
+    """Raise ``PublishedFormatError`` unless ``folder`` holds well-formed files of date ``day`` only: the marginal
+    tables (and the OD tables, if any; ``od``: the statement's OD section when known)."""
+    present = sorted(p.name for p in folder.iterdir())
+    marginals, od_files = [f"{t}.csv" for t in TABLES], [f"{t}.csv" for t in OD_TABLES]
+    if present not in (sorted(marginals), sorted(marginals + od_files)):
+        raise PublishedFormatError(f"{folder}: expected the files {marginals} (and {od_files}), found {present}")
+    partitions = {(day, mode) for mode in modes}
     for table in TABLES:
         _validate_table(folder / f"{table}.csv", table, partitions, remainders)
     if remainders:
@@ -263,6 +455,28 @@ def validate_published(folder: Path) -> None:
         problems = sum_problems(tables)
         if problems:
             raise PublishedFormatError(f"{folder}: the files do not add up: " + "; ".join(problems[:5]))
+    if len(present) > len(marginals):
+        problems = validate_od(folder, {**(od or {}), "dates": [day]}, TripAlphabet.from_stops(load_stops()))
+        if problems:
+            raise PublishedFormatError(f"{folder}: " + "; ".join(problems))
+
+
+def _statement(folder: Path) -> dict:
+    try:
+        return json.loads((folder / STATEMENT_JSON).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, FileNotFoundError) as err:
+        raise PublishedFormatError(f"{folder / STATEMENT_JSON}: missing or not valid JSON ({err})") from err
+
+
+def _validate_root(folder: Path, statement: dict) -> None:
+    """The publication's own files: exactly those of the statement beside ``dates/``, the statement rendered, the
+    page true to them. Reads no CSV."""
+    present = sorted(p.name for p in folder.iterdir())
+    if present != sorted([*files_of(statement), DATES]):
+        raise PublishedFormatError(f"{folder}: expected exactly the files {sorted([*files_of(statement), DATES])}, "
+                                   f"found {present}")
+    if (folder / STATEMENT_MD).read_text(encoding="utf-8") != render_markdown(statement):
+        raise PublishedFormatError(f"{folder / STATEMENT_MD} does not render {STATEMENT_JSON}")
     _validate_page(folder / PAGE, statement)
 
 

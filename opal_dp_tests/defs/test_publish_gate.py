@@ -19,6 +19,7 @@ import pytest
 import opal_dp.defs.marginals.audit as audit_defs
 from opal_dp.cli import run_release
 from opal_dp.definitions import defs
+from opal_dp.defs.marginals.publish import PUBLICATION_STATE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
@@ -47,10 +48,13 @@ def original(tmp_path_factory):
 @pytest.fixture
 def released(original, tmp_path, monkeypatch):
     """A private copy of the released data (the instance's records point at the data directory's contents
-    only through the storage resource, which each run is given)."""
+    only through the storage resource, which each run is given), without its publication: a publication
+    gates the dates it publishes, and this way every date is about to be published."""
     instance, storage = original
     copy = OpalStorage(data_dir=str(tmp_path / "data"))
     shutil.copytree(storage.root, copy.root, symlinks=True)
+    shutil.rmtree(copy.published_dir)
+    shutil.rmtree(copy.private_dir / PUBLICATION_STATE)
     monkeypatch.setattr(audit_defs, "AUDIT_RUNS", AUDIT_RUNS)
     return instance, copy
 
@@ -65,10 +69,10 @@ def run(instance: dg.DagsterInstance, storage: OpalStorage, assets: list[str] | 
                                   raise_on_error=False)
 
 
-def releases(storage: OpalStorage) -> set[str]:
-    """The published release folders and where ``latest`` points."""
+def releases(storage: OpalStorage) -> set[tuple[str, int, int]]:
+    """Every published file and folder, with its size and modification time."""
     root = storage.published_dir
-    return {p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink()} | {f"latest->{(root / 'latest').resolve().name}"}
+    return {(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
 
 
 def failure_messages(result) -> str:
@@ -135,12 +139,12 @@ def test_a_failing_privacy_audit_stops_publication(released, monkeypatch):
     assert releases(storage) == before
 
 
-def test_the_statement_states_the_ledgers_parameters_not_the_publishing_configuration(released):
+def test_the_statement_states_the_ledgers_parameters_not_the_publishing_configuration(original, released):
     """Kills a statement built from the publishing run's configuration: publishing with other epsilons, deltas,
     relation and bounds states exactly what the previous publication (same ledger draws) stated."""
     instance, storage = released
     latest = storage.published_dir / "latest" / "privacy.json"
-    charged = json.loads(latest.read_text())
+    charged = json.loads((original[1].published_dir / "latest" / "privacy.json").read_text())
     other = {"epsilon": {m.name: 0.25 for m in MARGINALS}, "delta": {m.name: 1e-9 for m in MARGINALS},
              "relation": "add_remove", "max_trips_per_card_day": 2, "od_release": True}  # the default unit, card_period
     result = run(instance, storage, ["published_release"], budget=other)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
@@ -28,6 +29,8 @@ from opal_dp.release import publish as publish_module
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.publish import (
     FILES,
+    DateFiles,
+    LATEST_JSON,
     PublishedFormatError,
     latest_release,
     publish,
@@ -76,8 +79,22 @@ def releases(keys: list[str] = KEYS) -> dict[str, dict[str, pd.DataFrame]]:
     return {m.name: {k: released(m, k) for k in keys} for m in MARGINALS}
 
 
-def publish_release(root: Path, release_id: str) -> Path:
-    return publish(root, to_open_data(releases()), statement(release_id=release_id), release_id, STOPS)
+def date_files(keys: list[str] = KEYS) -> list[DateFiles]:
+    """The published dates of ``keys``, each with its own tables (draw ids: stand-ins, one per partition)."""
+    days = sorted({k.split("|")[0] for k in keys})
+    out = []
+    for day in days:
+        mine = sorted(k for k in keys if k.startswith(day))
+        out.append(DateFiles(day.replace("-", ""), to_open_data(releases(mine)),
+                             tuple(sorted(KEYS).index(k) + 1 for k in mine), tuple(k.split("|")[1] for k in mine)))
+    return out
+
+
+def publish_release(root: Path, release_id: str, dates: list[DateFiles] | None = None) -> Path:
+    """Publish (again) every date of KEYS, or ``dates``, under ``release_id``."""
+    stated = statement(release_id=release_id)
+    return publish(root, date_files() if dates is None else dates, lambda summary: stated, STOPS,
+                   root.parent / f"{root.name}-state")
 
 
 def visible(root: Path) -> set[str]:
@@ -184,7 +201,7 @@ def _replace(old: str, new: str, count: int = 1):
 def test_validation_rejects_malformed_files(tmp_path, file, corrupt, message):
     folder = tmp_path / "copy"
     shutil.copytree(publish_release(tmp_path / "published", "r1"), folder)
-    path = folder / file
+    path = folder / ("dates/20160725/" if file.endswith(".csv") else "") / file
     text = path.read_text(encoding="utf-8")
     assert corrupt(text) != text
     path.write_text(corrupt(text), encoding="utf-8")
@@ -193,36 +210,71 @@ def test_validation_rejects_malformed_files(tmp_path, file, corrupt, message):
 
 
 def test_validation_rejects_extra_files(tmp_path):
-    folder = publish_release(tmp_path, "r1")
+    folder = publish_release(tmp_path / "published", "r1")
     (folder / "notes.txt").write_text("x")
     with pytest.raises(PublishedFormatError, match="exactly the files"):
         validate_published(folder)
 
 
-def test_publish_writes_only_the_release_and_a_relative_latest(tmp_path):
-    publish_release(tmp_path, "r1")
-    publish_release(tmp_path, "r2")
-    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r2", "latest", "latest.json"}
-    assert os.readlink(tmp_path / "latest") == "r2"
-    assert latest_release(tmp_path) == tmp_path / "r2" and oct(os.stat(tmp_path / "latest.json").st_mode)[-3:] == "644"
-    for release in ("r1", "r2"):
-        assert sorted(p.name for p in (tmp_path / release).iterdir()) == sorted(FILES)
+def test_a_combined_file_must_be_its_dates_files_in_order(tmp_path):
+    folder = publish_release(tmp_path / "published", "r1")
+    lines = (folder / "time.csv").read_text().splitlines(keepends=True)
+    (folder / "time.csv").write_text("".join([lines[0], *lines[2:], lines[1]]))
+    with pytest.raises(PublishedFormatError, match="dates' files in date order"):
+        validate_published(folder)
 
 
-def test_refuses_an_existing_or_bad_release_id(tmp_path):
-    publish_release(tmp_path, "r1")
-    with pytest.raises(FileExistsError):
-        publish_release(tmp_path, "r1")
+def test_publish_writes_the_publication_folder_and_its_pointer_only(tmp_path):
+    root = tmp_path / "published"
+    publish_release(root, "r1")
+    publish_release(root, "r2")
+    assert {p.name for p in root.iterdir()} == {"latest", LATEST_JSON}
+    assert latest_release(root) == root / "latest" and oct(os.stat(root / LATEST_JSON).st_mode)[-3:] == "644"
+    assert sorted(p.name for p in (root / "latest").iterdir()) == sorted([*FILES, "dates"])
+    assert sorted(p.name for p in (root / "latest" / "dates").iterdir()) == ["20160725", "20160726"]
+    validate_published(root / "latest")
+
+
+def test_new_dates_are_appended_and_old_ones_untouched(tmp_path):
+    """Date 20160726 after 20160725: its files are new, 20160725's are not rewritten, the combined files grow
+    by its rows (appended: their inode stays), and the result is what publishing both at once gives."""
+    root = tmp_path / "published"
+    first, second = date_files()
+    publish_release(root, "r1", [first])
+    old = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in (root / "latest" / "dates").rglob("*.csv")}
+    inode = (root / "latest" / "time.csv").stat().st_ino
+    publish_release(root, "r2", [second])
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in old} == old
+    assert (root / "latest" / "time.csv").stat().st_ino == inode
+    validate_published(root / "latest")
+    at_once = tmp_path / "at-once"
+    publish_release(at_once, "r2")
+    for name in ("time-loc.csv", "time.csv", "loc.csv", "index.json", "index.html"):
+        assert (root / "latest" / name).read_bytes() == (at_once / "latest" / name).read_bytes(), name
+
+
+def test_nothing_changed_writes_nothing(tmp_path):
+    root = tmp_path / "published"
+    publish_release(root, "r1")
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
+    publish_release(root, "r2", [])
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+    assert json.loads((root / LATEST_JSON).read_text())["release_id"] == "r1"
+
+
+def test_refuses_a_bad_release_id(tmp_path):
+    root = tmp_path / "published"
+    publish_release(root, "r1")
     for bad in ("latest", "../x", ".staging-x", ""):
         with pytest.raises(ValueError, match="release id"):
-            publish_release(tmp_path, bad)
-    with pytest.raises(ValueError, match="statement is for"):
-        publish(tmp_path, to_open_data(releases()), statement(release_id="r9"), "r8", STOPS)
-    assert os.readlink(tmp_path / "latest") == "r1"
+            publish_release(root, bad)
+    assert json.loads((root / LATEST_JSON).read_text())["release_id"] == "r1"
 
 
-def test_failure_mid_write_keeps_latest(tmp_path, monkeypatch):
-    publish_release(tmp_path, "r1")
+def test_failure_mid_write_keeps_the_publication(tmp_path, monkeypatch):
+    root = tmp_path / "published"
+    publish_release(root, "r1")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     real_write, calls = publish_module.write_durably, []
 
     def failing_write(path, text):
@@ -234,14 +286,14 @@ def test_failure_mid_write_keeps_latest(tmp_path, monkeypatch):
 
     monkeypatch.setattr(publish_module, "write_durably", failing_write)
     with pytest.raises(OSError, match="disk full"):
-        publish_release(tmp_path, "r2")
-    assert visible(tmp_path) == {"r1", "latest", "latest.json"} and os.readlink(tmp_path / "latest") == "r1"
-    assert latest_release(tmp_path) == tmp_path / "r1"
-    validate_published(tmp_path / "latest")
+        publish_release(root, "r2")
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert latest_release(root) == root / "latest"
+    validate_published(root / "latest")
     monkeypatch.undo()
-    publish_release(tmp_path, "r3")
-    assert {p.name for p in tmp_path.iterdir()} == {"r1", "r3", "latest", "latest.json"}
-    assert os.readlink(tmp_path / "latest") == "r3" and latest_release(tmp_path) == tmp_path / "r3"
+    publish_release(root, "r3")
+    assert json.loads((root / LATEST_JSON).read_text())["release_id"] == "r3"
+    validate_published(root / "latest")
 
 
 CHILD = """
@@ -250,7 +302,7 @@ from pathlib import Path
 from opal_dp.network import load_stops
 from opal_dp.release import publish as module
 root, payload, flag, hang = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
-tables, statement = pickle.loads(payload.read_bytes())
+dates, statement = pickle.loads(payload.read_bytes())
 
 def stop(*args):
     flag.write_text("ready")
@@ -267,17 +319,24 @@ if hang == "write":
         real(path, text)
     module.write_durably = write_durably
 else:
-    os.symlink = stop
-module.publish(root, tables, statement, "r2", load_stops())
+    real_append = module._append
+    def append(path, parts):
+        real_append(path, parts[:1])
+        stop()
+    module._append = append
+module.publish(root, dates, lambda summary: statement, load_stops(), Path(str(root) + "-state"))
 """
 
 
-@pytest.mark.parametrize("hang", ["write", "symlink"])
-def test_sigkill_mid_publish_keeps_latest(tmp_path, hang):
+@pytest.mark.parametrize("hang", ["write", "append"])
+def test_sigkill_mid_publish_keeps_the_publication(tmp_path, hang):
+    """Killed while writing a date, or mid-way through the combined files: the committed publication stays
+    valid (a half-written combined file is rebuilt by the next publish, which also removes the leftovers)."""
     root = tmp_path / "published"
-    publish_release(root, "r1")
+    first, second = date_files()
+    publish_release(root, "r1", [first])
     payload, flag = tmp_path / "payload.pkl", tmp_path / "ready"
-    payload.write_bytes(pickle.dumps((to_open_data(releases()), statement(release_id="r2"))))
+    payload.write_bytes(pickle.dumps(([second], statement(release_id="r2"))))
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(payload), str(flag), hang])
     try:
         deadline = time.monotonic() + 60
@@ -287,12 +346,12 @@ def test_sigkill_mid_publish_keeps_latest(tmp_path, hang):
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-    assert os.readlink(root / "latest") == "r1" and latest_release(root) == root / "r1"
+    assert json.loads((root / LATEST_JSON).read_text())["release_id"] == "r1"
+    assert json.loads((root / "latest" / "index.json").read_text())["release_id"] == "r1"
+    publish_release(root, "r3", [second])
+    assert not any(p.name.startswith(".") for p in root.rglob("*"))
     validate_published(root / "latest")
-    assert visible(root) == ({"r1", "latest", "latest.json"} if hang == "write" else {"r1", "r2", "latest", "latest.json"})
-    publish_release(root, "r3")
-    assert not any(p.name.startswith(".") for p in root.iterdir())
-    assert os.readlink(root / "latest") == "r3" and latest_release(root) == root / "r3"
+    assert json.loads((root / LATEST_JSON).read_text())["release_id"] == "r3"
 
 
 def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_path, monkeypatch):

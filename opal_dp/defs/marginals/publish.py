@@ -24,7 +24,8 @@ from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_section
 from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.options import Design
-from opal_dp.release.publish import TABLES, files_of, publish, to_open_data
+from opal_dp.release.page.summary import PageSummary
+from opal_dp.release.publish import DateFiles, files_of, publish, published_index, to_open_data
 from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.build import (
@@ -34,6 +35,8 @@ from opal_dp.release.statement.build import (
     privacy_statement,
 )
 from opal_dp.private_files import read_parquet
+
+PUBLICATION_STATE = "publication"  # private: the page summaries of what is published (``release.publish``)
 from opal_dp.simulate.sample import sample_days
 
 
@@ -119,22 +122,62 @@ def _gate(
     return evidence, loaded
 
 
-def _od(trees: PartitionFrames, days: list[str], privacy_budget: PrivacyBudget, ledger: PrivacyLedger,
-        reference: ReferenceNetwork, storage: OpalStorage, statement: dict) -> dict[str, pd.DataFrame] | None:
-    """The OD tables of the published dates whose tree is complete (their draw ids in it), gated like the marginals;
-    adds the statement's ``od`` section. None when the OD release is off or no tree is ready."""
-    if not privacy_budget.releases_od:
-        return None
-    ready = {d: trees[d] for d in days if d in trees}
-    ready = {d: t for d, t in ready.items() if len(t)}  # empty: built while the OD release was off
-    if not ready:
-        return None
+def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, privacy_budget: PrivacyBudget) -> dict[str, dict]:
+    """Per published date (``YYYY-MM-DD``): its partitions' draws (partition, marginal) -> id and, with the OD release
+    on and its tree complete, the tree's draw id (read from the tree's ``draw_id`` column only)."""
+    out: dict[str, dict] = {}
+    for (key, marginal), draw_id in draw_ids.items():
+        out.setdefault(date_and_mode(key)[0], {"draws": {}, "od": None})["draws"][key, marginal] = draw_id
+    if privacy_budget.releases_od:
+        for day, entry in out.items():
+            if day in trees:
+                ids = pd.read_parquet(trees.path(day), columns=["draw_id"])["draw_id"]
+                entry["od"] = int(ids.iloc[0]) if len(ids) else None  # empty: built while the OD release was off
+    return dict(sorted(out.items()))
+
+
+def _date_files(changed: list[str], dates: dict[str, dict], releases: dict[str, PartitionFrames],
+                cells: PartitionFrames, trees: PartitionFrames, privacy_budget: PrivacyBudget, ledger: PrivacyLedger,
+                reference: ReferenceNetwork, storage: OpalStorage):
+    """Each changed date, gated (its marginals against the ledger, every blocking check, its OD tree), in published
+    form, one date at a time."""
     alphabet = TripAlphabet.from_stops(reference.stops())
-    problems = od_gate(ready, ledger, storage.private_dir, alphabet)
-    if problems:
-        raise dg.Failure(description="publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
-    statement["od"] = od_statement(ready, ledger)
-    return od_tables(ready, alphabet, privacy_budget.od_top_sequences)
+    for day in changed:
+        entry = dates[day]
+        evidence, loaded = _gate(releases, cells, entry["draws"], ledger, reference, storage)
+        tables = to_open_data(loaded)
+        if entry["od"] is not None:
+            tree = {day: trees[day]}
+            problems = od_gate(tree, ledger, storage.private_dir, alphabet)
+            if problems:
+                raise dg.Failure(description="publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
+            tables |= od_tables(tree, alphabet, privacy_budget.od_top_sequences)
+        design = Design.parse(json.loads(next(iter(evidence.charges.values())).mechanism).get("design", Design.SBH))
+        yield DateFiles(day.replace("-", ""), tables, tuple(_draws_of(entry)),
+                        tuple(sorted({date_and_mode(k)[1] for k, _ in entry["draws"]})), design.consistent)
+
+
+def _draws_of(entry: dict) -> list[int]:
+    return sorted([*entry["draws"].values(), *([entry["od"]] if entry["od"] is not None else [])])
+
+
+def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tuple[str, str], int],
+               pending: list[str], ledger: PrivacyLedger, storage: OpalStorage, release_id: str, created_at: str) -> dict:
+    """The statement of everything published, from the ledger's evidence of its draws and the publication's
+    summary (the public-domain totals); the OD section from the trees' draws."""
+    try:
+        evidence = ledger_evidence(ledger, draw_ids)
+        statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
+                                      data_origin(storage, draw_ids, pending))
+    except StatementError as err:
+        raise dg.Failure(description=f"publishing refused: {err}") from err
+    od = {day: pd.DataFrame({"draw_id": [e["od"]]}) for day, e in dates.items() if e["od"] is not None}
+    if od:  # the person's share of this release counts every file in it, the OD trees too
+        statement["od"] = od_statement(od, ledger)
+        trees = {d.charge_id for d in ledger.draws(statement["od"]["draws"])}
+        statement["person"] = person_section(ledger, list(dates), [*evidence.charges.values(),
+                                                                   *(c for c in ledger.charges() if c.id in trees)])
+    return statement
 
 
 @dg.asset(
@@ -160,7 +203,8 @@ def published_release(
     storage: OpalStorage,
     **releases: PartitionFrames,
 ) -> dg.MaterializeResult:
-    """Check, build the tables and the statement, publish them as a new release, repoint ``latest``."""
+    """Publish the dates whose draws are new or changed (gated one date at a time), then the combined files, the
+    statement and the page over everything published; a run with nothing new writes nothing."""
     ledger = privacy_budget.ledger(storage)
     draw_ids, pending = complete_partitions(releases, true_cells, release_draws, ledger)
     failed = {day: why for day, why in failed_days(storage.private_dir).items() if any(k.startswith(day) for k in pending)}
@@ -171,32 +215,44 @@ def published_release(
         context.log.warning(f"publishing {len({k for k, _ in draw_ids})} complete partitions; pending: {', '.join(pending)}")
     for day, why in failed.items():
         context.log.warning(f"not released, its raw file could not be used: {day}: {why}")
-    evidence, loaded = _gate(releases, true_cells, draw_ids, ledger, reference, storage)
+    dates = _dates(draw_ids, od_prefix_tree, privacy_budget)
+    index = published_index(storage.published_dir)
+    dropped = sorted(set(index["dates"]) - {d.replace("-", "") for d in dates})
+    if dropped:
+        raise dg.Failure(description=f"publishing refused: published dates are no longer complete: {', '.join(dropped)} "
+                                     "(nothing is ever unpublished; release them again first)")
+    changed = [d for d, e in dates.items() if index["dates"].get(d.replace("-", ""), {}).get("draws") != _draws_of(e)]
     now = datetime.now(timezone.utc)
     release_id = f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
-    tables = to_open_data(loaded)
-    try:
-        statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id,
-                                      now.isoformat(timespec="seconds"), tables, data_origin(storage, draw_ids, pending))
-    except StatementError as err:
-        raise dg.Failure(description=f"publishing refused: {err}") from err
-    days = sorted({k.split("|")[0] for k, _ in draw_ids})
-    od = _od(od_prefix_tree, days, privacy_budget, ledger, reference, storage, statement)
-    if od:  # the person's share of this release counts every file in it, the OD trees too
-        trees = {d.charge_id for d in ledger.draws(statement["od"]["draws"])}
-        statement["person"] = person_section(ledger, days, [*evidence.charges.values(),
-                                                            *(c for c in ledger.charges() if c.id in trees)])
+    statements: list[dict] = []
+
+    def statement_of(summary: PageSummary) -> dict:
+        statements.append(_statement(summary, dates, draw_ids, pending, ledger, storage, release_id,
+                                     now.isoformat(timespec="seconds")))
+        return statements[-1]
+
+    folder = publish(storage.published_dir,
+                     _date_files(changed, dates, releases, true_cells, od_prefix_tree, privacy_budget, ledger,
+                                 reference, storage),
+                     statement_of, reference.stops(), storage.private_dir / PUBLICATION_STATE, PageSettings.from_env())
+    if not statements:
+        context.log.info("nothing new to publish: every published date's draws are unchanged")
+        return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(folder)), "dates_published": 0,
+                                              "dates_published_list": dg.MetadataValue.json([])})
+    statement = statements[-1]
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    folder = publish(storage.published_dir, tables, statement, release_id, reference.stops(), od,
-                     PageSettings.from_env())
+    combined = published_index(storage.published_dir)["combined"]
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder)),
             "release_id": release_id,
+            "dates_published": len(changed),
+            "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed]),
             "files": dg.MetadataValue.json(list(files_of(statement))),
-            "rows_od": len(od["od"]) if od else 0,
-            **{f"rows_{table}": len(tables[table]) for table in TABLES},
+            **{f"rows_{name.removesuffix('.csv')}": sum(published_index(storage.published_dir)["dates"][d]["files"]
+                                                        [name]["rows"] for d in about["dates"])
+               for name, about in combined.items()},
             "release_design": statement["design"]["name"],
             "privacy_unit": statement["privacy_unit"]["unit"],
             "epsilon_per_unit": statement["guarantee"]["epsilon"],

@@ -127,13 +127,20 @@ def dictionary_section(statement: Mapping) -> str:
     )
 
 
-def files_section(published: Mapping[str, pd.DataFrame], statement: Mapping, sizes: Mapping[str, int]) -> str:
-    """The files of the release, each with what it holds, its rows and its size in bytes."""
-    notes = {f"{name}.csv": (note, len(published[name])) for name, note in TABLE_NOTES.items()}
+INDEX_JSON = "index.json"
+
+
+def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[str, int]) -> str:
+    """The files of the release, each with what it holds, its rows (published file stem -> rows) and its size in
+    bytes."""
+    notes = {f"{name}.csv": (note, rows[name]) for name, note in TABLE_NOTES.items()}
     if "od" in statement:
         notes |= {f"{name}.csv": (note, None) for name, note in OD_NOTES.items()}
     notes |= {STATEMENT_JSON: ("the privacy statement, machine-readable", None),
-              STATEMENT_MD: ("the privacy statement for people", None)}
+              STATEMENT_MD: ("the privacy statement for people", None),
+              INDEX_JSON: ("the index: every published date, its own copies of the files above under "
+                           "<code>dates/YYYYMMDD/</code> (rows, bytes, SHA-256) and the ledger draws they come from; "
+                           "the combined files, the dates they hold and their sizes", None)}
     rows = "".join(
         f'<tr><td><a href="{name}">{name}</a></td><td>{note}</td><td class="num">'
         f"{'' if count is None else f'{count:,}'}</td><td class=\"num\">{_size(name, sizes)}</td></tr>\n"

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.prep.binning import window_label
-from opal_dp.prep.schemas import UNKNOWN_LABEL, WINDOWS_PER_DAY
+from opal_dp.prep.schemas import WINDOWS_PER_DAY
 from opal_dp.release.statement.build import CONFIDENCE
 from opal_dp.release.page.common import (
     COLOURS,
@@ -39,24 +39,25 @@ FRAME = {"width": 560, "height": 250, "left": 80, "right": 24, "top": 12, "botto
 WEEKEND_FILL = "#e8e8e8"
 
 
-def daily_totals(time: pd.DataFrame, mode: str, statement: Mapping) -> pd.DataFrame:
-    """Per published date of ``mode``: trips by tap (tap-offs without ``-1``) and the 95% bound of each."""
+def daily_totals(daily: pd.DataFrame, mode: str, statement: Mapping) -> pd.DataFrame:
+    """Per published date of ``mode``: trips by tap (tap-offs without ``-1``) and the 95% bound of each, from the
+    summary's daily sums (``page.summary``)."""
     columns = {}
     for tap in ("on", "off"):
-        rows = rows_of(time, mode, tap)
-        rows = rows[rows["time"] != UNKNOWN_LABEL] if tap == "off" else rows
+        rows = rows_of(daily, mode, tap)
+        rows = rows[~rows["unknown"]]
         totals = per_day(rows, "date", 1, marginal_of(statement, "time.csv", tap))
         columns |= {tap: totals["average"], f"{tap}_error": totals["error"]}
     return pd.DataFrame(columns).sort_index()
 
 
-def trend_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
+def trend_section(daily: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
     dates = sorted({d for m in modes for d in days[m]})
     first, last = day(dates[0]), day(dates[-1])
     calendar = [first + timedelta(n) for n in range((last - first).days + 1)]
     blocks = []
     for mode in modes:
-        totals = daily_totals(time, mode, statement)
+        totals = daily_totals(daily, mode, statement)
         if totals.empty:
             blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n<p class=\"note\">No time count of this mode was published."
                           "</p>\n")

@@ -59,8 +59,10 @@ def rows_of(table: pd.DataFrame, mode: str, tap: str) -> pd.DataFrame:
 
 
 def per_day(rows: pd.DataFrame, key: str | list[str], days: int, marginal: Mapping) -> pd.DataFrame:
-    """Average per day of the counts of ``rows`` by ``key``, with the 95% noise bound of that average."""
-    grouped = rows.groupby(key, sort=False)["count"].agg(["sum", "size"])
+    """Average per day of the counts of ``rows`` by ``key``, with the 95% noise bound of that average; ``rows`` are
+    published counts (one count each) or sums of ``n`` published counts (``page.summary``)."""
+    counted = rows if "n" in rows else rows.assign(n=1)
+    grouped = counted.groupby(key, sort=False)[["count", "n"]].sum().rename(columns={"count": "sum", "n": "size"})
     mass = TAILS[marginal["noise"]].pmf(marginal["scale"])[1]
     bound = {n: error_bound_of_sum(mass, n, CONFIDENCE) for n in sorted(set(grouped["size"]))}
     return pd.DataFrame({"average": grouped["sum"] / days, "error": grouped["size"].map(bound) / days})

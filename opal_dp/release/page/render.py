@@ -2,7 +2,8 @@
 the dataset's catalogue entry (publisher, licence, coverage, citation), charts, the busiest places, a map, a data
 dictionary and the files with their sizes.
 
-Built only from what the release publishes (its tables, its privacy statement and the sizes of its files), the
+Built only from what the release publishes (the additive ``PageSummary`` of its tables, its privacy statement and
+the sizes of its files), the
 public stop list and the publisher's settings (``PageSettings``), never from anything private. Self-contained:
 inline CSS and SVG, no script, nothing fetched, links relative to the release folder, so it opens offline.
 ``external_references`` lists anything in a page that would load or link from elsewhere; the publisher refuses a
@@ -32,6 +33,7 @@ from opal_dp.release.page.catalogue import (
 from opal_dp.release.page.charts import time_of_day_section, trend_section
 from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, marginal_of, per_day, place, rows_of
 from opal_dp.release.page.map import map_section
+from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, stated_design
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
 
@@ -81,15 +83,16 @@ SECTIONS = {"dataset": "About this dataset", "trend": "Trips per day", "time-of-
             "files": "Files"}
 
 
-def render_index(tables: Mapping[str, pd.DataFrame], statement: Mapping, stops: pd.DataFrame,
+def render_index(published: PageSummary | Mapping[str, pd.DataFrame], statement: Mapping, stops: pd.DataFrame,
                  sizes: Mapping[str, int] | None = None, settings: PageSettings = PageSettings()) -> str:
-    """``index.html`` of a release: ``tables`` are the published ``time-loc``, ``time`` and ``loc`` tables (as
-    built or as read from their CSVs), ``statement`` what ``privacy.json`` holds, ``stops`` the public stop list,
-    ``sizes`` the bytes of each other published file (a file without one is listed without a size),
-    ``settings`` the publisher's catalogue settings."""
-    if sorted(tables) != sorted(TABLE_NOTES):
-        raise ValueError(f"tables must be exactly {sorted(TABLE_NOTES)}, got {sorted(tables)}")
-    published = {name: _text(frame) for name, frame in tables.items()}
+    """``index.html`` of a release: ``published`` is the ``PageSummary`` of its tables (or the published
+    ``time-loc``, ``time`` and ``loc`` tables themselves, as built or as read from their CSVs), ``statement`` what
+    ``privacy.json`` holds, ``stops`` the public stop list, ``sizes`` the bytes of each other published file (a
+    file without one is listed without a size), ``settings`` the publisher's catalogue settings."""
+    if not isinstance(published, PageSummary):
+        if sorted(published) != sorted(TABLE_NOTES):
+            raise ValueError(f"tables must be exactly {sorted(TABLE_NOTES)}, got {sorted(published)}")
+        published = PageSummary.of_tables(published)
     days = {m: sorted(k["date"] for k in statement["partitions"]["keys"] if k["mode"] == m) for m in MODES}
     modes = [m for m in MODES if days[m]]
     dates = sorted({d for m in modes for d in days[m]})
@@ -108,13 +111,13 @@ def render_index(tables: Mapping[str, pd.DataFrame], statement: Mapping, stops: 
         f'<nav aria-label="Sections"><ul>{nav}</ul></nav>\n</header>\n<main>\n',
         dataset_section(settings, statement, dates),
         _about(days, modes, statement),
-        trend_section(published["time"], days, modes, statement),
-        time_of_day_section(published["time"], days, modes, statement),
-        _top_locations(published["loc"], days, modes, statement),
-        map_section(published["loc"], days, stops),
+        trend_section(published.daily, days, modes, statement),
+        time_of_day_section(published.time, days, modes, statement),
+        _top_locations(published.loc, days, modes, statement),
+        map_section(published.loc, days, stops),
         _guarantee(statement),
         dictionary_section(statement),
-        files_section(published, statement, sizes or {}),
+        files_section(published.rows, statement, sizes or {}),
         _parameters(statement),
         f'</main>\n<footer>\n<p>Licence: {e(settings.licence_name)}. Publisher: {e(settings.publisher)}. Contact: '
         f"{e(settings.contact)}.</p>\n</footer>\n</body>\n</html>\n",
@@ -143,11 +146,6 @@ def external_references(page: str) -> list[str]:
 def stated_sizes(page: str) -> dict[str, int]:
     """The size in bytes a page states for each file it lists with one."""
     return {html.unescape(name): int(n) for name, n in _SIZE.findall(page)}
-
-
-def _text(frame: pd.DataFrame) -> pd.DataFrame:
-    """A published table with text labels and integer counts, whether categorical (built) or read from CSV."""
-    return frame.astype({c: str for c in frame.columns if c != "count"}).astype({"count": "int64"})
 
 
 def _seeded_warning(statement: Mapping) -> str:

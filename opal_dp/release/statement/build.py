@@ -26,6 +26,7 @@ from opal_dp.core import discrete_gaussian as gaussian_tail
 from opal_dp.core import sbh as laplace_tail
 from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
 from opal_dp.release.statement.person import person_section
+from opal_dp.release.page.summary import PageSummary
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.options import Design
@@ -58,6 +59,7 @@ class LedgerEvidence:
     other_units: Mapping[str, Sequence[str]]  # other unit -> dates of this release it also drew on
     resets: Sequence[Mapping]
     person: Mapping | None = None  # ``release.statement.person.person_section``
+    corrections: Sequence[Mapping] = ()  # ``corrections``: published partitions drawn before, and what replaced it
 
 
 def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int]) -> LedgerEvidence:
@@ -71,9 +73,12 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int])
     scopes = {(c.unit, c.scope) for c in charges.values()}
     dates = {d.date for d in draws.values()}
     other: dict[str, set[str]] = {}
+    earlier: dict[tuple[str, str], list[tuple[Draw, Charge]]] = {}
     for draw, charge in ledger.draws_on(dates):
         if charge.unit not in units:
             other.setdefault(charge.unit, set()).add(draw.date)
+        elif draw.status == "complete":
+            earlier.setdefault((draw.part, charge.marginal), []).append((draw, charge))
     unit = sorted(units)[0]
     return LedgerEvidence(
         ledger_id=ledger.ledger_id,
@@ -84,7 +89,28 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int])
         other_units={u: sorted(d) for u, d in other.items()},
         resets=ledger.resets(),
         person=person_section(ledger, dates, charges.values()),
+        corrections=_corrections(draw_ids, draws, charges, earlier),
     )
+
+
+def _corrections(draw_ids: Mapping[tuple[str, str], int], draws: Mapping[int, Draw], charges: Mapping[int, Charge],
+                 earlier: Mapping[tuple[str, str], list[tuple[Draw, Charge]]]) -> list[dict]:
+    """Per published partition the ledger had drawn before (a corrected raw file: a new input version; or a fresh
+    draw): the draws published now and those they replace, with the input versions. From the ledger alone, so a
+    publication rebuilt from scratch states the same corrections."""
+    out: dict[str, dict] = {}
+    for (part, marginal), draw_id in sorted(draw_ids.items()):
+        charge = charges[draws[draw_id].charge_id]
+        replaced = [(d, c) for d, c in earlier.get((part, marginal), []) if d.id < draw_id and c.id != charge.id]
+        if replaced:
+            day, mode = open_data_partition(part)
+            entry = out.setdefault(part, {"date": day, "mode": mode, "input_version": charge.input_version,
+                                          "draws": [], "replaced_draws": [], "replaced_input_versions": set()})
+            entry["draws"].append(draw_id)
+            entry["replaced_draws"] += [d.id for d, _ in replaced]
+            entry["replaced_input_versions"] |= {c.input_version for _, c in replaced}
+    return [{**e, "draws": sorted(e["draws"]), "replaced_draws": sorted(e["replaced_draws"]),
+             "replaced_input_versions": sorted(e["replaced_input_versions"])} for _, e in sorted(out.items())]
 
 
 def stated_design(statement: Mapping) -> Design:
@@ -102,11 +128,13 @@ def open_data_partition(key: str) -> tuple[str, str]:
 
 def privacy_statement(
     evidence: LedgerEvidence, partitions: list[str], release_id: str, created_at: str,
-    tables: Mapping[str, pd.DataFrame] | None = None, data: Mapping | None = None,
+    tables: PageSummary | Mapping[str, pd.DataFrame] | None = None, data: Mapping | None = None,
 ) -> dict:
     """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone; ``tables``: the
-    published tables (the public-domain design states its totals from ``time``); ``data``: where the trips came
-    from (``synthetic_sample``, ``synthetic_sample_dates``) and the dates not (yet) released (``pending_dates``)."""
+    ``PageSummary`` of the published tables, or the tables (the public-domain design states its totals from
+    ``time``); ``data``: where the trips came from (``synthetic_sample``, ``synthetic_sample_dates``) and the dates
+    not (yet) released (``pending_dates``). Published partitions the ledger had drawn before under another input
+    version or a fresh draw are listed under ``corrections``."""
     names = [m.name for m in MARGINALS]
     wanted = {(p, n) for p in partitions for n in names}
     if set(evidence.draws) != wanted:
@@ -163,6 +191,7 @@ def privacy_statement(
             "acknowledged_resets": list(evidence.resets),
             "meaning": LEDGER,
         },
+        "corrections": list(evidence.corrections),
         "also_released_under_other_units": {u: sorted(d) for u, d in sorted(evidence.other_units.items())},
         "accuracy_note": ACCURACY,
         "not_protected": _not_protected(unit, evidence.other_units, design["name"]),
@@ -170,21 +199,20 @@ def privacy_statement(
     }
 
 
-def _design(params: Mapping[str, dict], tables: Mapping[str, pd.DataFrame] | None) -> dict:
+def _design(params: Mapping[str, dict], tables: PageSummary | Mapping[str, pd.DataFrame] | None) -> dict:
     """The release design, from the charged mechanisms; the public-domain design's tau, false cells and totals."""
     name = Design.parse(_one({p.get("design", Design.SBH) for p in params.values()}, "release designs"))
     out = {"name": name.value, **DESIGNS[name]}
     if name.consistent:
         if tables is None:
             raise StatementError("a public-domain statement states its totals from time.csv: give the tables")
-        time = tables["time"].astype({c: str for c in ("mode", "date", "tap")})
-        totals = time.groupby(["date", "mode", "tap"], sort=True)["count"].sum()
+        summary = tables if isinstance(tables, PageSummary) else PageSummary.of_tables(tables)
         out |= {
             "tau": int(_one({str(p["tau"]) for p in params.values()}, "thresholds tau")),
             "expected_false_cells_per_day": float(
                 _one({repr(p["expected_false_cells_per_day"]) for p in params.values()}, "false-cell figures")),
             "pure_dp": all(p["noise"] == "discrete_laplace" for p in params.values()),
-            "totals": [{"date": d, "mode": m, "tap": t, "trips": int(n)} for (d, m, t), n in totals.items()],
+            "totals": summary.totals(),
         }
     return out
 

@@ -221,4 +221,8 @@ def _data_lines(statement: Mapping) -> list[str]:
         lines += [f"Synthetic (the bundled sample): dates {', '.join(synthetic)}; the other dates are real data.", ""]
     if pending:
         lines += [f"Not in this release (data not ready or not usable): {', '.join(pending)}.", ""]
+    for c in statement.get("corrections") or []:
+        lines += [f"Corrected: {c['date']} {c['mode']} was released again (input version {c['input_version']}, "
+                  f"draws {', '.join(map(str, c['draws']))}), replacing draws "
+                  f"{', '.join(map(str, c['replaced_draws']))}; the ledger charges both.", ""]
     return lines
