@@ -9,12 +9,10 @@ progress bar per run and a short summary; the full event log goes to ``private/l
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
 import warnings
-from collections import Counter
 from collections.abc import Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -35,8 +33,9 @@ from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, priv
 from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.options import Design, Mechanism
-from opal_dp.release.marginals.public_domain import OTHER
-from opal_dp.release.publish import LATEST, latest_release
+from opal_dp.release.page.catalogue import INDEX_JSON
+from opal_dp.release.publish import latest_release
+from opal_dp.release.statement.build import stated_design
 
 BUDGET = "privacy_budget"
 DAGSTER_YAML = """\
@@ -214,15 +213,15 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
                 if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata]
     trips = sum(int(m["rows_accepted"].value) for m in ingested)
     rejected = sum(int(m["rows_rejected"].value) for m in ingested)
-    with open(folder / "time-loc.csv", encoding="utf-8", newline="") as rows:
-        kinds = Counter(OTHER in (row["time"], row["loc"]) for row in csv.DictReader(rows))
-    remainders = f" and {kinds[True]:,} remainder rows" if kinds[True] else ""
+    index = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))  # rows per date: no CSV read back
+    listed = sum(entry["files"]["time-loc.csv"]["rows"] for entry in index["dates"].values())
+    cells = "cells and remainder rows" if stated_design(statement).consistent else "cells"
     g, unit, data = statement["guarantee"], statement["privacy_unit"], statement["data"]
     partitions = statement["partitions"]["keys"]
     days = len({k["date"] for k in partitions})
     lines = [
         f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
-        f"{kinds[False]:,} cells listed in time-loc.csv{remainders}",
+        f"{listed:,} {cells} listed in time-loc.csv",
     ]
     if data["synthetic_sample"]:
         lines.append(f"data: the bundled SYNTHETIC sample (generated trips, not real travel) for "
@@ -245,7 +244,8 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     return lines + [
         f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}; "
         + whole,
-        f"release: {storage.published_dir / LATEST} -> {folder.name} (index.html for the public; PRIVACY.md explains the guarantee)",
+        f"release: {folder} (release {index['release_id']}; index.html for the public; PRIVACY.md explains the "
+        "guarantee; index.json lists the dates, each under dates/)",
     ]
 
 

@@ -59,5 +59,5 @@ def test_a_release_into_a_file_uri(tmp_path, how):
     run = _cli(*args, env={DATA_DIR_ENV: uri} if how == "env" else {})
     assert run.returncode == 0, run.stderr[-2000:]
     latest = json.loads((tmp_path / "published" / "latest.json").read_text())
-    assert (tmp_path / "published" / latest["release_id"] / "privacy.json").exists()
+    assert (tmp_path / "published" / latest["folder"] / "privacy.json").exists()
     assert not (REPO / "file:").exists()

@@ -186,14 +186,15 @@ def publish(
     """Publish the ``changed`` dates (new, or re-released: a correction) into ``<published>/latest`` and rebuild
     what covers them all; nothing else is rewritten.
 
-    Each date is written, validated and fsynced in a staging folder, then renamed to ``dates/<date>``; the
-    combined CSVs are appended to in place when every changed date is new and follows the last one (else
-    rebuilt by streaming the date files in date order into a new file, renamed over the old); then
-    ``privacy.json`` (``statement_of`` the publication's ``PageSummary``), ``PRIVACY.md``, ``index.html`` and
-    ``index.json`` (the commit record) are replaced, then ``latest.json``. A crash leaves the last committed
-    index: the next publish removes stale staging folders and rebuilds a combined file whose size is not the
-    index's. ``state_dir`` (private) keeps the dates' page summaries, so the statement and the page cost the
-    changed dates only and never read a published CSV."""
+    Every changed date is written, validated and fsynced in a staging folder first (a failure there publishes
+    nothing); then each is renamed to ``dates/<date>``; each combined CSV is appended to in place when every
+    changed date is new and follows the dates it holds (else rebuilt by streaming the date files in date order
+    into a new file renamed over it); then ``privacy.json`` (``statement_of`` the publication's
+    ``PageSummary``), ``PRIVACY.md`` and ``index.html`` are replaced, then ``index.json`` (the commit record),
+    then ``latest.json``. A date's files are always whole; after a crash the root files may mix two publishes
+    until the next one, which finds dates the index lacks, a combined file whose size is not the index's, or
+    ``latest.json`` behind the index, and completes it. ``state_dir`` (private) keeps the page summaries, so the
+    statement and the page cost the changed dates only and never read a published CSV."""
     changed = iter(changed)
     first = next(changed, None)  # the first date's gate runs before anything is created
     changed = itertools.chain([first] if first else [], changed)
@@ -220,8 +221,8 @@ def publish(
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        if not touched and index["release_id"] is not None:
-            return folder
+        if not touched and index["release_id"] is not None and index["release_id"] == _pointer(published_dir):
+            return folder  # nothing new, and the last publish was committed whole
         dates_dir = make_dirs(_publication_folder(published_dir) / DATES, PUBLIC_DIR)
         for date in touched:  # every changed date passed the gate and validated: only now does any go out
             _place_date(staging / date, dates_dir / date)
@@ -233,17 +234,26 @@ def publish(
         index["release_id"] = statement["release"]["id"]
         if not RELEASE_ID.fullmatch(index["release_id"]) or index["release_id"] == LATEST:
             raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}")
+        committed = folder / f"{STAGING_PREFIX}{INDEX_JSON}"
+        write_durably(committed, json.dumps(index, indent=2) + "\n")
         _replace(folder / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
         _replace(folder / STATEMENT_MD, render_markdown(statement))
-        _replace(folder / INDEX_JSON, json.dumps(index, indent=2) + "\n")
-        sizes = {name: (folder / name).stat().st_size for name in files_of(statement) if name != PAGE}
+        sizes = {name: (folder / name).stat().st_size for name in files_of(statement) if name not in (PAGE, INDEX_JSON)}
+        sizes[INDEX_JSON] = committed.stat().st_size
         _replace(folder / PAGE, render_index(summary, statement, stops, sizes, page))
-        _validate_root(folder, statement)
+        os.replace(committed, folder / INDEX_JSON)  # the commit: the dates, the combined files and their sizes
         fsync_folder(folder)
+        _validate_root(folder, statement)
         state.commit(index["release_id"], summary)
         _replace(published_dir / LATEST_JSON, json.dumps({"release_id": index["release_id"], "folder": LATEST}) + "\n")
         fsync_folder(published_dir)
     return folder
+
+
+def _pointer(published_dir: Path) -> str | None:
+    """The release id ``latest.json`` names (None before the first publish)."""
+    pointer = published_dir / LATEST_JSON
+    return json.loads(pointer.read_text(encoding="utf-8")).get("release_id") if pointer.is_file() else None
 
 
 def _publication_folder(published_dir: Path) -> Path:

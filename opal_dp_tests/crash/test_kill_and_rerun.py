@@ -7,6 +7,7 @@ holds two draws of one part under one charge, and ``published/latest`` is always
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -24,7 +25,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.publish import LATEST, validate_published
+from opal_dp.release.publish import LATEST, LATEST_JSON, latest_release, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 DAY = "2016-07-25"
@@ -48,7 +49,7 @@ CHILD = textwrap.dedent("""
 
     def killer(*args, **kwargs):
         global calls
-        if owner_name == "os" and attr == "replace" and os.path.basename(str(args[1])) != publish.LATEST:
+        if owner_name == "os" and attr == "replace" and os.path.basename(str(args[1])) != publish.INDEX_JSON:
             return real(*args, **kwargs)
         calls += 1
         if calls == n and when == "before":
@@ -112,9 +113,10 @@ def assert_charged_exactly_once() -> None:
 
 
 def assert_latest_is_complete() -> str:
-    latest = default_storage().published_dir / LATEST
-    validate_published(latest)  # exactly the five files, each well-formed
-    return os.readlink(latest)
+    """The publication ``latest.json`` names is whole; its release id."""
+    latest = latest_release(default_storage().published_dir)
+    validate_published(latest)  # exactly its files, each well-formed
+    return json.loads((default_storage().published_dir / LATEST_JSON).read_text())["release_id"]
 
 
 @pytest.fixture
@@ -145,22 +147,22 @@ def test_killed_release_is_never_under_or_double_charged(data_dir, owner, attr, 
 
 
 @pytest.mark.slow
-def test_killed_publish_leaves_latest_a_complete_release_and_reruns_charge_nothing(data_dir):
-    """Kill successive publishes at each step of the swap; ``latest`` stays whole throughout."""
-    rerun()
-    seen = [assert_latest_is_complete()]
+def test_killed_publish_is_completed_by_the_rerun_and_reruns_charge_nothing(data_dir):
+    """Kill the publish at each of its steps: nothing is pointed at before its commit, the rerun completes it, and a
+    rerun with nothing new rewrites nothing."""
     for owner, attr, when, n in [
-        ("publish", "write_durably", "after", 2),  # staging half written
-        ("publish", "fsync_folder", "after", 2),  # release folder renamed into place, latest not yet repointed
-        ("os", "symlink", "after", 1),  # new link made, not yet renamed over latest
-        ("os", "replace", "after", 1),  # latest repointed, final fsync not done
+        ("publish", "write_durably", "after", 2),  # a date's staging half written
+        ("publish", "_place_date", "after", 1),  # the date in place; no combined file, statement or index yet
+        ("publish", "_replace", "after", 2),  # statement and PRIVACY.md written, page and index not
+        ("os", "replace", "after", 1),  # index.json committed, latest.json not yet written
     ]:
         crash(data_dir, owner, attr, when, n)
-        now = assert_latest_is_complete()
-        assert now == seen[-1] or attr == "replace", f"killed at {attr}: latest moved to an unfinished release"
-        seen.append(now)
-    assert seen[-1] != seen[0]  # the last kill came after the repoint: the new release stands
+        assert not (default_storage().published_dir / LATEST_JSON).exists()
     rerun()
-    assert assert_latest_is_complete() not in seen
+    release = assert_latest_is_complete()
+    files = {p: p.stat().st_mtime_ns for p in default_storage().published_dir.rglob("*")}
+    rerun()
+    assert assert_latest_is_complete() == release
+    assert {p: p.stat().st_mtime_ns for p in default_storage().published_dir.rglob("*")} == files
     assert_never_under_charged()
-    assert_charged_exactly_once()  # five reruns of the same input: one charge per (partition, marginal)
+    assert_charged_exactly_once()  # reruns of the same input: one charge per (partition, marginal)

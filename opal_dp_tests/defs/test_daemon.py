@@ -77,7 +77,7 @@ def published_week(data_dir: Path, latest: Path, week: set[str]) -> dict | None:
     if not latest.exists():
         return None
     pointer = json.loads(latest.read_text())
-    statement = json.loads((data_dir / "published" / pointer["release_id"] / "privacy.json").read_text())
+    statement = json.loads((data_dir / "published" / pointer["folder"] / "privacy.json").read_text())
     return pointer if {k["date"] for k in statement["partitions"]["keys"]} == week else None
 
 
@@ -104,7 +104,7 @@ def test_with_the_daemon_running_a_new_raw_week_is_released_and_published_by_its
                             if instance.get_latest_materialization_event(key)}
         finally:
             stop_group(proc)  # the daemon, its code server and any run
-    statement = json.loads((data_dir / "published" / pointer["release_id"] / "privacy.json").read_text())
+    statement = json.loads((data_dir / "published" / pointer["folder"] / "privacy.json").read_text())
     assert statement["privacy_unit"]["unit"] == "card_period" and statement["person"]["bounded"]
     assert [s["scope"] for s in statement["guarantee"]["scopes"]] == [f"{WEEK[0]}..{WEEK[-1]}"]
     assert all(rows > 0 for _, rows in delivered) and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs), [

@@ -19,7 +19,7 @@ from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.publish import od_tables
-from opal_dp.release.publish import LATEST, LATEST_JSON, RELEASE_ID, files_of, latest_release, to_open_data
+from opal_dp.release.publish import LATEST, LATEST_JSON, files_of, latest_release, to_open_data, validate_published
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 
 
@@ -106,8 +106,9 @@ def test_ledger_has_exactly_one_charge_per_partition_and_marginal(released):
 
 def test_published_release_is_complete_and_says_it_is_not_seeded(released):
     latest = default_storage().published_dir / "latest"
-    assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "index.html", "loc.csv", "od-sequences.csv",
-                                                       "od.csv", "privacy.json", "time-loc.csv", "time.csv"]
+    assert sorted(p.name for p in latest.iterdir()) == ["PRIVACY.md", "dates", "index.html", "index.json", "loc.csv",
+                                                       "od-sequences.csv", "od.csv", "privacy.json", "time-loc.csv",
+                                                       "time.csv"]
     statement = json.loads((latest / "privacy.json").read_text())
     assert statement["noise_seeded"] is False
     table = pd.read_csv(latest / "time-loc.csv", dtype=str)
@@ -116,24 +117,29 @@ def test_published_release_is_complete_and_says_it_is_not_seeded(released):
 
 
 def test_nothing_non_dp_is_reachable_from_published(released):
-    """published/ holds release folders of the known files, the ``latest`` link and ``latest.json``, nothing links out of it,
-    no file names a private path, and every published count is exactly a DP release asset's count."""
+    """published/ holds the publication folder ``latest`` (its files and ``dates/<date>/`` of the per-date files) and
+    ``latest.json``, no links, no file names a private path, and every published count is exactly a DP release
+    asset's count."""
     storage = default_storage()
     root = storage.published_dir.resolve()
+    statement = json.loads((root / LATEST / "privacy.json").read_text(encoding="utf-8"))
+    dates = {k["date"] for k in statement["partitions"]["keys"]}
     for folder, dirs, files in os.walk(root, followlinks=False):
         here = Path(folder)
         for name in dirs + files:
             path = here / name
-            if path.is_symlink():
-                assert path.resolve().parent == root and path.resolve().is_dir(), f"{path} links out of published/"
-            elif path.is_dir():
-                assert here == root and RELEASE_ID.fullmatch(name), f"unexpected folder {path}"
+            assert not path.is_symlink(), f"{path} is a link"
+            if path.is_dir():
+                assert (here, name) in {(root, LATEST), (root / LATEST, "dates")} or \
+                    (here == root / LATEST / "dates" and name in dates), f"unexpected folder {path}"
             elif here == root:
-                assert name == LATEST_JSON and latest_release(root) == (root / LATEST).resolve(), f"unexpected {path}"
+                assert name == LATEST_JSON and latest_release(root) == root / LATEST, f"unexpected {path}"
             else:
-                statement = json.loads((here / "privacy.json").read_text(encoding="utf-8"))
-                assert here.parent == root and name in files_of(statement), f"unexpected file {path}"
+                allowed = files_of(statement) if here == root / LATEST else \
+                    [f for f in files_of(statement) if f.endswith(".csv")]
+                assert name in allowed, f"unexpected file {path}"
                 assert str(storage.private_dir) not in path.read_text(encoding="utf-8"), f"{path} names private/"
+    validate_published(root / LATEST)
     latest = root / "latest"
     keys = [f"{d[:4]}-{d[4:6]}-{d[6:]}|{k['mode']}" for k in json.loads((latest / "privacy.json").read_text())
             ["partitions"]["keys"] for d in [k["date"]]]

@@ -13,7 +13,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import pandas as pd
 
 from opal_dp import settings
 from opal_dp.release.page.common import e, iso
