@@ -226,7 +226,7 @@ def publish(
         dates_dir = make_dirs(_publication_folder(published_dir) / DATES, PUBLIC_DIR)
         for date in touched:  # every changed date passed the gate and validated: only now does any go out
             _place_date(staging / date, dates_dir / date)
-        shutil.rmtree(staging)
+        shutil.rmtree(staging, ignore_errors=True)
         index["dates"] = dict(sorted(index["dates"].items()))
         index["combined"] = _combine(folder, index, touched)
         summary = state.combined(folder).combine(added, removed)

@@ -32,6 +32,8 @@ Releases = Mapping[str, Mapping[str, pd.DataFrame]]
 TAPS = ("on", "off")
 TAP_ON_CELLS, TAP_OFF_CELLS = "tap_on_time_loc", "tap_off_time_loc"
 AUTO_TAP_OFF_MODES = ("ferry", "light_rail")
+DIFFERENCING_COLUMNS = ["partition", "tap", "by", "bin", "released", "cells_sum", "residual", "threshold"]
+COUNTED = ("released", "cells_sum", "residual", "threshold")
 WINDOW_LABELS = np.array([window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DAY)], dtype=object)
 
 
@@ -86,7 +88,16 @@ def differencing(releases: Releases, mechanisms: Mapping[str, AccountableMechani
 def differencing_in_chunks(chunks: Iterable[Releases], mechanisms: Mapping[str, AccountableMechanism]) -> pd.DataFrame:
     """``differencing`` over releases loaded a chunk of partitions at a time (a day's, say): each residual involves
     one partition only, so this is the same table, without every partition in memory at once."""
-    return _largest_first(pd.concat([differencing(chunk, mechanisms) for chunk in chunks], ignore_index=True))
+    return combined_residuals(differencing(chunk, mechanisms) for chunk in chunks)
+
+
+def combined_residuals(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """``differencing`` tables of disjoint partitions (computed a day at a time, or kept from earlier runs) as one,
+    largest residual first."""
+    frames = [t for t in tables if len(t)]
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c in COUNTED else object) for c in DIFFERENCING_COLUMNS})
+    return _largest_first(pd.concat(frames, ignore_index=True)[DIFFERENCING_COLUMNS])
 
 
 def _largest_first(table: pd.DataFrame) -> pd.DataFrame:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
 from opal_dp.definitions import defs
 from opal_dp.defs.marginals.risk import disclosure_risk
 from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.io import PartitionFrames
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS, TIME
 from opal_dp_tests.risk.test_attacks import manly_release
 
@@ -22,13 +26,33 @@ def test_asset_is_an_unpartitioned_report_over_the_six_releases():
     assert key in loaded.resolve_job_def("rollup").asset_layer.selected_asset_keys
 
 
-def test_metadata_reports_all_three_attacks():
+def stored(releases: dict, root: Path) -> dict[str, PartitionFrames]:
+    """The releases as the asset gets them: Parquet files behind lazily loaded ``PartitionFrames``."""
+    out = {}
+    for name, frames in releases.items():
+        paths = {key: root / name / f"{key.replace('|', '_')}.parquet" for key in frames}
+        for key, frame in frames.items():
+            paths[key].parent.mkdir(parents=True, exist_ok=True)
+            frame.to_parquet(paths[key], index=False)
+        out[name] = PartitionFrames(paths)
+    return out
+
+
+def test_metadata_reports_all_three_attacks(tmp_path):
     releases = manly_release(7, range(24, 80, 2), pair_noise=3)
     secret = releases["tap_on_time"]["2016-07-25|ferry"]
     secret.loc[secret[TIME] == 40, COUNT] += 50
     budget = PrivacyBudget(privacy_unit="trip")  # the attacks are on the 2016 trip-level release
-    result = disclosure_risk(context=dg.build_asset_context(), privacy_budget=budget, **releases)
+    storage = OpalStorage(data_dir=str(tmp_path / "data"))
+    frames = stored(releases, tmp_path / "releases")
+    result = disclosure_risk(context=dg.build_asset_context(), privacy_budget=budget, storage=storage, **frames)
+    again = disclosure_risk(context=dg.build_asset_context(), privacy_budget=budget, storage=storage, **frames)
+    days = sorted({key.split("|")[0] for key in releases["tap_on_time"]})
+    assert result.metadata["differencing_days_computed"] == len(days) and again.metadata["differencing_days_computed"] == 0
+    assert {k: v for k, v in again.metadata.items() if k != "differencing_days_computed"} == \
+        {k: v for k, v in result.metadata.items() if k != "differencing_days_computed"}  # kept rows, same report
     meta = result.metadata
+    assert meta["duplicated_pair_window"] == f"{days[0]}..{days[-1]} ({len(days)} dates)"
     assert meta["partitions"] == 2
     assert meta["differencing_exposed_bins"] == 1
     assert meta["differencing_max_residual"] == 50

@@ -20,6 +20,7 @@ from opal_dp.release.options import Design
 from opal_dp.release.marginals.schemas import DesignComparison
 from opal_dp.release.marginals.schemas import UnitComparison, UtilitySummary
 from opal_dp.reports.unit_comparison import comparison_plot, compare_units
+from opal_dp.reports.partition_rows import PartitionRows, version_of
 from opal_dp.reports.utility import busiest_location_plot, partition_utility, summarise
 
 PLOTTED = "tap_on_time_loc"
@@ -36,21 +37,32 @@ PLOTTED = "tap_on_time_loc"
 )
 def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
     """Share of bins/trips suppressed and mean relative error per marginal and mode, over the partitions released
-    so far, plus a plot of true vs released counts at the busiest location. Private: compares with true counts."""
-    rows, plot = [], None
-    for key in materialised(true_cells, *released.values()):
-        day, mode = date_and_mode(key)
+    so far, plus a plot of true vs released counts at the busiest location. Private: compares with true counts.
+    A partition's figures are kept between runs until its files change (``reports.partition_rows``): a weekly
+    report computes the new partitions only."""
+    keys = materialised(true_cells, *released.values())
+    kept = PartitionRows(storage.reports_dir / "utility_rows.json")
+
+    def utility(key: str) -> list[dict]:
         truths = histograms_from_cells(true_cells[key])
         trips = int(truths["tap_on_time"]["count"].sum())  # every trip has exactly one tap-on
-        for marginal in MARGINALS:
-            truth = truths[marginal.name]
-            frame = released[marginal.name][key]
-            rows.append({"marginal": marginal.name, "mode": mode,
-                         **partition_utility(marginal, truth, frame, trips)})
-            if marginal.name == PLOTTED and mode == "train" and plot is None and len(frame):
-                plot = busiest_location_plot(truth, frame, f"{day} train tap-on")
+        return [{"marginal": m.name, "mode": date_and_mode(key)[1],
+                 **partition_utility(m, truths[m.name], released[m.name][key], trips)} for m in MARGINALS]
+
+    rows = [row for key in keys for row in kept.rows(
+        key, version_of([true_cells.path(key), *(released[m.name].path(key) for m in MARGINALS)]),
+        lambda key=key: utility(key))]
+    kept.save()
     summary = UtilitySummary.validate(summarise(rows))
-    metadata = {"summary": dg.MetadataValue.md(summary.to_markdown(index=False, floatfmt=".4f"))}
+    plot = None
+    for key in (k for k in keys if date_and_mode(k)[1] == "train"):  # the first train day with a released cell
+        frame = released[PLOTTED][key]
+        if len(frame):
+            truth = histograms_from_cells(true_cells[key])[PLOTTED]
+            plot = busiest_location_plot(truth, frame, f"{date_and_mode(key)[0]} train tap-on")
+            break
+    metadata = {"summary": dg.MetadataValue.md(summary.to_markdown(index=False, floatfmt=".4f")),
+                "partitions_computed": len(kept.computed)}
     if plot is not None:
         path = storage.reports_dir / "busiest_location.png"
         make_dirs(path.parent)

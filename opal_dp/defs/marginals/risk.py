@@ -1,5 +1,7 @@
 """Internal disclosure-risk report (never published): the 2017 assessment's attacks run on our own release."""
 
+import json
+
 import dagster as dg
 import pandas as pd
 
@@ -7,10 +9,14 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.partitions import date_and_mode
+from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.reports.partition_rows import PartitionRows, version_of
 from opal_dp.reports.attacks import (
     AUTO_TAP_OFF_MODES,
     any_marginal,
+    DIFFERENCING_COLUMNS,
+    combined_residuals,
     differencing_in_chunks,
     duplicated_pairs,
     duplication_effect,
@@ -20,6 +26,7 @@ from opal_dp.reports.attacks import (
 )
 
 WORST = 20  # rows shown in the metadata tables
+PAIR_WINDOW_DAYS = 28  # the duplicated-pairs attack looks at the last four weeks of published dates
 PAIR_FALSE_ALARM = 1e-3
 
 
@@ -30,12 +37,13 @@ def _table(frame: pd.DataFrame) -> dg.MetadataValue:
 @dg.asset(
     group_name="report",
     ins={m.name: dg.AssetIn(key=dg.AssetKey(["release", m.name])) for m in MARGINALS},
-    description="Internal: the differencing (§4.1), duplicated-measurement (§2) and presence (§3) attacks of the "
+    description="Internal: the differencing (§4.1, every released day; a day's rows kept until its release "
+                "changes), duplicated-measurement (§2, the last 28 published dates) and presence (§3) attacks of the "
                 "2017 assessment, run on the released marginals; figures as metadata only, never published.",
     **labels("internal"),
 )
 def disclosure_risk(
-    context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, **released: PartitionFrames
+    context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, storage: OpalStorage, **released: PartitionFrames
 ) -> dg.MaterializeResult:
     """What an outsider can compute from our released counts and public parameters, under either design: the
     public-domain design's one-way tables are sums of its joint with the remainder rows, so its differencing
@@ -50,11 +58,20 @@ def disclosure_risk(
     def load(chosen: list[str]) -> dict[str, dict[str, pd.DataFrame]]:
         return {name: {key: frames[key] for key in chosen} for name, frames in released.items()}
 
-    # A day's partitions in memory at a time; the pairs attack needs every date, but of two small modes only.
-    residuals = differencing_in_chunks(map(load, by_day.values()), mechanisms)
+    # Differencing involves one partition at a time: a day's rows are kept between runs (computed again only when
+    # its release files change), so a weekly report computes the new days. The pairs attack needs several dates:
+    # it covers the last PAIR_WINDOW_DAYS published dates of two small modes, and says which.
+    settings = json.dumps({name: m.describe() for name, m in sorted(mechanisms.items())}, sort_keys=True, default=str)
+    kept = PartitionRows(storage.reports_dir / "differencing_rows.json")
+    residuals = combined_residuals(pd.DataFrame.from_records(kept.rows(
+        day, settings + version_of(frames.path(k) for k in chosen for frames in released.values()),
+        lambda chosen=chosen: differencing_in_chunks([load(chosen)], mechanisms).to_dict("records")),
+        columns=DIFFERENCING_COLUMNS) for day, chosen in sorted(by_day.items()))
+    kept.save()
     flagged = residuals.loc[residuals["residual"] >= residuals["threshold"]]
-    pairs = duplicated_pairs(load([k for k in keys if date_and_mode(k)[1] in AUTO_TAP_OFF_MODES]), mechanisms,
-                             false_alarm=PAIR_FALSE_ALARM)
+    window = sorted(by_day)[-PAIR_WINDOW_DAYS:]
+    pairs = duplicated_pairs(load([k for d in window for k in by_day[d] if date_and_mode(k)[1] in AUTO_TAP_OFF_MODES]),
+                             mechanisms, false_alarm=PAIR_FALSE_ALARM)
     effect = duplication_effect(mechanisms)
     presence = presence_probability(mechanisms)
     if len(flagged):
@@ -74,6 +91,8 @@ def disclosure_risk(
             "duplicated_pair_noise_bound": pair_noise_bound(mechanisms, PAIR_FALSE_ALARM),
             "duplicated_pair_noise_rms": pair_noise_rms(mechanisms),
             "duplicated_pair_modes_searched": ", ".join(AUTO_TAP_OFF_MODES),
+            "duplicated_pair_window": f"{window[0]}..{window[-1]} ({len(window)} dates)" if window else "none",
+            "differencing_days_computed": len(kept.computed),
             "duplicated_pairs_table": _table(pairs),
             **{f"duplication_{key}": value for key, value in effect.items()},
             "duplication_explained": dg.MetadataValue.md(

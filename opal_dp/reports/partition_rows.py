@@ -1,0 +1,48 @@
+"""Per-partition rows of an internal report, kept between runs: a weekly report computes the partitions that are
+new or whose inputs changed and combines them with the kept rows of the others, instead of recomputing the
+whole history every week.
+
+A partition's rows are reused only while its input files are the same (path, size, modification time): a
+re-released partition (a correction, a fresh draw) is computed again. Rows are JSON (numbers round-trip
+exactly), so the combined report is the one a full recomputation gives. Private, like every internal report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from opal_dp.permissions import make_dirs, reserve_private
+
+
+def version_of(paths: Iterable[Path]) -> str:
+    """The identity of a partition's input files: path, size and modification time of each."""
+    return "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in paths)
+
+
+class PartitionRows:
+    """{partition: rows} of one report, loaded from and saved to ``path`` (module docstring)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._kept = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
+        self._now: dict[str, dict] = {}
+        self.computed: list[str] = []
+
+    def rows(self, key: str, version: str, compute: Callable[[], list[dict]]) -> list[dict]:
+        """The rows of ``key``: the kept ones if its input ``version`` is unchanged, else ``compute()``'s."""
+        kept = self._kept.get(key)
+        if kept is None or kept["version"] != version:
+            kept = {"version": version, "rows": compute()}
+            self.computed.append(key)
+        self._now[key] = kept
+        return kept["rows"]
+
+    def save(self) -> None:
+        """Keep the rows of the partitions asked for in this run (others are gone from the report)."""
+        make_dirs(self.path.parent)
+        staging = self.path.with_name(f".{self.path.name}.tmp")
+        staging.unlink(missing_ok=True)
+        reserve_private(staging).write_text(json.dumps(self._now, sort_keys=True), encoding="utf-8")
+        staging.replace(self.path)
