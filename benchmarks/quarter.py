@@ -35,8 +35,9 @@ FIRST_DAY, SEED = date(2016, 7, 25), 20160725
 PUBLISH_STEP = "published_release"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 THROUGHPUT_PERSON_CAP = {"person_cap_epsilon": 1e6, "person_cap_delta": 0.5}
-"""A person cap that never binds: these runs measure throughput, and the default per-release budgets (an OD
-tree at epsilon 1 per date, SBH deltas per date) pass the default person cap within weeks."""
+"""A person cap that never binds (``benchmarks.pipeline``). The weekly runs here use the default release
+instead: each week at its share of the default person cap, which a year of weekly releases fits by construction
+(a cap of 1e6 makes that share's noise calibration overflow)."""
 
 REPO = Path(__file__).resolve().parent.parent
 WEEK = 7
@@ -125,7 +126,7 @@ def _child(data: Path, progress: Path, weeks: int) -> None:
         for number, week in enumerate(weeks_of(days, weeks), start=1):
             files = published_files(published)
             started = time.time()
-            results = run_release(instance, dates=week, budget=THROUGHPUT_PERSON_CAP)
+            results = run_release(instance, dates=week)  # the default: a year of weeks fits its person cap
             ended = time.time()
             after = published_files(published)
             records = instance.fetch_materializations(dg.AssetRecordsFilter(

@@ -244,8 +244,8 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     return lines + [
         f"protected: {unit['protects']} at (epsilon = {g['epsilon']:.4g}, delta = {g['delta']:.3g}) per {g['per']}; "
         + whole,
-        f"release: {folder} (release {index['release_id']}; index.html for the public; PRIVACY.md explains the "
-        "guarantee; index.json lists the dates, each under dates/)",
+        f"release: {folder} -> {index['release_id']} (index.html for the public; PRIVACY.md explains the guarantee; "
+        "index.json lists the dates, each under dates/)",
     ]
 
 
