@@ -1,6 +1,6 @@
-"""Per-partition rows of an internal report, kept between runs: a weekly report computes the partitions that are
-new or whose inputs changed and combines them with the kept rows of the others, instead of recomputing the
-whole history every week.
+"""Per-partition rows kept between runs (an internal report's figures; the publisher's standing draws): a weekly
+run computes the partitions that are new or whose inputs changed and combines them with the kept rows of the
+others, instead of recomputing or rereading the whole history every week.
 
 A partition's rows are reused only while its input files are the same (path, size, modification time): a
 re-released partition (a correction, a fresh draw) is computed again. Rows are JSON (numbers round-trip

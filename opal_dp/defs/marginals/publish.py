@@ -35,18 +35,27 @@ from opal_dp.release.statement.build import (
     privacy_statement,
 )
 from opal_dp.private_files import read_parquet
+from opal_dp.reports.partition_rows import PartitionRows, version_of
 
 PUBLICATION_STATE = "publication"  # private: the page summaries of what is published (``release.publish``)
 from opal_dp.simulate.sample import sample_days
 
 
 def complete_partitions(
-    releases: dict[str, PartitionFrames], cells: PartitionFrames, standing: PartitionFrames, ledger: PrivacyLedger
+    releases: dict[str, PartitionFrames], cells: PartitionFrames, standing: PartitionFrames, ledger: PrivacyLedger,
+    kept: PartitionRows,
 ) -> tuple[dict[tuple[str, str], int], list[str]]:
     """The draws (partition, marginal) -> draw id of every partition whose release is complete (every asset
-    stored, every draw complete in the ledger), and the registered partitions that are not (pending)."""
+    stored, every draw complete in the ledger), and the registered partitions that are not (pending). ``kept``:
+    each partition's standing draws from earlier runs, read again only when its ``release_draws`` file changed."""
     keys = materialised(cells, standing, *releases.values())
-    draw_ids = {(key, row.marginal): int(row.draw_id) for key in keys for row in standing[key].itertuples()}
+
+    def standing_draws(key: str) -> list[dict]:
+        return [{"marginal": str(row.marginal), "draw_id": int(row.draw_id)} for row in standing[key].itertuples()]
+
+    draw_ids = {(key, row["marginal"]): row["draw_id"] for key in keys
+                for row in kept.rows(key, version_of([standing.path(key)]), lambda key=key: standing_draws(key))}
+    kept.save()
     done = {d.id for d in ledger.draws(draw_ids.values()) if d.status == "complete"}
     complete = [k for k in keys if all(draw_ids[k, m.name] in done for m in MARGINALS if (k, m.name) in draw_ids)
                 and all((k, m.name) in draw_ids for m in MARGINALS)]
@@ -122,17 +131,24 @@ def _gate(
     return evidence, loaded
 
 
-def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, privacy_budget: PrivacyBudget) -> dict[str, dict]:
+def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, privacy_budget: PrivacyBudget,
+           kept: PartitionRows) -> dict[str, dict]:
     """Per published date (``YYYY-MM-DD``): its partitions' draws (partition, marginal) -> id and, with the OD release
-    on and its tree complete, the tree's draw id (read from the tree's ``draw_id`` column only)."""
+    on and its tree complete, the tree's draw id (its ``draw_id`` column, read again only when the tree changed)."""
     out: dict[str, dict] = {}
     for (key, marginal), draw_id in draw_ids.items():
         out.setdefault(date_and_mode(key)[0], {"draws": {}, "od": None})["draws"][key, marginal] = draw_id
+
+    def tree_draw(day: str) -> list[dict]:
+        ids = pd.read_parquet(trees.path(day), columns=["draw_id"])["draw_id"]
+        return [{"draw_id": int(ids.iloc[0])}] if len(ids) else []  # empty: built while the OD release was off
+
     if privacy_budget.releases_od:
         for day, entry in out.items():
             if day in trees:
-                ids = pd.read_parquet(trees.path(day), columns=["draw_id"])["draw_id"]
-                entry["od"] = int(ids.iloc[0]) if len(ids) else None  # empty: built while the OD release was off
+                rows = kept.rows(day, version_of([trees.path(day)]), lambda day=day: tree_draw(day))
+                entry["od"] = rows[0]["draw_id"] if rows else None
+        kept.save()
     return dict(sorted(out.items()))
 
 
@@ -206,7 +222,9 @@ def published_release(
     """Publish the dates whose draws are new or changed (gated one date at a time), then the combined files, the
     statement and the page over everything published; a run with nothing new writes nothing."""
     ledger = privacy_budget.ledger(storage)
-    draw_ids, pending = complete_partitions(releases, true_cells, release_draws, ledger)
+    state = storage.private_dir / PUBLICATION_STATE
+    draw_ids, pending = complete_partitions(releases, true_cells, release_draws, ledger,
+                                            PartitionRows(state / "standing_draws.json"))
     failed = {day: why for day, why in failed_days(storage.private_dir).items() if any(k.startswith(day) for k in pending)}
     if not draw_ids:
         raise dg.Failure(description=f"nothing to publish yet: no partition's release is complete (pending: "
@@ -215,7 +233,7 @@ def published_release(
         context.log.warning(f"publishing {len({k for k, _ in draw_ids})} complete partitions; pending: {', '.join(pending)}")
     for day, why in failed.items():
         context.log.warning(f"not released, its raw file could not be used: {day}: {why}")
-    dates = _dates(draw_ids, od_prefix_tree, privacy_budget)
+    dates = _dates(draw_ids, od_prefix_tree, privacy_budget, PartitionRows(state / "tree_draws.json"))
     index = published_index(storage.published_dir)
     dropped = sorted(set(index["dates"]) - {d.replace("-", "") for d in dates})
     if dropped:
@@ -234,7 +252,7 @@ def published_release(
     folder = publish(storage.published_dir,
                      _date_files(changed, dates, releases, true_cells, od_prefix_tree, privacy_budget, ledger,
                                  reference, storage),
-                     statement_of, reference.stops(), storage.private_dir / PUBLICATION_STATE, PageSettings.from_env())
+                     statement_of, reference.stops(), state, PageSettings.from_env())
     if not statements:
         context.log.info("nothing new to publish: every published date's draws are unchanged")
         return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(folder)), "dates_published": 0,
