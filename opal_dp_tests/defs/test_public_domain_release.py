@@ -109,9 +109,10 @@ def test_each_unit_publishes_files_that_add_up(releases, unit):
 def test_published_files_that_do_not_add_up_are_rejected(releases, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(releases["trip"][4], folder)
-    time = pd.read_csv(folder / "time.csv", dtype=str, keep_default_na=False)
+    path = sorted((folder / "dates").iterdir())[0] / "time.csv"  # a date's own file, as validated when written
+    time = pd.read_csv(path, dtype=str, keep_default_na=False)
     time.loc[0, "count"] = str(int(time.loc[0, "count"]) + 1)
-    time.to_csv(folder / "time.csv", index=False, lineterminator="\n")
+    time.to_csv(path, index=False, lineterminator="\n")
     with pytest.raises(PublishedFormatError, match="do not add up"):
         validate_published(folder)
 
