@@ -1,15 +1,19 @@
-"""Publish released marginals as the open-data files, atomically, next to their privacy statement.
+"""Publish released marginals (and any other product's tables, e.g. the OD files) as the open-data files, date by
+date, next to their privacy statement.
 
-Published layout; nothing else is written under the published folder, apart from the transient
-``.staging-<release id>/`` and ``.latest-<release id>`` of a publish in progress::
+Published layout; nothing else is written under the published folder, apart from the hidden staging files and
+folders (``.staging-*``) of a publish in progress::
 
-    <published>/<release id>/{time-loc,time,loc}.csv, privacy.json, PRIVACY.md, index.html
-                             [od.csv, od-sequences.csv]   (when the statement has an ``od`` section)
-    <published>/latest -> <release id>          (relative symlink, repointed atomically)
-    <published>/latest.json                      ({"release_id": ...}: the pointer, replaced atomically, last)
+    <published>/latest/dates/<YYYYMMDD>/{time-loc,time,loc}.csv [od.csv, od-sequences.csv]   (one date, written once)
+    <published>/latest/{time-loc,time,loc}.csv [od.csv, od-sequences.csv]   (combined: every date, in published order)
+    <published>/latest/privacy.json, PRIVACY.md, index.html, index.json
+    <published>/latest.json                      ({"release_id": ..., "folder": "latest"}: written last)
 
-``latest.json`` is the pointer readers should use (``latest_release``): a plain file works on any
-filesystem a reader mounts or syncs, where a symlink may not; the symlink stays for local users.
+A date is written when its partitions are complete and gated, and again only when the ledger released it again
+(a correction); ``index.json`` lists every date's files (rows, bytes, SHA-256) and ledger draws, and each combined
+file's dates and size. The combined files are the dates' files concatenated in date order (one header): appended
+to when new dates follow, rebuilt by streaming otherwise, never held whole in memory. ``latest.json`` is the
+pointer readers should use (``latest_release``): a plain file works on any filesystem a reader mounts or syncs.
 
 The files are public: folders 0755, files 0644, whatever the umask (the command line runs under 077).
 
@@ -40,7 +44,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from opal_dp.network import MODES, load_stops
-from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs
+from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs, reserve_private
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
@@ -361,7 +365,7 @@ class _SummaryState:
     def store(self, date: str, draws: Iterable[int], summary: PageSummary) -> None:
         path = self._date_path(date, draws)
         make_dirs(path.parent)
-        path.write_text(summary.to_json(), encoding="utf-8")
+        reserve_private(path).write_text(summary.to_json(), encoding="utf-8")
 
     def of_date(self, folder: Path, date: str, entry: dict) -> PageSummary:
         path = self._date_path(date, entry["draws"])
@@ -381,7 +385,7 @@ class _SummaryState:
         return PageSummary().combine(self.of_date(folder, d, e) for d, e in committed.items())
 
     def commit(self, release_id: str, summary: PageSummary) -> None:
-        (self.root / f"summary-{release_id}.json").write_text(summary.to_json(), encoding="utf-8")
+        reserve_private(self.root / f"summary-{release_id}.json").write_text(summary.to_json(), encoding="utf-8")
         for old in self.root.glob("summary-*.json"):
             if old.name != f"summary-{release_id}.json":
                 old.unlink()

@@ -1,5 +1,5 @@
 """Publish: the released marginals become the open-data files and their privacy statement, built from the
-ledger records of the draws that produced them."""
+ledger records of the draws that produced them; date by date, each date once (``release.publish``)."""
 
 import json
 from datetime import datetime, timedelta, timezone
@@ -201,10 +201,12 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
     deps=["privacy_audit"],
     ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(), "od_prefix_tree": dg.AssetIn(),
          **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
-    description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md built from the ledger and a "
-                "self-contained index.html for the public, published atomically; the partitions whose releases are "
-                "complete, the others listed as pending. With the OD release on, od.csv and od-sequences.csv of the "
-                "published dates whose DP tree is complete, checked by the same gate, in the same folder.",
+    description="Open-data CSVs (time-loc, time, loc), each date's under dates/<date>/ written once when its "
+                "partitions are complete and gated (again only when the ledger released it again), the combined files "
+                "appended to, plus privacy.json/PRIVACY.md built from the ledger, index.json and a self-contained "
+                "index.html for the public; the other partitions listed as pending. With the OD release on, od.csv and "
+                "od-sequences.csv of the dates whose DP tree is complete, checked by the same gate. A run with nothing "
+                "new writes nothing.",
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)),
     pool=LEDGER_POOL,
     **labels("public", "csv"),
