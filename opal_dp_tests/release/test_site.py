@@ -14,6 +14,7 @@ from opal_dp.core import sbh
 from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
 from opal_dp.release.publish import FILES, to_open_data
+from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
 from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
@@ -244,3 +245,17 @@ def test_the_plain_guarantee_comes_first(page, stated, tables, stops):
     assert plain_guarantee(older).startswith("Whatever else anyone knows") and "one trip" in plain_guarantee(older)
     for odd in ([], {"sentence": " "}):  # malformed: the per-unit sentence
         assert plain_guarantee(copy.deepcopy(older) | {"person": odd}) == plain_guarantee(older)
+
+
+def test_the_page_from_combined_date_summaries_is_the_page_from_the_tables(tables, stated, stops, page):
+    """The weekly page is built from per-date summaries added up (and a corrected date's taken off again), never
+    from the tables: it must be the same page, byte for byte. Kills a summary that loses a count, its number of
+    counts (the noise bound) or a date."""
+    text = as_read(tables)
+    dates = sorted(set(text["time"]["date"]))
+    parts = [PageSummary.of_tables({name: frame[frame["date"] == d] for name, frame in text.items()}) for d in dates]
+    combined = PageSummary().combine(parts)
+    assert render_index(combined, stated, stops) == page
+    assert render_index(PageSummary.from_json(combined.to_json()), stated, stops) == page
+    assert render_index(combined.combine([parts[0]], [parts[0]]), stated, stops) == page
+    assert render_index(PageSummary().combine(parts[1:]), stated, stops) != page
