@@ -255,33 +255,32 @@ def published_release(
                      _date_files(changed, dates, releases, true_cells, od_prefix_tree, privacy_budget, ledger,
                                  reference, storage),
                      statement_of, reference.stops(), state, PageSettings.from_env())
+    status = {"path": dg.MetadataValue.path(str(folder)),
+              "dates_published": len(changed) if statements else 0,
+              "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed] if statements else []),
+              "partitions_published": len({k for k, _ in draw_ids}),
+              "partitions_pending": dg.MetadataValue.json(pending),
+              "days_failed": dg.MetadataValue.json(failed)}
     if not statements:
         context.log.info("nothing new to publish: every published date's draws are unchanged")
-        return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(folder)), "dates_published": 0,
-                                              "dates_published_list": dg.MetadataValue.json([])})
+        return dg.MaterializeResult(metadata=status)
     statement = statements[-1]
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
-    combined = published_index(storage.published_dir)["combined"]
+    index = published_index(storage.published_dir)
     return dg.MaterializeResult(
         metadata={
-            "path": dg.MetadataValue.path(str(folder)),
+            **status,
             "release_id": release_id,
-            "dates_published": len(changed),
-            "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed]),
             "files": dg.MetadataValue.json(list(files_of(statement))),
-            **{f"rows_{name.removesuffix('.csv')}": sum(published_index(storage.published_dir)["dates"][d]["files"]
-                                                        [name]["rows"] for d in about["dates"])
-               for name, about in combined.items()},
+            **{f"rows_{name.removesuffix('.csv')}": sum(index["dates"][d]["files"][name]["rows"] for d in about["dates"])
+               for name, about in index["combined"].items()},
             "release_design": statement["design"]["name"],
             "privacy_unit": statement["privacy_unit"]["unit"],
             "epsilon_per_unit": statement["guarantee"]["epsilon"],
             "delta_per_unit": statement["guarantee"]["delta"],
             "per": statement["guarantee"]["per"],
             "noise_seeded": statement["noise_seeded"],
-            "partitions_published": len(statement["partitions"]["keys"]),
-            "partitions_pending": dg.MetadataValue.json(pending),
-            "days_failed": dg.MetadataValue.json(failed),
             "synthetic_sample": statement["data"]["synthetic_sample"],
             "privacy_statement": dg.MetadataValue.md(render_markdown(statement)),
         }
