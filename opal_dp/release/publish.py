@@ -227,17 +227,19 @@ def publish(
             raise
         if not touched and index["release_id"] is not None and index["release_id"] == _pointer(published_dir):
             return folder  # nothing new, and the last publish was committed whole
+        summary = state.combined(folder).combine(added, removed)
+        statement = statement_of(summary)
+        release_id = statement["release"]["id"]
+        if not RELEASE_ID.fullmatch(release_id) or release_id == LATEST:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}, got {release_id!r}")
         dates_dir = make_dirs(_publication_folder(published_dir) / DATES, PUBLIC_DIR)
         for date in touched:  # every changed date passed the gate and validated: only now does any go out
             _place_date(staging / date, dates_dir / date)
         shutil.rmtree(staging, ignore_errors=True)
         index["dates"] = dict(sorted(index["dates"].items()))
         index["combined"] = _combine(folder, index, touched)
-        summary = state.combined(folder).combine(added, removed)
-        statement = statement_of(summary)
-        index["release_id"] = statement["release"]["id"]
-        if not RELEASE_ID.fullmatch(index["release_id"]) or index["release_id"] == LATEST:
-            raise ValueError(f"release id must match {RELEASE_ID.pattern} and not be {LATEST!r}")
+        index["release_id"] = release_id
         committed = folder / f"{STAGING_PREFIX}{INDEX_JSON}"
         write_durably(committed, json.dumps(index, indent=2) + "\n")
         _replace(folder / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
