@@ -87,16 +87,18 @@ def _child(raw_dir: Path, run_dir: Path, result_file: Path, epsilon: float) -> N
     stops, bounds, key = load_stops(), ContributionBounds(), os.urandom(32)
     files = raw_files(raw_dir)
     plan = sq.synthetic_plan(epsilon, DELTA, bounds, sorted(files), stops)
-    truths, rows_in = {}, 0
+    truths, travelling, rows_in = {}, {}, 0
     for day, path in files.items():
         binned = bin_trips(ingest_file(path, stops).accepted, stops)
         rows_in += len(binned)
         keep = keep_mask(binned, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key)
         truths[day] = sq.true_histograms(binned.loc[keep], date.fromisoformat(day), plan.domain)
+        travelling[day] = binned.loc[keep, "card_id"].unique()
     queries_s = time.perf_counter() - started
     private = run_dir / "private"
     ledger = PrivacyLedger(private / "ledger.sqlite", {PrivacyUnit.CARD_PERIOD.value: (epsilon, DELTA)})
-    release = sq.release_queries(truths, plan, ledger, private, "benchmark", os.urandom(32))
+    release = sq.release_queries(truths, sq.true_travel_days(travelling, plan), plan, ledger, private, "benchmark",
+                                 os.urandom(32))
     noise_s = time.perf_counter() - started - queries_s
     rows = write_synthetic(generate(release, stops), run_dir / "synthetic")
     spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)

@@ -187,6 +187,65 @@ def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: flo
     return pd.concat(out, ignore_index=True)[list(COLUMNS)]
 
 
+def card_day_shapes(trips: pd.DataFrame, stops: pd.DataFrame, dates: Sequence[str],
+                    dist: Districts | None = None) -> pd.DataFrame:
+    """Raw-contract trips -> one row per card-day: ``card_id``, ``date`` (ISO), ``week`` (its calendar week),
+    ``trips`` and ``returns`` (1 if two or more trips and the last, in tap-on order, ends in the district where the
+    first began: ``release.synthetic.archetypes.card_days``)."""
+    scored = features(trips, stops, len(trips) + 1, dates, dist)
+    frame = pd.DataFrame({"card_id": trips["card_id"].to_numpy(np.int64), "date": scored["date"].to_numpy(),
+                          "on_s": trips["tap_on_time"].to_numpy("datetime64[s]").astype(np.int64),
+                          "on": scored["on_district"].to_numpy(), "off": scored["off_district"].to_numpy()})
+    frame = frame.sort_values(["card_id", "date", "on_s"], kind="stable")
+    days = frame.groupby(["card_id", "date"], sort=False).agg(trips=("on", "size"), first_on=("on", "first"),
+                                                              last_off=("off", "last")).reset_index()
+    iso = np.array(dates)[days["date"].to_numpy()]
+    return pd.DataFrame({"card_id": days["card_id"], "date": iso, "week": [Periods().name_of(d) for d in iso],
+                         "trips": days["trips"],
+                         "returns": ((days["trips"] >= 2) & (days["last_off"] == days["first_on"])).astype(np.int64)})
+
+
+def travel_days_per_card(shapes: pd.DataFrame) -> pd.Series:
+    """Per (card, calendar week): the number of dates the card travels on (``card_day_shapes`` rows)."""
+    return shapes.groupby(["card_id", "week"]).size()
+
+
+def period_scores(dates: Sequence[str], load: Callable[[str], pd.DataFrame], synthetic: pd.DataFrame,
+                  stops: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Internal, NOT DP: the multi-day structure, true vs synthetic. Returns the distributions (``measure``:
+    ``travel_days`` = share of (card, week) by dates travelled, ``returns`` = share of card-days of two or more
+    trips that come back where they began, by ``value`` 0/1; columns ``true`` and ``synthetic``) and their L1
+    distances (``travel_days_l1``, ``returns_l1``)."""
+    dist = districts(stops, location_labels(stops))
+    true = pd.concat([card_day_shapes(load(day), stops, dates, dist) for day in dates], ignore_index=True)
+    shapes = {"true": true, "synthetic": card_day_shapes(synthetic, stops, dates, dist)}
+    rows, l1 = [], {}
+    for measure in ("travel_days", "returns"):
+        shares = {}
+        for name, frame in shapes.items():
+            values = (travel_days_per_card(frame) if measure == "travel_days"
+                      else frame.loc[frame["trips"] >= 2, "returns"])
+            shares[name] = values.value_counts(normalize=True)
+        table = pd.DataFrame(shares).fillna(0.0).sort_index().rename_axis("value").reset_index()
+        l1[f"{measure}_l1"] = float((table["true"] - table["synthetic"]).abs().sum())
+        rows.append(table.assign(measure=measure))
+    return pd.concat(rows, ignore_index=True)[["measure", "value", "true", "synthetic"]], l1
+
+
+def period_plot(distribution: pd.DataFrame, l1: Mapping[str, float]) -> bytes:
+    """PNG: travel days per card-week and the return share of card-days, true vs synthetic."""
+    fig, axes = figure(2, (10, 3.4))
+    titles = {"travel_days": "share of cards (per week) by days travelled",
+              "returns": "card-days of 2+ trips: 1 = last trip ends where the first began"}
+    for ax, measure in zip(axes, titles):
+        part = distribution[distribution["measure"] == measure]
+        for i, column in enumerate(("true", "synthetic")):
+            ax.bar(part["value"] + (i - 0.5) * 0.4, part[column], width=0.4, label=column)
+        ax.set_title(f"{titles[measure]}\nL1 = {l1[measure + '_l1']:.3f}", fontsize=9)
+        ax.legend(fontsize=7)
+    return png(fig, "Internal, not DP: synthetic cards over the week vs the true cards")
+
+
 METHODS = ("archetype_synthesizer", "one_way", "sbh")
 
 

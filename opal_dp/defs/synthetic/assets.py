@@ -62,14 +62,16 @@ def synthetic_release(
         chosen = select_card_days(pd.concat([card_days[d].assign(date=d) for d in days], ignore_index=True),
                                   bounds.max_days_per_card, key)
         kept_cards = {d: np.sort(g["card_id"].to_numpy(np.int64)) for d, g in chosen.groupby("date")}
-    truths = {}
+    truths, travelling = {}, {}
     for day in days:
         trips = binned_trips[day]
         cards = None if kept_cards is None else kept_cards.get(day, np.zeros(0, np.int64))
         keep = keep_mask(trips, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key, cards)
         truths[day] = sq.true_histograms(trips.loc[keep], date.fromisoformat(day), plan.domain)
+        travelling[day] = trips.loc[keep, "card_id"].unique()
     ledger = privacy_budget.ledger(storage)
-    released = sq.release_queries(truths, plan, ledger, storage.private_dir, context.run.run_id,
+    released = sq.release_queries(truths, sq.true_travel_days(travelling, plan), plan, ledger, storage.private_dir,
+                                  context.run.run_id,
                                   privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw,
                                   input_versions=raw_input_versions(storage, privacy_budget, days, plan.unit, lambda day: days))
     spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
@@ -94,11 +96,16 @@ def load_release(storage: OpalStorage, privacy_budget: PrivacyBudget) -> sq.Synt
     draws = ledger.draws(manifest["draws"])
     charges = {c.id: c for c in ledger.charges(PrivacyUnit.CARD_PERIOD.value)}
     noisy: dict = {}
+    weekly = {}
     for d in draws:
         query = charges[d.charge_id].marginal.removeprefix(sq.MARGINAL_PREFIX)
-        noisy.setdefault(d.part, {})[query] = pd.read_parquet(storage.private_dir / d.release_ref)
+        table = pd.read_parquet(storage.private_dir / d.release_ref)
+        if query == sq.WEEK_QUERY:
+            weekly[d.part] = table
+        else:
+            noisy.setdefault(d.part, {})[query] = table
     return sq.SyntheticRelease(noisy, manifest["max_trips"], manifest["sigma"], tuple(manifest["district_names"]),
-                               tuple(draws))
+                               tuple(draws), travel_days=weekly)
 
 
 @dg.asset(group_name=GROUP, deps=[synthetic_release], **labels("dp", "parquet", "csv"),
