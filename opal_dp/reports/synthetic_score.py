@@ -249,19 +249,26 @@ def period_plot(distribution: pd.DataFrame, l1: Mapping[str, float]) -> bytes:
 METHODS = ("archetype_synthesizer", "one_way", "sbh")
 
 
+Peers = Callable[[Mapping[str, pd.DataFrame]], Mapping[str, pd.DataFrame]]
+"""More methods on the same bounded trips: {date: kept ``CardBinnedTrips``} -> {method: rows in ``COLUMNS``}."""
+
+
 def evaluate(
     dates: Sequence[str], load: Callable[[str], pd.DataFrame], synthetic: pd.DataFrame, epsilon: float,
     delta: float, bounds: ContributionBounds, key: bytes, stops: pd.DataFrame, rng: np.random.Generator,
+    peers: Peers | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Internal, NOT DP: the synthetic trips and both baselines scored against the true trips.
+    """Internal, NOT DP: the synthetic trips and both baselines (and ``peers``, if given, fitted on the same
+    bounded trips) scored against the true trips.
 
     ``dates``: ISO, sorted; ``load(date)``: that date's ingested trips (private, one day in memory at a time);
-    ``synthetic``: the synthetic rows of the same dates. Returns (scores: one row per method with ``k_marginal``,
-    ``od_top100_l1`` and ``trips_per_card_day_l1``; the trips-per-card-day distribution by method, true included).
+    ``synthetic``: the synthetic rows of the same dates. Returns (scores: one row per method with ``k_marginal``
+    (3-way), ``k_marginal_2way``, ``od_top100_l1`` and ``trips_per_card_day_l1``; the trips-per-card-day
+    distribution by method, true included).
     """
     m = bounds.max_trips_per_card_day
     dist = districts(stops, location_labels(stops))
-    true, kept_features, kept_binned = [], {}, {}
+    true, kept_features, kept_binned, kept_cards = [], {}, {}, {}
     for day in dates:
         ingested = load(day)
         true.append(features(ingested, stops, m, dates, dist))
@@ -269,15 +276,18 @@ def evaluate(
         keep = keep_mask(binned, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key)
         kept_features[day] = features(ingested.loc[keep], stops, m, dates, dist)
         kept_binned[day] = binned.loc[keep].drop(columns=CARD)
+        if peers is not None:
+            kept_cards[day] = binned.loc[keep]
     truth = pd.concat(true, ignore_index=True)
     frames = {
         "archetype_synthesizer": features(synthetic, stops, m, dates, dist),
         "one_way": one_way_baseline(kept_features, epsilon, delta, bounds, DiscreteGaussian(), rng),
         "sbh": sbh_baseline(kept_binned, epsilon, delta, bounds, stops, dates, rng),
+        **(peers(kept_cards) if peers is not None else {}),
     }
     shares = {"true": trips_per_card_day(truth), **{k: trips_per_card_day(v) for k, v in frames.items()}}
     distribution = pd.DataFrame(shares).fillna(0.0).rename_axis("card_day_trips").reset_index()
-    rows = [{"method": name, "k_marginal": k_marginal(truth, frame),
+    rows = [{"method": name, "k_marginal": k_marginal(truth, frame), "k_marginal_2way": k_marginal(truth, frame, 2),
              "od_top100_l1": od_top100(truth, frame)["l1_on_top100"],
              "trips_per_card_day_l1": float((distribution[name] - distribution["true"]).abs().sum()),
              "rows": len(frame)} for name, frame in frames.items()]
