@@ -35,7 +35,7 @@ DELTA = 6 / 8_000_000  # the default card_period cap's delta
 
 
 def run_synthetic(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, epsilon: float = 8.0,
-                  peers: tuple[str, ...] = ()) -> dict:
+                  peers: tuple[str, ...] = (), peer_timeout_s: float | None = None) -> dict:
     """Synthesise once from ``raw_dir`` in a subprocess (measured), then score, with ``peers`` (``mst``, ``aim``)
     fitted on the same bounded card-day table; private files removed after."""
     from benchmarks import synthetic_peers
@@ -77,7 +77,7 @@ def run_synthetic(raw_dir: Path, run_dir: Path, memory_limit_bytes: int, epsilon
         fit_peers = synthetic_peers.peers(peers, epsilon, DELTA, bounds.days(len(dates)),
                                           bounds.max_trips_per_card_day, dates,
                                           districts(stops, location_labels(stops)), run_dir / "private" / "peers",
-                                          python, measured_peers)
+                                          python, measured_peers, peer_timeout_s)
     load = lambda d: ingest_file(files[d], stops).accepted  # noqa: E731
     scores, distribution = evaluate(dates, load, synthetic, epsilon, DELTA, bounds, os.urandom(32), stops,
                                     np.random.default_rng(), fit_peers)
@@ -149,6 +149,8 @@ def markdown(result: dict, scale: float) -> list[str]:
         "",
         f"Synthetic cards over the week: travel days per card-week L1 {result['travel_days_l1']:.3f}, return "
         f"share of card-days with 2+ trips L1 {result['returns_l1']:.3f} (true vs synthetic).",
+        *(f"{method}: stopped after {p['timed_out_s']:g} s (`--peer-timeout-s`), not scored."
+          for method, p in result["peers"].items() if "timed_out_s" in p),
     ]
     return lines
 
@@ -179,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit-gb", type=float, default=min(16.0, 0.75 * report.memory_gib()))
     parser.add_argument("--peers", default=None,
                         help="comma-separated peers among mst,aim, or none (default: both if `make synth-peers` ran)")
+    parser.add_argument("--peer-timeout-s", type=float, default=None,
+                        help="stop a peer's fit after this many seconds and leave it out (default: no limit)")
     args = parser.parse_args(argv)
     from benchmarks.synthetic_peers import PEERS, peer_python
 
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--peers: choose among {', '.join(PEERS)} or none")
     fortnight = ensure_fortnight(args.out / "cache", args.scale, DEFAULT_SEED)
     result = run_synthetic(fortnight.raw_dir, args.out / "runs" / f"scale-{args.scale:g}" / "synthetic",
-                           int(args.memory_limit_gb * 2**30), args.epsilon, peers)
+                           int(args.memory_limit_gb * 2**30), args.epsilon, peers, args.peer_timeout_s)
     result["machine"] = report.machine()
     (args.out / f"synthetic_eps{args.epsilon:g}.json").write_text(json.dumps(result, indent=2) + "\n")
     print("\n".join(markdown(result, args.scale)))

@@ -96,9 +96,10 @@ def peer_rho(epsilon: float, delta: float, days_per_card: int) -> float:
 
 
 def fit_peer(method: str, table: pd.DataFrame, sizes: Mapping[str, int], rho: float, delta: float, folder: Path,
-             python: Path) -> tuple[pd.DataFrame, dict]:
+             python: Path, timeout_s: float | None = None) -> tuple[pd.DataFrame | None, dict]:
     """Fit and sample one peer in its environment; returns its card-days and (fit, sample, wall) seconds with the
-    subprocess's peak RSS."""
+    subprocess's peak RSS, or ``None`` and ``{"timed_out_s": timeout_s}`` if it ran longer than ``timeout_s``
+    (then stopped)."""
     folder.mkdir(parents=True, exist_ok=True)
     table.to_parquet(folder / "table.parquet", index=False)
     (folder / "domain.json").write_text(json.dumps({"cardinality": dict(sizes), "rho": rho, "delta": delta}))
@@ -108,7 +109,17 @@ def fit_peer(method: str, table: pd.DataFrame, sizes: Mapping[str, int], rho: fl
         child = subprocess.Popen([str(python), str(CHILD), method, str(folder / "table.parquet"),
                                   str(folder / "domain.json"), str(out)], stdout=log, stderr=subprocess.STDOUT,
                                  env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-        _, status, usage = os.wait4(child.pid, 0)
+        deadline = None if timeout_s is None else started + timeout_s
+        while True:
+            pid, status, usage = os.wait4(child.pid, 0 if deadline is None else os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                child.kill()
+                os.wait4(child.pid, 0)
+                (folder / "table.parquet").unlink()
+                return None, {"timed_out_s": timeout_s}
+            time.sleep(1.0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{method} failed with exit code {os.waitstatus_to_exitcode(status)}; see "
                            f"{folder / (method + '.log')}")
@@ -119,9 +130,10 @@ def fit_peer(method: str, table: pd.DataFrame, sizes: Mapping[str, int], rho: fl
 
 
 def peers(methods: tuple[str, ...], epsilon: float, delta: float, days_per_card: int, m: int, dates: list[str],
-          dist: Districts, folder: Path, python: Path, measured: dict) -> Callable:
+          dist: Districts, folder: Path, python: Path, measured: dict, timeout_s: float | None = None) -> Callable:
     """``reports.synthetic_score.Peers`` fitting ``methods`` on the bounded card-day table at (``epsilon``,
-    ``delta``) per card; each fit's timing and peak RSS land in ``measured[method]``."""
+    ``delta``) per card; each fit's timing and peak RSS land in ``measured[method]``; a fit longer than
+    ``timeout_s`` is stopped and left out of the scores."""
 
     def fit(kept: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         table = card_day_table(kept, dates, dist, m)
@@ -129,9 +141,11 @@ def peers(methods: tuple[str, ...], epsilon: float, delta: float, days_per_card:
         rho = peer_rho(epsilon, delta, days_per_card)
         out = {}
         for method in methods:
-            sample, measured[method] = fit_peer(method, table, sizes, rho, delta, folder, python)
-            measured[method] |= {"rho_per_row": rho, "card_days_in": len(table), "card_days_out": len(sample)}
-            out[method] = scored_rows(sample, m)
+            sample, measured[method] = fit_peer(method, table, sizes, rho, delta, folder, python, timeout_s)
+            measured[method] |= {"rho_per_row": rho, "card_days_in": len(table)}
+            if sample is not None:
+                measured[method]["card_days_out"] = len(sample)
+                out[method] = scored_rows(sample, m)
         return out
 
     return fit

@@ -28,6 +28,16 @@ from opal_dp.simulate.trips import generate_days
 DAY = date(2016, 7, 26)
 
 
+def _peer_python():
+    """The peers' interpreter; outside CI a missing environment skips, in CI it fails."""
+    python = sp.peer_python()
+    if python is None:
+        if os.environ.get("CI"):
+            pytest.fail("the peers' environment is missing: `make test` builds it (make synth-peers)")
+        pytest.skip("the peers' environment is not built (make synth-peers)")
+    return python
+
+
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory):
     stops = load_stops()
@@ -66,11 +76,7 @@ def test_peer_budget_is_the_card_budget_by_group_privacy():
 def test_peer_fits_the_card_day_table_and_samples_rows_in_its_public_domain(setting, tmp_path, method):
     """The peer path end to end on four small columns of the table (the benchmark fits all of them; MST and AIM
     take minutes on the full width), at epsilon 8 per card-day."""
-    python = sp.peer_python()
-    if python is None:
-        if os.environ.get("CI"):
-            pytest.fail("the peers' environment is missing: `make test` builds it (make synth-peers)")
-        pytest.skip("the peers' environment is not built (make synth-peers)")
+    python = _peer_python()
     _, dist, kept, bounds = setting
     columns = ["archetype", "trips", "mode_1", "hour_1"]
     table = sp.card_day_table(kept, [DAY.isoformat()], dist, bounds.max_trips_per_card_day)[columns]
@@ -86,3 +92,13 @@ def test_peer_fits_the_card_day_table_and_samples_rows_in_its_public_domain(sett
     pairs = [list(p) for p in itertools.combinations(columns, 2)]
     fitted = np.mean([score.marginal_l1(table, sample, p) for p in pairs])
     assert fitted < 0.5 * np.mean([score.marginal_l1(table, uniform, p) for p in pairs])
+
+
+def test_a_peer_past_its_time_limit_is_stopped_and_its_private_table_removed(setting, tmp_path):
+    python = _peer_python()
+    _, dist, kept, bounds = setting
+    table = sp.card_day_table(kept, [DAY.isoformat()], dist, bounds.max_trips_per_card_day)
+    sizes = sp.cardinality(1, dist, bounds.max_trips_per_card_day)
+    sample, measured = sp.fit_peer("aim", table, sizes, 0.1, 1e-6, tmp_path, python, timeout_s=0.5)
+    assert sample is None and measured == {"timed_out_s": 0.5}
+    assert not (tmp_path / "table.parquet").exists() and not (tmp_path / "aim.parquet").exists()

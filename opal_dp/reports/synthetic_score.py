@@ -184,6 +184,8 @@ def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: flo
             out.append(pd.DataFrame({"date": date_code, "mode": code, "hour": hour, "on_district": on_d,
                                      "off_district": off_d,
                                      "card_day_trips": np.minimum(trips_k, bounds.max_trips_per_card_day)}))
+    if not out:  # at a small budget and scale no released cell may survive its threshold: no rows
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in COLUMNS})
     return pd.concat(out, ignore_index=True)[list(COLUMNS)]
 
 
