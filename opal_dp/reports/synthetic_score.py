@@ -243,6 +243,7 @@ def period_plot(distribution: pd.DataFrame, l1: Mapping[str, float]) -> bytes:
         part = distribution[distribution["measure"] == measure]
         for i, column in enumerate(("true", "synthetic")):
             ax.bar(part["value"] + (i - 0.5) * 0.4, part[column], width=0.4, label=column)
+        ax.set_xticks(part["value"])
         ax.set_title(f"{titles[measure]}\nL1 = {l1[measure + '_l1']:.3f}", fontsize=9)
         ax.legend(fontsize=7)
     return png(fig, "Internal, not DP: synthetic cards over the week vs the true cards")
