@@ -293,3 +293,20 @@ def test_tap_on_seconds_become_strictly_increasing_within_the_day():
         out = gen._strictly_increasing(seconds, card)
         assert out.min() >= 0 and out.max() < gen.DAY_S
         assert all((np.diff(out[card == c]) > 0).all() for c in np.unique(card))
+
+
+def test_travel_days_sensitivity_bounds_removing_any_card(network):
+    """Removing one card changes the travel_days counts by at most the stated l2² (one cell per week it travels
+    in, and no more weeks than card-days); checked on every card of a fortnight where cards travel in both weeks."""
+    fortnight = [date.fromordinal(date(2016, 7, 25).toordinal() + i).isoformat() for i in range(14)]
+    rng = np.random.default_rng(3)
+    kept = {d: np.flatnonzero(rng.random(40) < 0.5) for d in fortnight}  # 40 cards, each day a random half
+    plan = _plan(network, fortnight)
+    assert plan.sensitivity[sq.WEEK_QUERY].l2_squared == 2  # two calendar weeks
+    full = sq.true_travel_days(kept, plan)
+    for card in range(40):
+        without = sq.true_travel_days({d: ids[ids != card] for d, ids in kept.items()}, plan)
+        change = sum(int(((full[w] - without[w]) ** 2).sum()) for w in full)
+        assert change <= plan.sensitivity[sq.WEEK_QUERY].l2_squared
+    one_day = sq.synthetic_plan(8.0, 1e-6, ContributionBounds(max_days_per_card=1), fortnight, network)
+    assert one_day.sensitivity[sq.WEEK_QUERY].l2_squared == 1  # one kept card-day: one week at most
