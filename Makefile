@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The synthetic benchmark's peers, in an environment of their own (`make synth-peers`).
+SYNTH_PEERS := $(VENV)-synth-peers
 # Exact versions with hashes (README: "Reproducible install"); pyproject.toml keeps ranges for library users.
 LOCK := requirements/lock.txt
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
@@ -14,7 +16,7 @@ POSTGRES := /usr/share/doc/postgresql/copyright
 REDIS := /usr/bin/redis-server
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: release test cluster-test ui ui-readonly daemon bench clean lock mutation
+.PHONY: release test cluster-test ui ui-readonly daemon bench clean lock mutation synth-peers synth-peers-lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -56,7 +58,7 @@ $(REDIS):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
 
 # One worker per core; a test file's tests share a worker (module fixtures run once).
-test: $(STAMP) $(CHROMIUM) $(POSTGRES) $(REDIS)
+test: $(STAMP) $(SYNTH_PEERS)/.installed-stamp $(CHROMIUM) $(POSTGRES) $(REDIS)
 	$(PY) -m pytest -n auto --dist loadfile
 
 # The deploy/ profile on localhost: PostgreSQL, Redis and 2 Celery workers release the sample (also in `make test`).
@@ -84,6 +86,22 @@ daemon: $(STAMP) | $(DAGSTER_HOME)
 bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
+# The synthetic benchmark's peers, MST and AIM (smartnoise-synth), in an environment of their own: smartnoise-synth
+# needs opendp<0.15, the project opendp 0.16 (requirements/synth-peers.in says why two files).
+synth-peers: $(SYNTH_PEERS)/.installed-stamp
+$(SYNTH_PEERS)/.installed-stamp: requirements/synth-peers.txt requirements/synth-peers-nodeps.txt
+	$(PYTHON) -m venv $(SYNTH_PEERS)
+	$(SYNTH_PEERS)/bin/pip install --quiet --require-hashes -r requirements/synth-peers.txt
+	$(SYNTH_PEERS)/bin/pip install --quiet --no-deps --require-hashes -r requirements/synth-peers-nodeps.txt
+	@touch $@
+
+synth-peers-lock:
+	$(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/pip install --quiet pip-tools==7.6.2
+	CUSTOM_COMPILE_COMMAND="make synth-peers-lock" $(VENV)-lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	  --no-strip-extras --no-emit-index-url --no-emit-find-links $(LOCK_ARGS) -o requirements/synth-peers.txt \
+	  requirements/synth-peers.in
+
 # Mutation testing of the privacy path (QUALITY.md), not part of `make test`: mutmut as [tool.mutmut] in
 # pyproject.toml sets it up, on 2 processes, each mutant against the tests that reach it. MUTANTS='opal_dp.core.noise*'
 # runs a subset. The mutants that no test kills are listed in mutants/surviving.txt.
@@ -98,4 +116,4 @@ mutation: $(STAMP)
 	  {s['no_tests']} without tests (mutants/surviving.txt)\")"
 
 clean:
-	rm -rf $(VENV) $(VENV)-lock $(DAGSTER_HOME) test-artifacts mutants
+	rm -rf $(VENV) $(VENV)-lock $(SYNTH_PEERS) $(DAGSTER_HOME) test-artifacts mutants

@@ -94,11 +94,12 @@ def test_od_benchmark_smoke(tmp_path):
 def test_synthetic_benchmark_smoke(tmp_path):
     from benchmarks.synthetic import main as synthetic_main
 
-    assert synthetic_main(["--scale", "0.005", "--out", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "synthetic.json").read_text())
+    assert synthetic_main(["--scale", "0.005", "--out", str(tmp_path), "--peers", "none"]) == 0
+    result = json.loads((tmp_path / "synthetic_eps8.json").read_text())
     assert result["synthetic_trips"] > 0 and result["peak_rss_bytes"] > 0 and result["synthesis_s"] > 0
     assert result["ledger_epsilon"] <= 8.0 * (1 + 1e-9)
     assert [r["method"] for r in result["scores"]] == ["archetype_synthesizer", "one_way", "sbh"]
+    assert 0 <= result["travel_days_l1"] <= 2 and {r["measure"] for r in result["period"]} == {"travel_days", "returns"}
     assert not (tmp_path / "runs" / "scale-0.005" / "synthetic" / "private").exists()  # draws removed after
 
 

@@ -81,6 +81,20 @@ def test_the_lock_installs_the_peers_make_bench_runs():
     assert "pip install" not in dry_run("bench")
 
 
+def test_the_synthetic_peers_install_from_their_own_hashed_lock():
+    """MST and AIM (smartnoise-synth) need opendp<0.15, the project opendp 0.16: their environment has its own
+    hashed lock, which `make synth-peers` installs (smartnoise itself without its GAN-only dependencies)."""
+    steps = subprocess.run(["make", "-n", "-B", "synth-peers"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout
+    assert "pip install --quiet --require-hashes -r requirements/synth-peers.txt" in steps
+    assert "pip install --quiet --no-deps --require-hashes -r requirements/synth-peers-nodeps.txt" in steps
+    lock = (REPO / "requirements" / "synth-peers.txt").read_text()
+    assert re.search(r"^opendp==0\.14\.\d+ \\$", lock, re.M) and "torch" not in lock
+    assert re.search(r"^smartnoise-synth==1\.0\.8 \\$", (REPO / "requirements" / "synth-peers-nodeps.txt").read_text(),
+                     re.M)
+    assert re.search(r"^opendp\[polars\]==0\.16\.0 \\$", (REPO / "requirements" / "lock.txt").read_text(), re.M)
+
+
 @pytest.mark.slow
 def test_a_non_editable_install_releases_with_an_explicit_data_directory(tmp_path):
     """``pip install .`` (no source tree on the path): the packaged reference data is found and the data

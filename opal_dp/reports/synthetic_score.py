@@ -184,25 +184,94 @@ def sbh_baseline(bounded: Mapping[str, pd.DataFrame], epsilon: float, delta: flo
             out.append(pd.DataFrame({"date": date_code, "mode": code, "hour": hour, "on_district": on_d,
                                      "off_district": off_d,
                                      "card_day_trips": np.minimum(trips_k, bounds.max_trips_per_card_day)}))
+    if not out:  # at a small budget and scale no released cell may survive its threshold: no rows
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in COLUMNS})
     return pd.concat(out, ignore_index=True)[list(COLUMNS)]
+
+
+def card_day_shapes(trips: pd.DataFrame, stops: pd.DataFrame, dates: Sequence[str],
+                    dist: Districts | None = None) -> pd.DataFrame:
+    """Raw-contract trips -> one row per card-day: ``card_id``, ``date`` (ISO), ``week`` (its calendar week),
+    ``trips`` and ``returns`` (1 if two or more trips and the last, in tap-on order, ends in the district where the
+    first began: ``release.synthetic.archetypes.card_days``)."""
+    scored = features(trips, stops, len(trips) + 1, dates, dist)
+    frame = pd.DataFrame({"card_id": trips["card_id"].to_numpy(np.int64), "date": scored["date"].to_numpy(),
+                          "on_s": trips["tap_on_time"].to_numpy("datetime64[s]").astype(np.int64),
+                          "on": scored["on_district"].to_numpy(), "off": scored["off_district"].to_numpy()})
+    frame = frame.sort_values(["card_id", "date", "on_s"], kind="stable")
+    days = frame.groupby(["card_id", "date"], sort=False).agg(trips=("on", "size"), first_on=("on", "first"),
+                                                              last_off=("off", "last")).reset_index()
+    iso = np.array(dates)[days["date"].to_numpy()]
+    return pd.DataFrame({"card_id": days["card_id"], "date": iso, "week": [Periods().name_of(d) for d in iso],
+                         "trips": days["trips"],
+                         "returns": ((days["trips"] >= 2) & (days["last_off"] == days["first_on"])).astype(np.int64)})
+
+
+def travel_days_per_card(shapes: pd.DataFrame) -> pd.Series:
+    """Per (card, calendar week): the number of dates the card travels on (``card_day_shapes`` rows)."""
+    return shapes.groupby(["card_id", "week"]).size()
+
+
+def period_scores(dates: Sequence[str], load: Callable[[str], pd.DataFrame], synthetic: pd.DataFrame,
+                  stops: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Internal, NOT DP: the multi-day structure, true vs synthetic. Returns the distributions (``measure``:
+    ``travel_days`` = share of (card, week) by dates travelled, ``returns`` = share of card-days of two or more
+    trips that come back where they began, by ``value`` 0/1; columns ``true`` and ``synthetic``) and their L1
+    distances (``travel_days_l1``, ``returns_l1``)."""
+    dist = districts(stops, location_labels(stops))
+    true = pd.concat([card_day_shapes(load(day), stops, dates, dist) for day in dates], ignore_index=True)
+    shapes = {"true": true, "synthetic": card_day_shapes(synthetic, stops, dates, dist)}
+    rows, l1 = [], {}
+    for measure in ("travel_days", "returns"):
+        shares = {}
+        for name, frame in shapes.items():
+            values = (travel_days_per_card(frame) if measure == "travel_days"
+                      else frame.loc[frame["trips"] >= 2, "returns"])
+            shares[name] = values.value_counts(normalize=True)
+        table = pd.DataFrame(shares).fillna(0.0).sort_index().rename_axis("value").reset_index()
+        l1[f"{measure}_l1"] = float((table["true"] - table["synthetic"]).abs().sum())
+        rows.append(table.assign(measure=measure))
+    return pd.concat(rows, ignore_index=True)[["measure", "value", "true", "synthetic"]], l1
+
+
+def period_plot(distribution: pd.DataFrame, l1: Mapping[str, float]) -> bytes:
+    """PNG: travel days per card-week and the return share of card-days, true vs synthetic."""
+    fig, axes = figure(2, (10, 3.4))
+    titles = {"travel_days": "share of cards (per week) by days travelled",
+              "returns": "card-days of 2+ trips: 1 = last trip ends where the first began"}
+    for ax, measure in zip(axes, titles):
+        part = distribution[distribution["measure"] == measure]
+        for i, column in enumerate(("true", "synthetic")):
+            ax.bar(part["value"] + (i - 0.5) * 0.4, part[column], width=0.4, label=column)
+        ax.set_xticks(part["value"])
+        ax.set_title(f"{titles[measure]}\nL1 = {l1[measure + '_l1']:.3f}", fontsize=9)
+        ax.legend(fontsize=7)
+    return png(fig, "Internal, not DP: synthetic cards over the week vs the true cards")
 
 
 METHODS = ("archetype_synthesizer", "one_way", "sbh")
 
 
+Peers = Callable[[Mapping[str, pd.DataFrame]], Mapping[str, pd.DataFrame]]
+"""More methods on the same bounded trips: {date: kept ``CardBinnedTrips``} -> {method: rows in ``COLUMNS``}."""
+
+
 def evaluate(
     dates: Sequence[str], load: Callable[[str], pd.DataFrame], synthetic: pd.DataFrame, epsilon: float,
     delta: float, bounds: ContributionBounds, key: bytes, stops: pd.DataFrame, rng: np.random.Generator,
+    peers: Peers | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Internal, NOT DP: the synthetic trips and both baselines scored against the true trips.
+    """Internal, NOT DP: the synthetic trips and both baselines (and ``peers``, if given, fitted on the same
+    bounded trips) scored against the true trips.
 
     ``dates``: ISO, sorted; ``load(date)``: that date's ingested trips (private, one day in memory at a time);
-    ``synthetic``: the synthetic rows of the same dates. Returns (scores: one row per method with ``k_marginal``,
-    ``od_top100_l1`` and ``trips_per_card_day_l1``; the trips-per-card-day distribution by method, true included).
+    ``synthetic``: the synthetic rows of the same dates. Returns (scores: one row per method with ``k_marginal``
+    (3-way), ``k_marginal_2way``, ``od_top100_l1`` and ``trips_per_card_day_l1``; the trips-per-card-day
+    distribution by method, true included).
     """
     m = bounds.max_trips_per_card_day
     dist = districts(stops, location_labels(stops))
-    true, kept_features, kept_binned = [], {}, {}
+    true, kept_features, kept_binned, kept_cards = [], {}, {}, {}
     for day in dates:
         ingested = load(day)
         true.append(features(ingested, stops, m, dates, dist))
@@ -210,15 +279,18 @@ def evaluate(
         keep = keep_mask(binned, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key)
         kept_features[day] = features(ingested.loc[keep], stops, m, dates, dist)
         kept_binned[day] = binned.loc[keep].drop(columns=CARD)
+        if peers is not None:
+            kept_cards[day] = binned.loc[keep]
     truth = pd.concat(true, ignore_index=True)
     frames = {
         "archetype_synthesizer": features(synthetic, stops, m, dates, dist),
         "one_way": one_way_baseline(kept_features, epsilon, delta, bounds, DiscreteGaussian(), rng),
         "sbh": sbh_baseline(kept_binned, epsilon, delta, bounds, stops, dates, rng),
+        **(peers(kept_cards) if peers is not None else {}),
     }
     shares = {"true": trips_per_card_day(truth), **{k: trips_per_card_day(v) for k, v in frames.items()}}
     distribution = pd.DataFrame(shares).fillna(0.0).rename_axis("card_day_trips").reset_index()
-    rows = [{"method": name, "k_marginal": k_marginal(truth, frame),
+    rows = [{"method": name, "k_marginal": k_marginal(truth, frame), "k_marginal_2way": k_marginal(truth, frame, 2),
              "od_top100_l1": od_top100(truth, frame)["l1_on_top100"],
              "trips_per_card_day_l1": float((distribution[name] - distribution["true"]).abs().sum()),
              "rows": len(frame)} for name, frame in frames.items()]

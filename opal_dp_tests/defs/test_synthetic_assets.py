@@ -69,6 +69,8 @@ def test_release_synthetic_publishes_raw_contract_rows_with_a_ledger_statement(r
     (report,) = [e for e in run.get_asset_materialization_events()
                  if e.asset_key == dg.AssetKey("synthetic_report")]
     assert "scores (internal, not DP)" in report.materialization.metadata
+    assert 0 <= report.materialization.metadata["travel_days_l1"].value <= 2
+    assert (storage.reports_dir / "synthetic_period.png").read_bytes().startswith(b"\x89PNG")
     (trips,) = [e for e in run.get_asset_materialization_events() if e.asset_key == dg.AssetKey("synthetic_trips")]
     assert trips.materialization.metadata["epsilon"].value == pytest.approx(statement["guarantee"]["epsilon"])
     checks = run.get_asset_check_evaluations()

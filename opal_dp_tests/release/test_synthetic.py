@@ -46,14 +46,26 @@ def private(tmp_path_factory, network) -> dict[str, pd.DataFrame]:
 
 
 @pytest.fixture(scope="module")
-def truths(private, network):
-    plan = sq.synthetic_plan(8.0, 1e-6, ContributionBounds(), list(private), network)
+def kept(private, network):
+    """Per date, the bounded trips (``CardBinnedTrips``): private."""
     out = {}
     for day, ingested in private.items():
         binned = bin_trips(ingested, network)
-        keep = keep_mask(binned, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, plan.bounds, KEY)
-        out[day] = sq.true_histograms(binned.loc[keep], date.fromisoformat(day), plan.domain)
+        out[day] = binned.loc[keep_mask(binned, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD,
+                                        ContributionBounds(), KEY)]
     return out
+
+
+@pytest.fixture(scope="module")
+def truths(kept, network):
+    plan = sq.synthetic_plan(8.0, 1e-6, ContributionBounds(), list(kept), network)
+    return {day: sq.true_histograms(trips, date.fromisoformat(day), plan.domain) for day, trips in kept.items()}
+
+
+@pytest.fixture(scope="module")
+def travel(kept, network):
+    plan = sq.synthetic_plan(8.0, 1e-6, ContributionBounds(), list(kept), network)
+    return sq.true_travel_days({day: trips["card_id"].unique() for day, trips in kept.items()}, plan)
 
 
 def _plan(network, days, epsilon=8.0, seed=1):
@@ -68,12 +80,17 @@ def test_rules_give_every_card_day_one_archetype():
     features = pd.DataFrame({
         "card_id": [1, 1, 2, 2, 3, 4, 4, 5, 5],
         "mode": [0, 3, 0, 0, 0, 3, 3, 0, 0],
-        "window": [30, 70, 30, 70, 50, 50, 80, 5, 90],
+        "window": [30, 70, 70, 30, 50, 50, 80, 5, 90],
+        "on_district": [1, 2, 2, 1, 1, 1, 2, 1, 1],
+        "off_district": [2, 1, 1, 2, 1, 2, 3, 2, 3],
     })
     weekday = card_days(features, date(2016, 7, 25), max_trips=4)
     names = [ARCHETYPES[a] for a in weekday["archetype"]]
     assert names == ["multi_modal", "peak_commuter", "single_trip", "off_peak", "off_peak"]
     assert weekday["trips"].tolist() == [2, 2, 1, 2, 2]
+    # card 2's trips come in reverse order: sorted by tap-on time, 1 -> 2 then 2 -> 1 is a return; a lone trip
+    # ending where it began is not; card 4 ends in 3, not where it began (1)
+    assert weekday["returns"].tolist() == [1, 1, 0, 0, 0]
     weekend = card_days(features, date(2016, 7, 30), max_trips=1)
     assert set(weekend["archetype"]) == {ARCHETYPES.index("weekend")} and weekend["trips"].max() == 1
 
@@ -96,45 +113,65 @@ def test_plan_calibration_composes_to_the_stated_budget(network):
     assert guarantee.epsilon == pytest.approx(4.0, rel=1e-6) and guarantee.epsilon <= 4.0 * (1 + 1e-9)
 
 
-def test_release_is_charged_once_reused_on_rerun_and_refused_over_the_cap(tmp_path, network, truths):
+def test_release_is_charged_once_reused_on_rerun_and_refused_over_the_cap(tmp_path, network, truths, travel):
     plan = _plan(network, list(truths))
     ledger = _ledger(tmp_path)
-    first = sq.release_queries(truths, plan, ledger, tmp_path, "run-1", KEY)
+    first = sq.release_queries(truths, travel, plan, ledger, tmp_path, "run-1", KEY)
     charges = ledger.charges(PrivacyUnit.CARD_PERIOD.value)
     assert sorted(c.marginal for c in charges) == sorted(sq.MARGINAL_PREFIX + q for q in sq.QUERIES)
-    assert len(first.draws) == len(truths) * len(sq.QUERIES)
+    assert list(travel) == ["2016-07-25..2016-07-31"]  # both dates lie in one calendar week: one weekly part
+    assert len(first.draws) == len(truths) * len(sq.DAY_QUERIES) + 1
     spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
     assert spent.epsilon <= 8.0 * (1 + 1e-9)
-    again = sq.release_queries(truths, plan, ledger, tmp_path, "run-2", KEY)
+    again = sq.release_queries(truths, travel, plan, ledger, tmp_path, "run-2", KEY)
     assert len(ledger.charges()) == len(charges)  # reused: no noise, no charge
     for day in truths:
-        for q in sq.QUERIES:
+        for q in sq.DAY_QUERIES:
             pd.testing.assert_frame_equal(first.noisy[day][q], again.noisy[day][q])
+    pd.testing.assert_frame_equal(first.travel_days[list(travel)[0]], again.travel_days[list(travel)[0]])
     with pytest.raises(BudgetExceeded):
-        sq.release_queries(truths, plan, ledger, tmp_path, "run-3", KEY, fresh=True)
+        sq.release_queries(truths, travel, plan, ledger, tmp_path, "run-3", KEY, fresh=True)
 
 
-def _release_from_disk(tmp_path, network, truths) -> sq.SyntheticRelease:
+def test_travel_days_hold_each_travelling_card_once_per_week(kept, travel, network):
+    """Every card with a kept card-day lies in exactly one cell of its week, the cell of the dates it travelled."""
+    (counts,) = travel.values()
+    cards = {day: set(trips["card_id"]) for day, trips in kept.items()}
+    assert counts.sum() == len(set.union(*cards.values()))
+    plan = _plan(network, list(kept))
+    cells = plan.domain.cells[sq.WEEK_QUERY]["days"].to_numpy()
+    friday, saturday = 1 << 4, 1 << 5
+    both = len(set.intersection(*cards.values()))
+    assert counts[cells == friday | saturday].sum() == both
+    assert counts[cells == friday].sum() == len(cards["2016-07-29"]) - both
+    assert plan.sensitivity[sq.WEEK_QUERY].l2_squared == 1  # one week: one cell per card
+
+
+def _release_from_disk(tmp_path, network, truths, travel) -> sq.SyntheticRelease:
     """The DP outputs as a reader outside the private stages has them: the stored draws and public parameters."""
     plan = _plan(network, list(truths))
-    released = sq.release_queries(truths, plan, _ledger(tmp_path), tmp_path, "run-1", KEY)
-    stored = {d.part: {} for d in released.draws}
+    released = sq.release_queries(truths, travel, plan, _ledger(tmp_path), tmp_path, "run-1", KEY)
+    stored, weekly = {}, {}
     charge_query = {c.id: c.marginal.removeprefix(sq.MARGINAL_PREFIX) for c in released.charges}
     for d in released.draws:
-        stored[d.part][charge_query[d.charge_id]] = pd.read_parquet(tmp_path / d.release_ref)
-    return sq.SyntheticRelease(stored, released.max_trips, dict(plan.sigma), plan.domain.districts.names)
+        table = pd.read_parquet(tmp_path / d.release_ref)
+        if charge_query[d.charge_id] == sq.WEEK_QUERY:
+            weekly[d.part] = table
+        else:
+            stored.setdefault(d.part, {})[charge_query[d.charge_id]] = table
+    return sq.SyntheticRelease(stored, released.max_trips, dict(plan.sigma), plan.domain.districts.names,
+                               travel_days=weekly)
 
 
-def test_generator_reads_only_the_dp_outputs(tmp_path, network, truths, monkeypatch):
+def test_generator_reads_only_the_dp_outputs(tmp_path, network, truths, monkeypatch, travel):
     """The synthetic day is a function of the release object (the stored draws and public parameters) and its
     own randomness: it opens no file (so no private data) while generating, it repeats under the same
     randomness, and it follows the noisy counts it is given."""
-    release = _release_from_disk(tmp_path, network, truths)
-    day = release.dates[0]
+    release = _release_from_disk(tmp_path, network, truths, travel)
 
     def generated(rel: sq.SyntheticRelease) -> pd.DataFrame:
         ids = np.random.default_rng(5)
-        return gen.generate_day(rel, day, network, np.random.default_rng(3), lambda n: ids.bytes(n))
+        return pd.concat([f for _, f in gen.generate(rel, network, np.random.default_rng(3), lambda n: ids.bytes(n))])
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"the generator opened {args[:1]}")
@@ -145,19 +182,41 @@ def test_generator_reads_only_the_dp_outputs(tmp_path, network, truths, monkeypa
             sealed.setattr(module, name, refuse)
         a, b = generated(release), generated(release)
     pd.testing.assert_frame_equal(a, b)
-    n_cards = gen.cleaned(release.noisy[day]["counts"], release.sigma["counts"]).sum()
-    assert a["card_id"].nunique() == n_cards
-    more = {d: {q: f.assign(count=f["count"] * 2) if q == "counts" else f for q, f in by.items()}
-            for d, by in release.noisy.items()}
-    doubled = generated(dataclasses.replace(release, noisy=more))
-    assert doubled["card_id"].nunique() == gen.cleaned(more[day]["counts"], release.sigma["counts"]).sum() != n_cards
+    (week,) = release.travel_days
+    on_release_days = (release.travel_days[week]["days"] & ~((1 << 4) | (1 << 5))) == 0  # Friday and Saturday
+
+    def n_cards(travel_days: pd.DataFrame) -> int:
+        return gen.cleaned(travel_days, release.sigma[sq.WEEK_QUERY])[on_release_days].sum()
+
+    assert a["card_id"].nunique() == n_cards(release.travel_days[week])
+    more = {week: release.travel_days[week].assign(count=release.travel_days[week]["count"] * 2)}
+    doubled = generated(dataclasses.replace(release, travel_days=more))
+    assert doubled["card_id"].nunique() == n_cards(more[week]) != n_cards(release.travel_days[week])
+
+
+def test_a_synthetic_card_keeps_its_id_over_its_week(tmp_path, network, truths, travel):
+    """The released travel_days say 50 cards travel on both days: after cleaning, every synthetic card of the
+    Friday is one of the Saturday's, under the same id, and returning card-days come back where they began."""
+    release = _release_from_disk(tmp_path, network, truths, travel)
+    (week,) = release.travel_days
+    cells = release.travel_days[week]
+    both = cells.assign(count=np.where(cells["days"] == (1 << 4) | (1 << 5), 50, 0))
+    returning = {d: {**by, "counts": by["counts"].assign(count=np.where(
+        (by["counts"]["trips"] == 2) & (by["counts"]["returns"] == 1), 10**4, 0))} for d, by in release.noisy.items()}
+    release = dataclasses.replace(release, travel_days={week: both}, noisy=returning)
+    days = dict(gen.generate(release, network, np.random.default_rng(0)))
+    friday, saturday = (set(days[d]["card_id"]) for d in sorted(days))
+    assert len(friday) == 50 and friday == saturday
+    shapes = score.card_day_shapes(pd.concat(days.values()), network, sorted(days))
+    assert len(shapes) == 100 and (shapes["trips"] == 2).all() and (shapes["returns"] == 1).all()
+    assert (score.travel_days_per_card(shapes) == 2).all()
 
 
 def test_synthetic_rows_meet_the_raw_contract_but_ingest_refuses_their_synthetic_card_ids(tmp_path, network, truths,
-                                                                                        private):
+                                                                                        private, travel):
     """Every field of a synthetic row is valid raw input except its card id, drawn from the range ingest reserves
     for synthetic cards: a synthetic file fed back as raw data is refused, and no id can be a private card's."""
-    release = _release_from_disk(tmp_path, network, truths)
+    release = _release_from_disk(tmp_path, network, truths, travel)
     folder = tmp_path / "synthetic"
     rows = gen.write_synthetic(gen.generate(release, network, np.random.default_rng(0)), folder)
     table = pd.read_parquet(folder / gen.PARQUET)
@@ -180,8 +239,8 @@ def _write(frame: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def test_k_marginal_score_and_baselines(tmp_path, network, truths, private):
-    release = _release_from_disk(tmp_path, network, truths)
+def test_k_marginal_score_and_baselines(tmp_path, network, truths, private, travel):
+    release = _release_from_disk(tmp_path, network, truths, travel)
     dates = sorted(private)
     true = score.features(pd.concat(private.values()), network, release.max_trips, dates)
     assert score.k_marginal(true, true) == 1000.0
@@ -205,7 +264,8 @@ def test_statement_comes_from_the_ledger_and_publication_is_atomic(tmp_path, net
 
     plan = _plan(network, list(truths), epsilon=4.0)
     ledger = _ledger(tmp_path)
-    released = sq.release_queries(truths, plan, ledger, tmp_path, "run-1", KEY)
+    travel = sq.true_travel_days({d: np.arange(50) for d in truths}, plan)
+    released = sq.release_queries(truths, travel, plan, ledger, tmp_path, "run-1", KEY)
     ids = [d.id for d in released.draws]
     statement = synthetic_statement(ledger, ids, "r1")
     assert statement["ledger"]["draws"] == sorted(ids)
@@ -233,3 +293,20 @@ def test_tap_on_seconds_become_strictly_increasing_within_the_day():
         out = gen._strictly_increasing(seconds, card)
         assert out.min() >= 0 and out.max() < gen.DAY_S
         assert all((np.diff(out[card == c]) > 0).all() for c in np.unique(card))
+
+
+def test_travel_days_sensitivity_bounds_removing_any_card(network):
+    """Removing one card changes the travel_days counts by at most the stated l2² (one cell per week it travels
+    in, and no more weeks than card-days); checked on every card of a fortnight where cards travel in both weeks."""
+    fortnight = [date.fromordinal(date(2016, 7, 25).toordinal() + i).isoformat() for i in range(14)]
+    rng = np.random.default_rng(3)
+    kept = {d: np.flatnonzero(rng.random(40) < 0.5) for d in fortnight}  # 40 cards, each day a random half
+    plan = _plan(network, fortnight)
+    assert plan.sensitivity[sq.WEEK_QUERY].l2_squared == 2  # two calendar weeks
+    full = sq.true_travel_days(kept, plan)
+    for card in range(40):
+        without = sq.true_travel_days({d: ids[ids != card] for d, ids in kept.items()}, plan)
+        change = sum(int(((full[w] - without[w]) ** 2).sum()) for w in full)
+        assert change <= plan.sensitivity[sq.WEEK_QUERY].l2_squared
+    one_day = sq.synthetic_plan(8.0, 1e-6, ContributionBounds(max_days_per_card=1), fortnight, network)
+    assert one_day.sensitivity[sq.WEEK_QUERY].l2_squared == 1  # one kept card-day: one week at most

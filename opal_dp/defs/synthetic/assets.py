@@ -25,7 +25,7 @@ from opal_dp.prep.bounding import keep_mask, select_card_days
 from opal_dp.prep.raw_columns import MAX_ID, SYNTHETIC_ID_LOW
 from opal_dp.release.synthetic import queries as sq
 from opal_dp.release.marginals.schemas import SyntheticScores, SyntheticTrips
-from opal_dp.reports.synthetic_score import evaluate, score_plot
+from opal_dp.reports.synthetic_score import evaluate, period_plot, period_scores, score_plot
 from opal_dp.release.synthetic.generator import PARQUET, generate, write_synthetic
 from opal_dp.release.synthetic.publish import publish_synthetic, synthetic_statement
 
@@ -62,14 +62,16 @@ def synthetic_release(
         chosen = select_card_days(pd.concat([card_days[d].assign(date=d) for d in days], ignore_index=True),
                                   bounds.max_days_per_card, key)
         kept_cards = {d: np.sort(g["card_id"].to_numpy(np.int64)) for d, g in chosen.groupby("date")}
-    truths = {}
+    truths, travelling = {}, {}
     for day in days:
         trips = binned_trips[day]
         cards = None if kept_cards is None else kept_cards.get(day, np.zeros(0, np.int64))
         keep = keep_mask(trips, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key, cards)
         truths[day] = sq.true_histograms(trips.loc[keep], date.fromisoformat(day), plan.domain)
+        travelling[day] = trips.loc[keep, "card_id"].unique()
     ledger = privacy_budget.ledger(storage)
-    released = sq.release_queries(truths, plan, ledger, storage.private_dir, context.run.run_id,
+    released = sq.release_queries(truths, sq.true_travel_days(travelling, plan), plan, ledger, storage.private_dir,
+                                  context.run.run_id,
                                   privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw,
                                   input_versions=raw_input_versions(storage, privacy_budget, days, plan.unit, lambda day: days))
     spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
@@ -94,11 +96,16 @@ def load_release(storage: OpalStorage, privacy_budget: PrivacyBudget) -> sq.Synt
     draws = ledger.draws(manifest["draws"])
     charges = {c.id: c for c in ledger.charges(PrivacyUnit.CARD_PERIOD.value)}
     noisy: dict = {}
+    weekly = {}
     for d in draws:
         query = charges[d.charge_id].marginal.removeprefix(sq.MARGINAL_PREFIX)
-        noisy.setdefault(d.part, {})[query] = pd.read_parquet(storage.private_dir / d.release_ref)
+        table = pd.read_parquet(storage.private_dir / d.release_ref)
+        if query == sq.WEEK_QUERY:
+            weekly[d.part] = table
+        else:
+            noisy.setdefault(d.part, {})[query] = table
     return sq.SyntheticRelease(noisy, manifest["max_trips"], manifest["sigma"], tuple(manifest["district_names"]),
-                               tuple(draws))
+                               tuple(draws), travel_days=weekly)
 
 
 @dg.asset(group_name=GROUP, deps=[synthetic_release], **labels("dp", "parquet", "csv"),
@@ -146,8 +153,9 @@ def synthetic_published(privacy_budget: PrivacyBudget, storage: OpalStorage) -> 
     deps=[synthetic_trips],
     metadata=column_schema(SyntheticScores),
     description="Internal, NOT differentially private: the staged synthetic trips scored against the true trips "
-                "(SDNist 3-way k-marginal, OD agreement on the top 100 pairs, trips per card-day), with two "
-                "baselines on the same budget drawn in memory (nothing charged). Never published.",
+                "(SDNist 3-way and 2-way k-marginal, OD agreement on the top 100 pairs, trips per card-day), with two "
+                "baselines on the same budget drawn in memory (nothing charged), and the multi-day structure (travel "
+                "days per card-week, return journeys) true vs synthetic. Never published.",
     **labels("internal", "parquet"),
 )
 def synthetic_report(
@@ -165,10 +173,17 @@ def synthetic_report(
     plot = score_plot(scores, distribution)
     path = make_dirs(storage.reports_dir) / "synthetic_score.png"
     reserve_private(path).write_bytes(plot)
+    period, period_l1 = period_scores(dates, ingested_trips.__getitem__, synthetic, reference.stops())
+    period_png = period_plot(period, period_l1)
+    reserve_private(storage.reports_dir / "synthetic_period.png").write_bytes(period_png)
     return dg.Output(scores, metadata={
         "scores (internal, not DP)": dg.MetadataValue.md(scores.to_markdown(index=False, floatfmt=".4g")),
         "trips per card-day": dg.MetadataValue.md(distribution.to_markdown(index=False, floatfmt=".4f")),
         "plot": dg.MetadataValue.md(f"![scores](data:image/png;base64,{base64.b64encode(plot).decode()})"),
         "plot_path": dg.MetadataValue.path(str(path)),
+        "travel days and returns": dg.MetadataValue.md(period.to_markdown(index=False, floatfmt=".4f")),
+        **{k: dg.MetadataValue.float(v) for k, v in period_l1.items()},
+        "period_plot": dg.MetadataValue.md(
+            f"![period](data:image/png;base64,{base64.b64encode(period_png).decode()})"),
         "dates": len(dates),
     })

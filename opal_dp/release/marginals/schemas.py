@@ -175,6 +175,7 @@ class SyntheticScores(pa.DataFrameModel):
 
     method: Series[str]
     k_marginal: Series[float] = pa.Field(ge=0, le=1000)
+    k_marginal_2way: Series[float] = pa.Field(ge=0, le=1000)
     od_top100_l1: Series[float] = pa.Field(ge=0, le=2)
     trips_per_card_day_l1: Series[float] = pa.Field(ge=0, le=2)
     rows: Series[int] = pa.Field(ge=0)

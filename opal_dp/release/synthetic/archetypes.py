@@ -98,17 +98,21 @@ def trip_features(trips: pd.DataFrame, dist: Districts) -> pd.DataFrame:
 
 
 def card_days(features: pd.DataFrame, day: date, max_trips: int) -> pd.DataFrame:
-    """One row per card-day of one date, sorted by ``card_id``: ``archetype`` (index into ``ARCHETYPES``) and
-    ``trips`` (its number of trips, capped at ``max_trips``: trips beyond the bound are not counted)."""
-    order = np.argsort(features[CARD].to_numpy(np.int64), kind="stable")
+    """One row per card-day of one date, sorted by ``card_id``: ``archetype`` (index into ``ARCHETYPES``),
+    ``trips`` (its number of trips, capped at ``max_trips``: trips beyond the bound are not counted) and
+    ``returns`` (1 if it has two or more trips and its last trip, in tap-on order, ends in the district where its
+    first began: the return-trip structure; else 0). Reads the card-day's own trips only."""
+    order = np.lexsort((features["window"].to_numpy(np.int64), features[CARD].to_numpy(np.int64)))
     card = features[CARD].to_numpy(np.int64)[order]
     starts = np.flatnonzero(np.r_[True, card[1:] != card[:-1]]) if len(card) else np.zeros(0, np.int64)
     trips = np.diff(np.r_[starts, len(card)])
     if not len(card):
-        modes = first = trips
+        modes = first = returns = trips
     else:
         modes = np.bitwise_or.reduceat(1 << features["mode"].to_numpy(np.int64)[order], starts)
-        first = np.minimum.reduceat(features["window"].to_numpy(np.int64)[order], starts)
+        first = features["window"].to_numpy(np.int64)[order][starts]
+        on, off = (features[c].to_numpy(np.int64)[order] for c in ("on_district", "off_district"))
+        returns = ((trips >= 2) & (off[starts + trips - 1] == on[starts])).astype(np.int64)
     multi_modal = (modes & (modes - 1)) != 0  # two or more mode bits set
     if day.weekday() >= 5:
         archetype = np.zeros(len(starts), dtype=np.int64)
@@ -119,4 +123,5 @@ def card_days(features: pd.DataFrame, day: date, max_trips: int) -> pd.DataFrame
             [ARCHETYPES.index("multi_modal"), ARCHETYPES.index("peak_commuter"), ARCHETYPES.index("single_trip")],
             default=ARCHETYPES.index("off_peak"),
         ).astype(np.int64)
-    return pd.DataFrame({CARD: card[starts], "archetype": archetype, "trips": np.minimum(trips, max_trips)})
+    return pd.DataFrame({CARD: card[starts], "archetype": archetype, "trips": np.minimum(trips, max_trips),
+                         "returns": returns})

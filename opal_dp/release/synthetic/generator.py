@@ -6,11 +6,15 @@ was not released. Per date:
 
 1. Clean the noisy counts (post-processing): a cell below ``THRESHOLD_SIGMAS`` sigma of its query is set
    to 0 (most empty cells of a public domain then stay empty), negatives likewise.
-2. Card-days: ``counts[archetype, trips]`` of them, each under a fresh card id (62-bit, OS CSPRNG, so it
-   cannot be a function of any private id; a synthetic card lives for one card-day).
+2. Cards: per calendar week, ``travel_days[days]`` cards travel on exactly the dates of the bit mask ``days``
+   (dates outside the release dropped), each under a fresh card id that it keeps for the whole week (62-bit, OS
+   CSPRNG, so it cannot be a function of any private id). On each date, each card travelling that day gets one
+   card-day whose (archetype, trips, returns) is drawn from ``counts`` of that date.
 3. Each trip of a card-day of archetype ``a``: (mode, hour, tap-on district) from ``time_origin[a]``, then
    the tap-off district from ``od[a, mode, tap-on district]`` (falling back to all archetypes, then to
-   "no tap-off", where a row of the released table is empty after cleaning).
+   "no tap-off", where a row of the released table is empty after cleaning). A card-day with ``returns``
+   comes back: its last trip takes the first trip's mode, starts where the first ended (where it started if
+   the first has no tap-off) and ends in the district where the first began.
 4. Rows of the raw input contract: tap-on second uniform in its hour, a card-day's tap-ons strictly
    increasing; tap-on and tap-off stop uniform among the reference stops of that mode in that district;
    duration from the straight-line distance at a public mode speed plus boarding time, within ingest's
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +39,7 @@ from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.ingest import MAX_DURATION, RAW_COLUMNS
 from opal_dp.prep.raw_columns import SYNTHETIC_ID_LOW
 from opal_dp.release.synthetic.archetypes import POSTCODES_PER_DISTRICT
-from opal_dp.release.synthetic.queries import COUNT, SyntheticRelease
+from opal_dp.release.synthetic.queries import COUNT, DAY_QUERIES, WEEK_QUERY, SyntheticRelease, week_of
 
 THRESHOLD_SIGMAS = 2.0
 SPEED_KMH = {"bus": 18.0, "ferry": 22.0, "light_rail": 15.0, "train": 45.0}
@@ -76,22 +81,39 @@ class _Stops:
 
 
 def _card_ids(n: int, rng_bytes) -> np.ndarray:
-    ids = np.frombuffer(rng_bytes(8 * n), dtype=np.uint64) % np.uint64(_ID_LOW) + np.uint64(_ID_LOW)
-    return ids.astype(np.int64)
+    """``n`` distinct fresh synthetic card ids (module docstring)."""
+    while True:
+        ids = (np.frombuffer(rng_bytes(8 * n), dtype=np.uint64) % np.uint64(_ID_LOW) + np.uint64(_ID_LOW)).astype(np.int64)
+        if len(np.unique(ids)) == n:  # a repeat among 2**61: redraw them all
+            return ids
+
+
+def week_cards(release: SyntheticRelease, week: str, id_bytes=os.urandom) -> pd.DataFrame:
+    """The synthetic cards of one week: ``card_id`` and ``days`` (bit mask, Monday = bit 0), from the cleaned
+    ``travel_days`` counts of ``release`` alone. A cell with a date outside the release is 0 in truth (public):
+    it is dropped."""
+    table = release.travel_days[week]
+    released = np.bitwise_or.reduce([1 << date.fromisoformat(d).weekday() for d in release.dates if week_of(d) == week])
+    mask = table["days"].to_numpy(np.int64)
+    n = np.where(mask & ~released, 0, cleaned(table, release.sigma[WEEK_QUERY]))
+    days = np.repeat(mask, n)
+    return pd.DataFrame({"card_id": _card_ids(len(days), id_bytes), "days": days})
 
 
 def generate_day(
-    release: SyntheticRelease, day: str, stops: pd.DataFrame, rng: np.random.Generator, id_bytes=os.urandom
+    release: SyntheticRelease, day: str, cards: np.ndarray, stops: pd.DataFrame, rng: np.random.Generator
 ) -> pd.DataFrame:
-    """One date's synthetic trips (raw input contract columns), from ``release`` and ``stops`` alone."""
+    """One date's synthetic trips (raw input contract columns) for the synthetic ``cards`` travelling on it (one
+    card-day each), from ``release`` and ``stops`` alone."""
     tables = release.noisy[day]
-    counts_cells, to_cells, od_cells = (tables[q].drop(columns=COUNT) for q in ("counts", "time_origin", "od"))
-    n_cards = cleaned(tables["counts"], release.sigma["counts"])
-    card_arch = np.repeat(counts_cells["archetype"].to_numpy(), n_cards)
-    card_trips = np.repeat(counts_cells["trips"].to_numpy(), n_cards)
-    ids = _card_ids(len(card_arch), id_bytes)
-    while len(ids) > 1 and (np.diff(np.sort(ids)) == 0).any():  # a repeat among 2**61: redraw them all
-        ids = _card_ids(len(card_arch), id_bytes)
+    counts_cells, to_cells, od_cells = (tables[q].drop(columns=COUNT) for q in DAY_QUERIES)
+    weights = cleaned(tables["counts"], release.sigma["counts"]).astype(float)
+    if weights.sum() == 0:  # nothing released for this date: its card-days are dropped
+        cards = cards[:0]
+        weights = np.ones(len(weights))
+    cell = rng.choice(len(counts_cells), size=len(cards), p=weights / weights.sum())
+    card_arch, card_trips, card_returns = (counts_cells[c].to_numpy()[cell] for c in ("archetype", "trips", "returns"))
+    ids = np.asarray(cards, dtype=np.int64)
     trip_card = np.repeat(np.arange(len(card_arch)), card_trips)
     arch = card_arch[trip_card]
 
@@ -109,6 +131,7 @@ def generate_day(
     order = np.lexsort((on_s, trip_card))
     trip_card, mode, on, off, on_s = trip_card[order], mode[order], on[order], off[order], on_s[order]
     on_s = _strictly_increasing(on_s, trip_card)
+    _return_home(trip_card, card_returns, mode, on, off, none)
 
     net = _Stops(stops, release.district_names)
     on_row = net.draw(mode, on, rng)
@@ -127,6 +150,20 @@ def generate_day(
         "tap_off_time": tap_off.astype("datetime64[ns]"),
         "tap_off_stop": pd.arrays.IntegerArray(net.ids[off_row].astype(np.int32), ~has_off),
     })[list(RAW_COLUMNS)]
+
+
+def _return_home(card: np.ndarray, returns: np.ndarray, mode: np.ndarray, on: np.ndarray, off: np.ndarray,
+                 none: int) -> None:
+    """In place (rows sorted by card, then time): the last trip of every returning card-day goes back to where its
+    first began, on the first trip's mode (module docstring, step 3). The first trip's districts are stops of
+    its mode, so the last trip's are too."""
+    starts = np.flatnonzero(np.r_[True, card[1:] != card[:-1]]) if len(card) else np.zeros(0, np.int64)
+    last = np.r_[starts[1:], len(card)] - 1
+    back = (returns[card[starts]] == 1) & (last > starts)
+    first, last = starts[back], last[back]
+    mode[last] = mode[first]
+    on[last] = np.where(off[first] == none, on[first], off[first])
+    off[last] = on[first]
 
 
 def _conditional(cells: pd.DataFrame, weights: np.ndarray, given: pd.DataFrame, rng: np.random.Generator
@@ -178,12 +215,19 @@ def _duration_s(net: _Stops, mode: np.ndarray, on: np.ndarray, off: np.ndarray, 
     return np.minimum(np.round(minutes * 60), cap).astype(np.int64)
 
 
-def generate(release: SyntheticRelease, stops: pd.DataFrame, rng: np.random.Generator | None = None
-             ) -> Iterator[tuple[str, pd.DataFrame]]:
-    """(date, synthetic trips) for every date of ``release``, one date in memory at a time."""
+def generate(release: SyntheticRelease, stops: pd.DataFrame, rng: np.random.Generator | None = None,
+             id_bytes=os.urandom) -> Iterator[tuple[str, pd.DataFrame]]:
+    """(date, synthetic trips) for every date of ``release``, one date in memory at a time; each week's cards
+    (``week_cards``) keep their ids on every date of the week they travel on."""
     rng = rng or np.random.default_rng()
+    cards: dict[str, pd.DataFrame] = {}
     for day in release.dates:
-        yield day, generate_day(release, day, stops, rng)
+        week = week_of(day)
+        if week not in cards:
+            cards = {week: week_cards(release, week, id_bytes)}  # one week in memory at a time
+        bit = 1 << date.fromisoformat(day).weekday()
+        travelling = cards[week]["card_id"].to_numpy()[(cards[week]["days"].to_numpy() & bit) != 0]
+        yield day, generate_day(release, day, travelling, stops, rng)
 
 
 def write_synthetic(days: Iterator[tuple[str, pd.DataFrame]], folder: Path) -> dict[str, int]:

@@ -69,7 +69,8 @@ def synthetic_statement(ledger: PrivacyLedger, draw_ids: Sequence[int], release_
         "queries": queries,
         "archetypes": list(ARCHETYPES),
         "generator": "post-processing of the noisy counts above and the public reference network only; every "
-                     "card id is fresh (random, one card-day each) and no row is a real trip",
+                     "card id is fresh (random) and lives one calendar week, travelling on the days its week's travel_days "
+                     "cell says, and no row is a real trip",
         "not_protected": [
             "trips beyond the contribution bounds are not represented (at most max_trips_per_card_day per card-day)",
             "the archetype rules, districts and reference network are public and stated, not protected",
@@ -84,11 +85,13 @@ def render_markdown(statement: dict) -> str:
         f"**{plain_guarantee(statement)}**", "",
         f"**Protected:** {unit['protects']} ({unit['relation']}), at (epsilon = {g['epsilon']:.4g}, "
         f"delta = {g['delta']:.3g}) per {g['per']}: {g['includes']}.", "",
-        "The rows are synthetic: every card id is new and lives for one card-day, and no row is a real trip. They "
+        "The rows are synthetic: every card id is new and lives for one calendar week (its travel days drawn from the "
+        "noisy travel_days counts), and no row is a real trip. They "
         "were generated, by post-processing alone, from the noisy counts below and the public reference network.", "",
         f"Contribution bounds: {json.dumps(unit['bounds'], sort_keys=True)}.", "",
-        "| query | cells per date | sigma | rho | l2 sensitivity squared |", "|---|---|---|---|---|",
-        *(f"| {name} | {p['cells_per_date']} | {p['sigma']:.4g} | {p['rho']:.4g} | {p['sensitivity']['l2_squared']} |"
+        "| query | cells per date (per week for travel_days) | sigma | rho | l2 sensitivity squared |",
+        "|---|---|---|---|---|",
+        *(f"| {name} | {p.get('cells_per_date', p.get('cells_per_week'))} | {p['sigma']:.4g} | {p['rho']:.4g} | {p['sensitivity']['l2_squared']} |"
           for name, p in q.items()),
         "", f"Archetypes (public rules): {', '.join(statement['archetypes'])}.", "",
         "Not protected: " + "; ".join(statement["not_protected"]) + ".", "",
