@@ -67,5 +67,5 @@ def test_release_od_hierarchy_job_charges_each_date_once_and_publishes_nothing(r
         assert sum_problems(frame.drop(columns=["draw_id"])) == [] and frame["draw_id"].nunique() == 4
     charges = [c for c in PrivacyBudget(**TRIP).ledger(storage).charges() if c.marginal == "od_hierarchy"]
     assert sorted(c.scope for c in charges) == [d.isoformat() for d in DAYS]
-    assert all(c.unit == "card_day" and c.rho == PrivacyBudget(**TRIP).od_hierarchy_rho for c in charges)
+    assert all(c.unit == "card_day" and c.rho == PrivacyBudget(**TRIP).od_hierarchy_budget for c in charges)
     assert sorted(p.name for p in storage.published_dir.rglob("*")) == published
