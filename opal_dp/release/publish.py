@@ -67,8 +67,8 @@ COUNT_TEXT = re.compile(r"[1-9]\d*")
 
 
 def files_of(statement: Mapping) -> tuple[str, ...]:
-    """The files of a release: the marginals' and the statement's, plus the OD files if it has an OD section."""
-    return FILES + tuple(f"{t}.csv" for t in OD_TABLES) if "od" in statement else FILES
+    """The files of a release: the marginals' and the statement's, plus the OD files its OD section lists."""
+    return FILES + tuple(statement["od"]["files"]) if "od" in statement else FILES
 
 
 class PublishedFormatError(ValueError):
@@ -168,8 +168,9 @@ def publish(
         raise ValueError(f"statement is for release {statement['release']['id']!r}, not {release_id!r}")
     if sorted(tables) != sorted(TABLES):
         raise ValueError(f"tables must be exactly {TABLES}, got {sorted(tables)}")
-    if ("od" in statement) != (od is not None) or (od is not None and sorted(od) != sorted(OD_TABLES)):
-        raise ValueError(f"the OD tables {OD_TABLES} go with the statement's od section, and only with it")
+    if ("od" in statement) != (od is not None) or (
+            od is not None and sorted(f"{t}.csv" for t in od) != sorted(statement["od"]["files"])):
+        raise ValueError(f"the OD tables {OD_TABLES} go with the statement's od section (its files), and only with it")
     published_dir = make_dirs(published_dir, PUBLIC_DIR)
     with publish_lock(published_dir):
         target = published_dir / release_id

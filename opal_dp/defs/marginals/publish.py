@@ -20,6 +20,8 @@ from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
+from opal_dp.release.od.hierarchy import OdDomain, hierarchy_plan
+from opal_dp.release.od.hierarchy_publish import hierarchy_gate
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_section
 from opal_dp.release.marginals.public_domain import Domain, domain
@@ -119,29 +121,35 @@ def _gate(
     return evidence, loaded
 
 
-def _od(trees: PartitionFrames, days: list[str], privacy_budget: PrivacyBudget, ledger: PrivacyLedger,
-        reference: ReferenceNetwork, storage: OpalStorage, statement: dict) -> dict[str, pd.DataFrame] | None:
-    """The OD tables of the published dates whose tree is complete (their draw ids in it), gated like the marginals;
-    adds the statement's ``od`` section. None when the OD release is off or no tree is ready."""
-    if not privacy_budget.releases_od:
+def _od(trees: PartitionFrames, hierarchy: PartitionFrames, days: list[str], privacy_budget: PrivacyBudget,
+        ledger: PrivacyLedger, reference: ReferenceNetwork, storage: OpalStorage,
+        statement: dict) -> dict[str, pd.DataFrame] | None:
+    """The OD tables of the published dates whose tree or hierarchy is complete (their draw ids in it), gated like
+    the marginals; adds the statement's ``od`` section. None when both OD releases are off or nothing is ready."""
+    def ready(frames: PartitionFrames, on: bool) -> dict[str, pd.DataFrame]:
+        found = {d: frames[d] for d in days if on and d in frames}
+        return {d: f for d, f in found.items() if len(f)}  # empty: built while that release was off
+
+    ready_trees, ready_rows = ready(trees, privacy_budget.releases_od), ready(hierarchy, privacy_budget.releases_od_hierarchy)
+    if not (ready_trees or ready_rows):
         return None
-    ready = {d: trees[d] for d in days if d in trees}
-    ready = {d: t for d, t in ready.items() if len(t)}  # empty: built while the OD release was off
-    if not ready:
-        return None
-    alphabet = TripAlphabet.from_stops(reference.stops())
-    problems = od_gate(ready, ledger, storage.private_dir, alphabet)
+    stops = reference.stops()
+    alphabet = TripAlphabet.from_stops(stops)
+    problems = od_gate(ready_trees, ledger, storage.private_dir, alphabet) if ready_trees else []
+    if ready_rows:
+        plan = hierarchy_plan(privacy_budget, OdDomain.from_stops(stops, alphabet))
+        problems += hierarchy_gate(ready_rows, ledger, storage.private_dir, plan.domain, plan.tau)
     if problems:
         raise dg.Failure(description="publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
-    statement["od"] = od_statement(ready, ledger)
-    return od_tables(ready, alphabet, privacy_budget.od_top_sequences)
+    statement["od"] = od_statement(ready_trees, ledger, ready_rows)
+    return od_tables(ready_trees, alphabet, privacy_budget.od_top_sequences, ready_rows)
 
 
 @dg.asset(
     group_name="publish",
     deps=["privacy_audit"],
     ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(), "od_prefix_tree": dg.AssetIn(),
-         **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
+         "od_hierarchy": dg.AssetIn(), **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
     description="Open-data CSVs (time-loc, time, loc) plus privacy.json/PRIVACY.md built from the ledger and a "
                 "self-contained index.html for the public, published atomically; the partitions whose releases are "
                 "complete, the others listed as pending. With the OD release on, od.csv and od-sequences.csv of the "
@@ -155,6 +163,7 @@ def published_release(
     true_cells: PartitionFrames,
     release_draws: PartitionFrames,
     od_prefix_tree: PartitionFrames,
+    od_hierarchy: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     storage: OpalStorage,
@@ -181,8 +190,8 @@ def published_release(
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     days = sorted({k.split("|")[0] for k, _ in draw_ids})
-    od = _od(od_prefix_tree, days, privacy_budget, ledger, reference, storage, statement)
-    if od:  # the person's share of this release counts every file in it, the OD trees too
+    od = _od(od_prefix_tree, od_hierarchy, days, privacy_budget, ledger, reference, storage, statement)
+    if od:  # the person's share of this release counts every file in it, the OD releases too
         trees = {d.charge_id for d in ledger.draws(statement["od"]["draws"])}
         statement["person"] = person_section(ledger, days, [*evidence.charges.values(),
                                                             *(c for c in ledger.charges() if c.id in trees)])
