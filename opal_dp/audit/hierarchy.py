@@ -15,12 +15,17 @@ small public tree, so every output is pure noise, and checks two things:
    bound on the measurement's real zCDP loss, with probability at least ``1 - alpha``. It is flagged when it
    exceeds the charged rho: a level left out of the charge, or noise smaller than its level's budget, shows
    here. A correct release is flagged with probability at most ``alpha``.
+
+``audit_charges`` runs it against the ledger's own records (``privacy_audit`` before publishing): the parameters and
+cost each hierarchy charge states, so a release that charges less than its levels cost is caught whatever the
+configuration says.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +33,8 @@ import numpy as np
 from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.discrete_gaussian import pmf
 from opal_dp.core.hierarchy import HierarchyBudget, Measurement, Tree
+from opal_dp.core.hierarchy import measure as production_measure
+from opal_dp.core.ledger_records import Charge
 
 Measure = Callable[[Tree, np.ndarray, HierarchyBudget], Measurement]
 
@@ -89,3 +96,22 @@ def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: Privac
     zero = sum(size * float(pmf(float(sigma))[1][-pmf(float(sigma))[0]]) ** runs
                for size, sigma in zip(tree.sizes, budget.sigmas))
     return HierarchyAudit(rho_lower, charged.rho, silent, 0, tuple(uppers), alpha + zero)
+
+
+def recorded_budget(mechanism: str) -> HierarchyBudget:
+    """The ``HierarchyBudget`` a ledger charge of the hierarchy records (``HierarchyPlan.mechanism``)."""
+    recorded = json.loads(mechanism)
+    return HierarchyBudget(recorded["rho"], tuple(recorded["shares"]), recorded["max_items"], recorded["max_per_cell"],
+                           recorded["false_cells"])
+
+
+def audit_charges(charges: Sequence[Charge], fallback: HierarchyBudget, measure: Measure = production_measure,
+                  runs: int = 100_000, alpha: float = 1e-6) -> dict[str, HierarchyAudit]:
+    """The measurement audited against what the ledger actually charged: once per distinct (recorded parameters,
+    charged cost) among ``charges`` (the hierarchy's, ``release.od.hierarchy.OD_HIERARCHY``), each at
+    ``alpha / audits``; with no charge yet, the configured ``fallback`` budget against its own cost. Keyed by
+    ``rho <charged>``, ``sigma <claimed sigmas>``."""
+    pairs = sorted({(c.mechanism, c.cost) for c in charges}, key=lambda p: (p[0], p[1].rho))
+    audits = [(recorded_budget(m), cost) for m, cost in pairs] if pairs else [(fallback, fallback.cost())]
+    return {f"rho {cost.rho:.6g}, sigma {', '.join(f'{s:.4g}' for s in budget.sigmas)}":
+            audit_measurement(measure, budget, cost, runs=runs, alpha=alpha / len(audits)) for budget, cost in audits}
