@@ -93,3 +93,18 @@ def test_a_year_of_default_weekly_releases_fits_the_ledger_and_one_more_is_refus
         release(ledger, *[request(f"m{i}", unit="card_period", day=last[0], scope=f"{last[0]}..{last[-1]}", cost=c,
                                   input_version="w52-corrected") for i, c in enumerate(costs)], run_id="again")
     assert len(ledger.draws_on(last)) == len(costs)  # nothing drawn for the refused release
+
+
+def test_an_opted_in_hierarchy_fits_the_default_cap_of_a_date_and_would_not_without_its_room():
+    """Under ``card_day`` the marginals' (epsilon, delta) charges take the cap's whole delta, so the hierarchy's rho
+    needs a delta of its own in the default cap (kills a cap that only adds its epsilon)."""
+    from opal_dp.core import PrivacyCost
+
+    settings = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=True)
+    date = [m.cost() for m in settings.plan().mechanisms.values()] + [PrivacyCost.approx_dp(settings.od_budget, 0.0)]
+    hierarchy = settings.od_hierarchy_costs(PrivacyUnit.CARD_DAY)
+    assert [c.rho for c in hierarchy] == [0.5] and settings.od_hierarchy_costs(PrivacyUnit.TRIP) == []
+    epsilon, delta = settings._default_cap()
+    assert within(date + hierarchy, epsilon, delta) and not within(date + hierarchy, epsilon, settings.nominal[1])
+    assert not within(date + hierarchy + hierarchy, epsilon, delta)  # a second hierarchy of the date is refused
+    assert PrivacySettings(privacy_unit="card_day")._default_cap()[1] == settings.nominal[1]  # off: no room
