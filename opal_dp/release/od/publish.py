@@ -40,6 +40,11 @@ DESCRIPTION = (
     "counts the trips among those first `height` of each card-day; both files come only from the DP tree."
 )
 
+SEQUENCES_DESCRIPTION = (
+    "od-sequences.csv: the most frequent card-day trip chains, from a noisy prefix tree per date (Chen et al., KDD "
+    "2012), epsilon-DP for adding or removing all trips of one card on one day (pure DP, delta 0)."
+)
+
 
 def od_gate(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path, alphabet: TripAlphabet) -> list[str]:
     """Problems with the trees about to be published: each must come from a completed ledger draw whose stored
@@ -91,7 +96,8 @@ def od_statement(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger,
     scopes = {(c.unit, c.scope) for c in charges.values()}
     spend = [s for s in ledger.summary() if (s.unit, s.scope) in scopes]
     out = {
-        "description": DESCRIPTION if trees else section["description"],
+        "description": (section["description"] + (" " + SEQUENCES_DESCRIPTION if trees else "")) if section
+        else DESCRIPTION,
         "protects": "all trips of one card on one service day (its whole sequence), added or removed",
         "delta": 0.0,
         "dates": sorted({_compact(d) for d in [*trees, *(hierarchy or {})]}),
