@@ -9,7 +9,7 @@ import pytest
 
 from opal_dp.core import PrivacyLedger, SeededBits
 from opal_dp.core.units import PrivacyUnit
-from opal_dp.release.od.hierarchy import HierarchyPlan, release_od_hierarchy, sum_problems
+from opal_dp.release.od.hierarchy import HierarchyPlan, OdDomain, release_od_hierarchy, sum_problems
 from opal_dp.release.od.hierarchy_publish import (
     OD_HIERARCHY_COLUMNS,
     hierarchy_gate,
@@ -17,16 +17,19 @@ from opal_dp.release.od.hierarchy_publish import (
     hierarchy_table,
     validate_hierarchy_csv,
 )
-from opal_dp_tests.release.test_od_hierarchy import BUDGET, _store, _trips, alphabet, domain  # noqa: F401
+from opal_dp.network import load_stops
+from opal_dp.prep.sequences import TripAlphabet
+from opal_dp_tests.release.test_od_hierarchy import BUDGET, _store, _trips
 
 DAY = "2016-07-25"
 
 
 @pytest.fixture
-def released(tmp_path, alphabet, domain):  # noqa: F811
+def released(tmp_path):
     """One date released through the ledger: ``(ledger, plan, {date: rows with draw_id})``."""
+    alphabet = TripAlphabet.from_stops(load_stops())
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (10.0, 1e-6)})
-    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, domain)
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, OdDomain.from_stops(load_stops(), alphabet))
     out = list(release_od_hierarchy({DAY: _store(_trips(alphabet), DAY, tmp_path)}, plan, ledger, tmp_path, "r1",
                                     b"k" * 32, bits=SeededBits(5)))
     frame = pd.concat([d.rows.assign(draw_id=d.draw.id) for _, _, d in out], ignore_index=True)
@@ -83,7 +86,7 @@ def test_od_csv_holds_every_level_exactly_and_validates(released, tmp_path):
     assert validate_hierarchy_csv(tmp_path, ["20160725"], plan.domain)[0].startswith("od.csv: columns must be")
 
 
-def test_a_hierarchy_rows_draw_holds_every_trip_once_per_level(released, alphabet):  # noqa: F811
+def test_a_hierarchy_rows_draw_holds_every_trip_once_per_level(released):
     """Every counted trip (300 card-days, 550 trips, none over the pair bound) is in one row per level: each level
     of each mode sums to the mode row, and the mode rows are the trips up to their noise (sigma 9.5 each: 80 is
     over 5.9 sigma of their sum, a false failure below 1e-8; the draw is seeded anyway)."""
