@@ -67,6 +67,7 @@ class HierarchyAudit:
     missing_cells: int  # cells of the public domain absent from the output
     sigma_upper: tuple[float, ...]
     false_alarm_bound: float
+    level_rho_lower: tuple[float, ...] = ()  # per level: l2_squared / (2 sigma_upper²), their sum is rho_lower
 
     @property
     def passed(self) -> bool:
@@ -86,16 +87,16 @@ def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: Privac
                 return HierarchyAudit(math.inf, charged.rho, 0, tree.sizes[level] - len(values), (), alpha)
             samples[level][r] = values
     silent = sum(int((~s.any(axis=0)).sum()) for s in samples)
-    uppers, rho_lower = [], 0.0
+    uppers, levels = [], []
     for level, (s, l2, claimed) in enumerate(zip(samples, budget.l2_squared, budget.sigmas)):
         k = max(1, round(claimed))
         share = float((np.abs(s) >= k).mean())
         slack = math.sqrt(math.log(2 * len(samples) / alpha) / (2 * s.size))
         uppers.append(sigma_upper(min(1.0, share + slack), k))
-        rho_lower += l2 / (2 * uppers[-1] ** 2)
+        levels.append(l2 / (2 * uppers[-1] ** 2))
     zero = sum(size * float(pmf(float(sigma))[1][-pmf(float(sigma))[0]]) ** runs
                for size, sigma in zip(tree.sizes, budget.sigmas))
-    return HierarchyAudit(rho_lower, charged.rho, silent, 0, tuple(uppers), alpha + zero)
+    return HierarchyAudit(math.fsum(levels), charged.rho, silent, 0, tuple(uppers), alpha + zero, tuple(levels))
 
 
 def recorded_budget(mechanism: str) -> HierarchyBudget:

@@ -4,6 +4,7 @@ recorded, once per distinct (parameters, cost), and a domain taken from the data
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -40,6 +41,7 @@ def test_one_audit_per_distinct_charge_and_the_configured_budget_without_charges
     assert sorted(r.charged_rho for r in reports.values()) == [0.25, 0.5]
     (fallback,) = audit_charges([], other, spy, runs=10).values()
     assert fallback.charged_rho == 0.25
+    assert len(fallback.level_rho_lower) == 3 and math.fsum(fallback.level_rho_lower) == fallback.rho_lower
 
 
 def test_a_domain_taken_from_the_data_fails_the_audit_of_the_ledgers_charges():

@@ -28,7 +28,8 @@ def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, refere
     charges = [c for c in privacy_budget.ledger(storage).charges() if c.marginal.split(" ")[0] == OD_HIERARCHY]
     reports = audit_charges(charges, plan.budget, alpha=alpha)
     return all(r.passed for r in reports.values()), {"od_hierarchy_audit": dg.MetadataValue.json(
-        {name: {"charged_rho": r.charged_rho, "rho_lower_bound": r.rho_lower, "silent_cells": r.silent_cells,
+        {name: {"charged_rho": r.charged_rho, "rho_lower_bound": r.rho_lower,
+                "rho_lower_bound_per_level": list(r.level_rho_lower), "silent_cells": r.silent_cells,
                 "missing_cells": r.missing_cells, "passed": r.passed} for name, r in reports.items()})}
 
 
