@@ -66,6 +66,12 @@ class PrivacySettings(BaseModel):
     ``od_epsilon`` (pure DP per card-day), height ``od_height``, the ``od_top_sequences`` most frequent sanitized
     sequences published. Its cost is part of every unit's default cap (``od_cost``), so that the tree composes
     with the marginals on the same ledger scopes.
+
+    Hierarchical OD release (``release.od.hierarchy``, it makes ``od.csv``): ``od_hierarchy_release``
+    (``releases_od_hierarchy``; default on in the weekly card_period release only), ``od_hierarchy_rho`` a date
+    (``od_hierarchy_budget``: 0.004 in the weekly release, within its share, else 0.5), at most
+    ``od_hierarchy_max_per_pair`` trips of a card-day per location pair. Its charges are in the weekly share and the
+    default caps (``od_hierarchy_costs``).
     """
 
     privacy_unit: str = PrivacyUnit.CARD_PERIOD.value
