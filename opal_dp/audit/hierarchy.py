@@ -51,7 +51,7 @@ def sigma_upper(share: float, k: int) -> float:
     lo, hi = 1e-3, 1.0
     while tail_share(hi, k) <= share:
         hi *= 2
-        if hi > 2**9:
+        if hi > 2**16:
             return math.inf
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -77,15 +77,12 @@ class HierarchyAudit:
 def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: PrivacyCost, tree: Tree | None = None,
                       runs: int = 100_000, alpha: float = 1e-6) -> HierarchyAudit:
     """Audit ``measure`` (production: ``core.hierarchy.measure``) under ``budget`` against the ``charged`` cost
-    (module docstring)."""
+    (module docstring). ``measure`` is called once, on ``runs`` independent all-zero inputs."""
     tree = Tree((np.zeros(2, dtype=np.int64), np.array([0, 0, 1, 1]))) if tree is None else tree
-    zeros = np.zeros(tree.sizes[2], dtype=np.int64)
-    samples = [np.zeros((runs, size), dtype=np.int64) for size in tree.sizes]
-    for r in range(runs):
-        for level, values in enumerate(measure(tree, zeros, budget).levels):
-            if len(values) != tree.sizes[level]:
-                return HierarchyAudit(math.inf, charged.rho, 0, tree.sizes[level] - len(values), (), alpha)
-            samples[level][r] = values
+    samples = measure(tree, np.zeros((runs, tree.sizes[2]), dtype=np.int64), budget).levels  # every run at once
+    for size, values in zip(tree.sizes, samples):
+        if values.shape != (runs, size):
+            return HierarchyAudit(math.inf, charged.rho, 0, size - values.shape[-1], (), alpha)
     silent = sum(int((~s.any(axis=0)).sum()) for s in samples)
     uppers, levels = [], []
     for level, (s, l2, claimed) in enumerate(zip(samples, budget.l2_squared, budget.sigmas)):
