@@ -153,7 +153,7 @@ def compare_markdown(result: dict, command: str) -> str:
             ("weighted relative error (location pairs)", "weighted_relative_error", "{:.3f}"),
             ("false location pairs per day", "false_cells_per_day", "{:.1f}")]
     methods = result["methods"]
-    lines = ["## Hierarchical OD vs InfTDA vs prefix tree (issue 27), scale 0.05 only", "", f"`{command}`", "",
+    lines = [f"## Hierarchical OD vs InfTDA vs prefix tree (issue 27), scale {result['scale']:g}", "", f"`{command}`", "",
              f"{result['days']} days, {result['trips']:,} trips (first {result['height']} per card-day; errors are "
              f"against all of them); budget per card-day: rho {result['rho']} for the hierarchy and InfTDA. "
              "Hierarchy variants (sigma of mode / district / location pairs, listing threshold, "

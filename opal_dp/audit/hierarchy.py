@@ -15,12 +15,17 @@ small public tree, so every output is pure noise, and checks two things:
    bound on the measurement's real zCDP loss, with probability at least ``1 - alpha``. It is flagged when it
    exceeds the charged rho: a level left out of the charge, or noise smaller than its level's budget, shows
    here. A correct release is flagged with probability at most ``alpha``.
+
+``audit_charges`` runs it against the ledger's own records (``privacy_audit`` before publishing): the parameters and
+cost each hierarchy charge states, so a release that charges less than its levels cost is caught whatever the
+configuration says.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +33,8 @@ import numpy as np
 from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.discrete_gaussian import pmf
 from opal_dp.core.hierarchy import HierarchyBudget, Measurement, Tree
+from opal_dp.core.hierarchy import measure as production_measure
+from opal_dp.core.ledger_records import Charge
 
 Measure = Callable[[Tree, np.ndarray, HierarchyBudget], Measurement]
 
@@ -44,7 +51,7 @@ def sigma_upper(share: float, k: int) -> float:
     lo, hi = 1e-3, 1.0
     while tail_share(hi, k) <= share:
         hi *= 2
-        if hi > 2**9:
+        if hi > 2**16:
             return math.inf
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -60,6 +67,7 @@ class HierarchyAudit:
     missing_cells: int  # cells of the public domain absent from the output
     sigma_upper: tuple[float, ...]
     false_alarm_bound: float
+    level_rho_lower: tuple[float, ...] = ()  # per level: l2_squared / (2 sigma_upper²), their sum is rho_lower
 
     @property
     def passed(self) -> bool:
@@ -69,23 +77,39 @@ class HierarchyAudit:
 def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: PrivacyCost, tree: Tree | None = None,
                       runs: int = 100_000, alpha: float = 1e-6) -> HierarchyAudit:
     """Audit ``measure`` (production: ``core.hierarchy.measure``) under ``budget`` against the ``charged`` cost
-    (module docstring)."""
+    (module docstring). ``measure`` is called once, on ``runs`` independent all-zero inputs."""
     tree = Tree((np.zeros(2, dtype=np.int64), np.array([0, 0, 1, 1]))) if tree is None else tree
-    zeros = np.zeros(tree.sizes[2], dtype=np.int64)
-    samples = [np.zeros((runs, size), dtype=np.int64) for size in tree.sizes]
-    for r in range(runs):
-        for level, values in enumerate(measure(tree, zeros, budget).levels):
-            if len(values) != tree.sizes[level]:
-                return HierarchyAudit(math.inf, charged.rho, 0, tree.sizes[level] - len(values), (), alpha)
-            samples[level][r] = values
+    samples = measure(tree, np.zeros((runs, tree.sizes[2]), dtype=np.int64), budget).levels  # every run at once
+    for size, values in zip(tree.sizes, samples):
+        if values.shape != (runs, size):
+            return HierarchyAudit(math.inf, charged.rho, 0, size - values.shape[-1], (), alpha)
     silent = sum(int((~s.any(axis=0)).sum()) for s in samples)
-    uppers, rho_lower = [], 0.0
+    uppers, levels = [], []
     for level, (s, l2, claimed) in enumerate(zip(samples, budget.l2_squared, budget.sigmas)):
         k = max(1, round(claimed))
         share = float((np.abs(s) >= k).mean())
         slack = math.sqrt(math.log(2 * len(samples) / alpha) / (2 * s.size))
         uppers.append(sigma_upper(min(1.0, share + slack), k))
-        rho_lower += l2 / (2 * uppers[-1] ** 2)
+        levels.append(l2 / (2 * uppers[-1] ** 2))
     zero = sum(size * float(pmf(float(sigma))[1][-pmf(float(sigma))[0]]) ** runs
                for size, sigma in zip(tree.sizes, budget.sigmas))
-    return HierarchyAudit(rho_lower, charged.rho, silent, 0, tuple(uppers), alpha + zero)
+    return HierarchyAudit(math.fsum(levels), charged.rho, silent, 0, tuple(uppers), alpha + zero, tuple(levels))
+
+
+def recorded_budget(mechanism: str) -> HierarchyBudget:
+    """The ``HierarchyBudget`` a ledger charge of the hierarchy records (``HierarchyPlan.mechanism``)."""
+    recorded = json.loads(mechanism)
+    return HierarchyBudget(recorded["rho"], tuple(recorded["shares"]), recorded["max_items"], recorded["max_per_cell"],
+                           recorded["false_cells"])
+
+
+def audit_charges(charges: Sequence[Charge], fallback: HierarchyBudget, measure: Measure = production_measure,
+                  runs: int = 100_000, alpha: float = 1e-6) -> dict[str, HierarchyAudit]:
+    """The measurement audited against what the ledger actually charged: once per distinct (recorded parameters,
+    charged cost) among ``charges`` (the hierarchy's, ``release.od.hierarchy.OD_HIERARCHY``), each at
+    ``alpha / audits``; with no charge yet, the configured ``fallback`` budget against its own cost. Keyed by
+    ``rho <charged>``, ``sigma <claimed sigmas>``."""
+    pairs = sorted({(c.mechanism, c.cost) for c in charges}, key=lambda p: (p[0], p[1].rho))
+    audits = [(recorded_budget(m), cost) for m, cost in pairs] if pairs else [(fallback, fallback.cost())]
+    return {f"rho {cost.rho:.6g}, sigma {', '.join(f'{s:.4g}' for s in budget.sigmas)}":
+            audit_measurement(measure, budget, cost, runs=runs, alpha=alpha / len(audits)) for budget, cost in audits}

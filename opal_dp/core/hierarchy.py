@@ -77,12 +77,16 @@ class Tree:
         return 1, len(self.parents[0]), len(self.parents[1])
 
     def level_counts(self, finest: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The true counts of the three levels from those of the finest cells."""
+        """The true counts of the three levels from those of the finest cells; ``finest`` of shape
+        ``(..., cells)`` holds independent inputs (the audit's runs), each level then of shape ``(..., size)``."""
         finest = np.asarray(finest, dtype=np.int64)
-        if finest.shape != (self.sizes[2],):
+        if finest.shape[-1:] != (self.sizes[2],):
             raise ValueError(f"need one count per finest cell ({self.sizes[2]}), got shape {finest.shape}")
-        middle = np.bincount(self.parents[1], weights=finest, minlength=self.sizes[1]).astype(np.int64)
-        return np.array([middle.sum()], dtype=np.int64), middle, finest
+        batch = finest.reshape(-1, self.sizes[2])
+        offsets = np.arange(len(batch))[:, None] * self.sizes[1] + self.parents[1]
+        middle = np.bincount(offsets.ravel(), weights=batch.ravel(), minlength=batch.shape[0] * self.sizes[1])
+        middle = middle.astype(np.int64).reshape(*finest.shape[:-1], self.sizes[1])
+        return middle.sum(axis=-1, keepdims=True), middle, finest
 
 
 def level_l2_squared(max_items: int, max_per_cell: int) -> tuple[int, int, int]:
@@ -162,10 +166,11 @@ class Measurement:
 
 def measure(tree: Tree, finest: np.ndarray, budget: HierarchyBudget, noise: DiscreteGaussian | None = None
             ) -> Measurement:
-    """Every cell of every level plus its level's discrete Gaussian noise, zeros included (module docstring)."""
+    """Every cell of every level plus its level's discrete Gaussian noise, zeros included (module docstring).
+    ``finest`` of shape ``(..., cells)``: independent inputs measured at once, each with fresh noise."""
     noise = DiscreteGaussian() if noise is None else noise
     truth = tree.level_counts(finest)
-    return Measurement(tuple(t + noise.sample(s, t.size) for t, s in zip(truth, budget.sigmas)))
+    return Measurement(tuple(t + noise.sample(s, t.size).reshape(t.shape) for t, s in zip(truth, budget.sigmas)))
 
 
 def weighted_projection(y: np.ndarray, var: np.ndarray, group: np.ndarray, target: np.ndarray,

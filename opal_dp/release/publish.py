@@ -77,8 +77,8 @@ COUNT_TEXT = re.compile(r"[1-9]\d*")
 
 
 def files_of(statement: Mapping) -> tuple[str, ...]:
-    """The files of a release: the marginals' and the statement's, plus the OD files if it has an OD section."""
-    return FILES + tuple(f"{t}.csv" for t in OD_TABLES) if "od" in statement else FILES
+    """The files of a release: the marginals' and the statement's, plus the OD files its OD section lists."""
+    return FILES + tuple(statement["od"]["files"]) if "od" in statement else FILES
 
 
 class PublishedFormatError(ValueError):
@@ -460,8 +460,10 @@ def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od:
     tables (and the OD tables, if any; ``od``: the statement's OD section when known)."""
     present = sorted(p.name for p in folder.iterdir())
     marginals, od_files = [f"{t}.csv" for t in TABLES], [f"{t}.csv" for t in OD_TABLES]
-    if present not in (sorted(marginals), sorted(marginals + od_files)):
-        raise PublishedFormatError(f"{folder}: expected the files {marginals} (and {od_files}), found {present}")
+    extra = set(present) - set(marginals)
+    if not set(marginals) <= set(present) or not extra <= set(od_files) or (extra and "od.csv" not in extra):
+        raise PublishedFormatError(f"{folder}: expected the files {marginals} (and od.csv, with or without "
+                                   f"od-sequences.csv), found {present}")
     partitions = {(day, mode) for mode in modes}
     for table in TABLES:
         _validate_table(folder / f"{table}.csv", table, partitions, remainders)
@@ -471,8 +473,10 @@ def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od:
         problems = sum_problems(tables)
         if problems:
             raise PublishedFormatError(f"{folder}: the files do not add up: " + "; ".join(problems[:5]))
-    if len(present) > len(marginals):
-        problems = validate_od(folder, {**(od or {}), "dates": [day]}, TripAlphabet.from_stops(load_stops()))
+    if extra:  # a hierarchy's od.csv has a level column (when the statement's od section is not known yet)
+        hierarchy = "hierarchy" in od if od is not None else "level" in _header(folder / "od.csv").rstrip("\n").split(",")
+        section = {"dates": [day], "files": sorted(extra), **({"hierarchy": {"dates": [day]}} if hierarchy else {})}
+        problems = validate_od(folder, section, TripAlphabet.from_stops(load_stops()))
         if problems:
             raise PublishedFormatError(f"{folder}: " + "; ".join(problems))
 

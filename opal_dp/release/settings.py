@@ -28,6 +28,12 @@ DEFAULT_DELTA = 1 / 8_000_000
 WEEKLY_OD_EPSILON = 0.05
 """The OD tree's default epsilon a date in the weekly card_period release: 365 of them cost one person about
 epsilon 4.6 a year (``benchmarks.person_cap``), leaving most of the person cap to the six marginals."""
+WEEKLY_OD_HIERARCHY_RHO = 0.004
+"""The hierarchical OD release's default rho a date in the weekly card_period release (it makes ``od.csv``): about
+a quarter of the weekly share's rho, which lowers the six marginals' weekly epsilon from 2.44 to 2.00 and puts
+every location pair above about 180 trips a day in its own row (README, "The default release")."""
+DEFAULT_OD_HIERARCHY_RHO = 0.5
+"""Its rho a date elsewhere: the zCDP bound that the prefix tree's default pure epsilon 1 implies."""
 
 
 class CapMismatch(LedgerError):
@@ -60,6 +66,12 @@ class PrivacySettings(BaseModel):
     ``od_epsilon`` (pure DP per card-day), height ``od_height``, the ``od_top_sequences`` most frequent sanitized
     sequences published. Its cost is part of every unit's default cap (``od_cost``), so that the tree composes
     with the marginals on the same ledger scopes.
+
+    Hierarchical OD release (``release.od.hierarchy``, it makes ``od.csv``): ``od_hierarchy_release``
+    (``releases_od_hierarchy``; default on in the weekly card_period release only), ``od_hierarchy_rho`` a date
+    (``od_hierarchy_budget``: 0.004 in the weekly release, within its share, else 0.5), at most
+    ``od_hierarchy_max_per_pair`` trips of a card-day per location pair. Its charges are in the weekly share and the
+    default caps (``od_hierarchy_costs``).
     """
 
     privacy_unit: str = PrivacyUnit.CARD_PERIOD.value
@@ -79,7 +91,8 @@ class PrivacySettings(BaseModel):
     od_epsilon: float | None = None  # a date; default: 0.05 in the weekly card_period release, else 1
     od_height: int = 4
     od_top_sequences: int = 100
-    od_hierarchy_rho: float = Field(0.5, gt=0, allow_inf_nan=False)  # hierarchical OD per date (release.od.hierarchy)
+    od_hierarchy_release: bool | None = None  # od.csv from the hierarchy; default: on in the weekly release only
+    od_hierarchy_rho: float | None = Field(None, gt=0, allow_inf_nan=False)  # a date; default ``od_hierarchy_budget``
     od_hierarchy_max_per_pair: int = Field(2, ge=1)  # trips of one card-day kept per (mode, origin, destination)
     synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
     synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic.queries``), charged to card_period
@@ -150,6 +163,28 @@ class PrivacySettings(BaseModel):
         return self.od_release if self.od_release is not None else not self.weekly_share
 
     @property
+    def releases_od_hierarchy(self) -> bool:
+        """Whether the hierarchical OD release (``release.od.hierarchy``) makes ``od.csv``: as configured, else on
+        in the weekly card_period release (the default) and off elsewhere, where ``od.csv`` stays the prefix tree's
+        (the trip-level reproduction of 2016) unless asked for (its charge is then in the default caps)."""
+        return self.od_hierarchy_release if self.od_hierarchy_release is not None else self.weekly_share
+
+    @property
+    def od_hierarchy_budget(self) -> float:
+        """The hierarchy's rho a date."""
+        if self.od_hierarchy_rho is not None:
+            return self.od_hierarchy_rho
+        return WEEKLY_OD_HIERARCHY_RHO if self.weekly_share else DEFAULT_OD_HIERARCHY_RHO
+
+    def od_hierarchy_costs(self, unit: PrivacyUnit) -> list[PrivacyCost]:
+        """What the hierarchy charges one scope of ``unit`` (``release.od.placement``): nothing to a trip scope,
+        rho a date (delta 0) to a date, one such charge per date to a period."""
+        if not self.releases_od_hierarchy or unit is PrivacyUnit.TRIP:
+            return []
+        days = self.periods.days if unit is PrivacyUnit.CARD_PERIOD else 1
+        return [PrivacyCost.zcdp(self.od_hierarchy_budget, 0.0)] * days
+
+    @property
     def od_budget(self) -> float:
         """The OD tree's epsilon a date."""
         if self.od_epsilon is not None:
@@ -167,7 +202,9 @@ class PrivacySettings(BaseModel):
             weeks = weeks_touching(self.person_horizon_days or DEFAULT_HORIZON_DAYS)
             mechanism = self.noise_mechanism or Mechanism.default_for(self.unit)
             od = self.od_budget if self.releases_od else 0.0
-            epsilon, delta = split(weekly_epsilon(*cap, weeks, mechanism, self.design, od), week_delta(cap[1], weeks))
+            hierarchy = self.od_hierarchy_budget if self.releases_od_hierarchy else 0.0
+            epsilon, delta = split(weekly_epsilon(*cap, weeks, mechanism, self.design, od, hierarchy),
+                                   week_delta(cap[1], weeks))
         else:
             epsilon, delta = {m.name: m.default_epsilon for m in MARGINALS}, {m.name: DEFAULT_DELTA for m in MARGINALS}
         return dict(self.epsilon or epsilon), dict(self.delta or delta)
@@ -194,12 +231,21 @@ class PrivacySettings(BaseModel):
         the plain sum and what the ledger's accountant (``core.accounting.compose``) will compute."""
         eps, delta = self.nominal
         extra = self.od_cost(self.unit)
-        if not extra or self.unit is not PrivacyUnit.CARD_PERIOD:
-            return eps + extra, delta
+        hierarchy = self.od_hierarchy_costs(self.unit)
+        if not (extra or hierarchy) or self.unit is not PrivacyUnit.CARD_PERIOD:
+            room = self._hierarchy_room(hierarchy)
+            return eps + extra + room[0], delta + room[1]
         plan = self.plan()
-        costs = [m.cost() for m in plan.mechanisms.values()]
-        costs += [PrivacyCost.approx_dp(self.od_budget, 0.0)] * self.periods.days
+        costs = [m.cost() for m in plan.mechanisms.values()] + hierarchy
+        costs += [PrivacyCost.approx_dp(self.od_budget, 0.0)] * (self.periods.days if extra else 0)
         return max(eps + extra, compose(costs, delta_target=delta).epsilon), delta
+
+    @staticmethod
+    def _hierarchy_room(costs: list[PrivacyCost]) -> tuple[float, float]:
+        """What the hierarchy's charges add to a cap made by summing the other charges' (epsilon, delta): a delta of
+        ``DEFAULT_DELTA`` of its own and its rho converted at that delta (the ledger's accountant gives the
+        zCDP part of a scope the delta its (epsilon, delta) charges leave)."""
+        return (compose(costs, delta_target=DEFAULT_DELTA).epsilon, DEFAULT_DELTA) if costs else (0.0, 0.0)
 
     def od_plan(self, symbols_per_group: pd.DataFrame) -> OdPlan:
         """The OD trees' plan; ``symbols_per_group``: the public taxonomy (``TripAlphabet.groups``)."""
@@ -221,8 +267,9 @@ class PrivacySettings(BaseModel):
         """The deployment's ledger (``DataLocation.ledger_location``), created with the configured caps if there is
         none; refuses (``CapMismatch``) a configured cap that differs from the ledger's."""
         eps, delta = self.nominal
-        caps = {u.value: (eps + self.od_cost(u), delta) for u in PrivacyUnit}
-        wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or delta)
+        rooms = {u: self._hierarchy_room(self.od_hierarchy_costs(u)) for u in PrivacyUnit}
+        caps = {u.value: (eps + self.od_cost(u) + rooms[u][0], delta + rooms[u][1]) for u in PrivacyUnit}
+        wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or self._default_cap()[1])
         caps[self.unit.value] = wanted
         ledger = PrivacyLedger(location.ledger_location, caps, published=published_ledger_draws(location.published_dir),
                                acknowledge_reset=self.acknowledge_ledger_reset,

@@ -5,7 +5,8 @@ The person account (``core.ledger``) refuses a charge that takes any window of `
 service dates past the person cap, and a card_period charge covers its whole week; a window of h days touches
 at most ``weeks_touching(h)`` calendar weeks (365 days: 53). The weekly share is therefore the largest nominal
 per-week epsilon E such that that many weekly releases -- each the six marginals at E (split 1,1,1,1,2,2 as in
-2016) and ``cap_delta / (2 * weeks)``, plus one OD tree a date at ``od_epsilon`` -- composed by the ledger's own
+2016) and ``cap_delta / (2 * weeks)``, plus one OD tree a date at ``od_epsilon`` and one hierarchical OD release a
+date at ``od_hierarchy_rho`` (each when on) -- composed by the ledger's own
 accountant (``core.accounting``) stay within the cap. The costs are those of the release plan itself
 (``build_plan``), so the ledger charges exactly what was planned, and a release every week of the year is never
 refused. The search result is rounded down to three significant digits (a smaller budget only costs less).
@@ -43,16 +44,23 @@ def split(total_epsilon: float, total_delta: float) -> tuple[dict[str, float], d
 
 
 def week_costs(epsilon: float, delta: float, mechanism: Mechanism, design: Design,
-               od_epsilon: float = 0.0) -> list[PrivacyCost]:
-    """What one weekly release charges one card: the six marginals at nominal (``epsilon``, ``delta``) and one OD
-    tree a date (none if ``od_epsilon`` is 0). The costs depend neither on the bounds nor on the public domains,
+               od_epsilon: float = 0.0, od_hierarchy_rho: float = 0.0) -> list[PrivacyCost]:
+    """What one weekly release charges one card: the six marginals at nominal (``epsilon``, ``delta``), one OD
+    tree a date (none if ``od_epsilon`` is 0) and one hierarchical OD release a date (``release.od.hierarchy``,
+    rho-zCDP with delta 0; none if ``od_hierarchy_rho`` is 0). The costs depend neither on the bounds nor on the public domains,
     so the plan is built with the tightest bounds and one stop per mode."""
     eps, dlt = split(epsilon, delta)
     plan = build_plan(PrivacyUnit.CARD_PERIOD, eps, dlt, mechanism=mechanism, design=design,
                       bounds=ContributionBounds(max_trips_per_card_day=1, max_days_per_card=1), periods=Periods(),
                       stops=load_stops().groupby("mode", observed=True).head(1))
-    od = [PrivacyCost.approx_dp(od_epsilon, 0.0)] * WEEK_DAYS if od_epsilon > 0 else []
-    return [m.cost() for m in plan.mechanisms.values()] + od
+    return [m.cost() for m in plan.mechanisms.values()] + od_day_costs(od_epsilon, od_hierarchy_rho) * WEEK_DAYS
+
+
+def od_day_costs(od_epsilon: float, od_hierarchy_rho: float) -> list[PrivacyCost]:
+    """What the OD releases of one date charge one card: the tree (pure ``od_epsilon``) and the hierarchy
+    (``od_hierarchy_rho``-zCDP, delta 0), each only when its budget is positive."""
+    return ([PrivacyCost.approx_dp(od_epsilon, 0.0)] if od_epsilon > 0 else []) + (
+        [PrivacyCost.zcdp(od_hierarchy_rho, 0.0)] if od_hierarchy_rho > 0 else [])
 
 
 def week_delta(cap_delta: float, weeks: int) -> float:
@@ -63,18 +71,20 @@ def week_delta(cap_delta: float, weeks: int) -> float:
 
 @lru_cache(maxsize=64)
 def weekly_epsilon(cap_epsilon: float, cap_delta: float, weeks: int, mechanism: Mechanism, design: Design,
-                   od_epsilon: float = 0.0) -> float:
+                   od_epsilon: float = 0.0, od_hierarchy_rho: float = 0.0) -> float:
     """The largest nominal per-week epsilon (module docstring) whose ``weeks`` weekly releases fit the cap,
-    rounded down to three significant digits; refuses a cap the OD trees alone exhaust."""
+    rounded down to three significant digits; refuses a cap the OD releases alone exhaust."""
     delta = week_delta(cap_delta, weeks)
 
     def fits(epsilon: float) -> bool:
-        return within(week_costs(epsilon, delta, mechanism, design, od_epsilon) * weeks, cap_epsilon, cap_delta)
+        return within(week_costs(epsilon, delta, mechanism, design, od_epsilon, od_hierarchy_rho) * weeks,
+                      cap_epsilon, cap_delta)
 
-    if od_epsilon > 0 and not within([PrivacyCost.approx_dp(od_epsilon, 0.0)] * (WEEK_DAYS * weeks), cap_epsilon,
-                                     cap_delta):
-        raise ValueError(f"the OD trees alone (epsilon {od_epsilon} a date, {weeks} weeks) exceed the person cap "
-                         f"({cap_epsilon}, {cap_delta}): lower od_epsilon or turn od_release off")
+    od_alone = od_day_costs(od_epsilon, od_hierarchy_rho)
+    if od_alone and not within(od_alone * (WEEK_DAYS * weeks), cap_epsilon, cap_delta):
+        raise ValueError(f"the OD releases alone (tree epsilon {od_epsilon}, hierarchy rho {od_hierarchy_rho} a "
+                         f"date, {weeks} weeks) exceed the person cap ({cap_epsilon}, {cap_delta}): lower them or "
+                         "turn them off")
     lo, hi = 0.0, cap_epsilon
     while hi - lo > REL_TOL * hi:
         mid = (lo + hi) / 2

@@ -206,8 +206,18 @@ def test_the_audit_catches_a_domain_taken_from_the_data():
 
     def occupied_cells_only(tree, finest, budget):
         truth = tree.level_counts(finest)
-        return Measurement(tuple(np.where(t > 0, t + noise.sample(s, t.size), 0) for t, s in zip(truth,
+        return Measurement(tuple(np.where(t > 0, t + noise.sample(s, t.size).reshape(t.shape), 0) for t, s in zip(truth,
                                                                                                  budget.sigmas)))
 
     report = audit_measurement(occupied_cells_only, BUDGET, BUDGET.cost(), runs=200)
     assert not report.passed and report.silent_cells == 7
+
+
+def test_a_batch_of_inputs_has_the_level_counts_of_each_input():
+    """The audit measures its runs as one batch: each row's levels must be that row's own counts."""
+    tree = Tree((np.zeros(3, np.int64), np.array([0, 2, 2, 1, 0])))
+    batch = np.random.default_rng(4).integers(0, 9, size=(6, 5))
+    levels = tree.level_counts(batch)
+    for row, counts in enumerate(batch):
+        assert all((got[row] == want).all() for got, want in zip(levels, tree.level_counts(counts)))
+    assert [level.shape for level in measure(tree, batch, BUDGET).levels] == [(6, 1), (6, 3), (6, 5)]

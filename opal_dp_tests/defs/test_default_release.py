@@ -12,6 +12,7 @@ import pytest
 
 from opal_dp import settings
 from opal_dp.cli import run_release
+from opal_dp.core import PrivacyUnit
 from opal_dp.core.accounting import compose
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
@@ -40,10 +41,13 @@ def weekly(tmp_path_factory):
     for i, day in enumerate(d for week in WEEKS for d in week):
         write_day(root / "raw", day, tiny_day(day, trips=1_500, seed=i))
     default = PrivacyBudget()
-    week = [m.cost() for m in default.plan().mechanisms.values()]
-    two, three = (compose(week * n, delta_target=1e-6).epsilon for n in (2, 3))
+    hierarchy = default.od_hierarchy_costs(PrivacyUnit.CARD_PERIOD)  # one charge a date, in the private stages
+    week = [m.cost() for m in default.plan().mechanisms.values()] + hierarchy
+    # the third release's first charge is its first date's OD hierarchy (the private stages run first): a cap
+    # that two weeks fit and two weeks plus that charge do not refuses the third release before any noise
+    two, three = (compose(costs, delta_target=1e-6).epsilon for costs in (week * 2, week * 2 + hierarchy[:1]))
     # the default weekly budget, stated (a smaller person cap would shrink the share), under a person cap that two
-    # weeks fit and three do not; the week's own cap is set wide, so that the person account is what refuses
+    # weeks fit and a third does not start; the week's own cap is set wide, so that the person account refuses
     epsilon, delta = default.budget()
     budget = {"epsilon": epsilon, "delta": delta, "person_cap_epsilon": (two + three) / 2, "cap_epsilon": 100.0,
               "cap_delta": 1e-3}
@@ -72,7 +76,12 @@ def test_the_default_release_is_card_level_and_opens_with_the_person_sentence(we
     assert (person["cap"]["epsilon"], person["cap"]["delta"]) == (weekly["cap"], 1e-6)
     assert markdown.splitlines()[2] == f"**{person['sentence']}**" == render_markdown(statement).splitlines()[2]
     assert person["sentence"].startswith("Over any 365 consecutive days of releases, one person's total privacy loss")
-    assert "od" not in statement  # the weekly default gives the OD trees' share to the marginals
+    od = statement["od"]  # od.csv from the OD hierarchy; no trees (their share goes to the marginals)
+    assert od["files"] == ["od.csv"] and "epsilon_per_tree" not in od and od["hierarchy"]["rho_per_date"] == 0.004
+    assert od["dates"] == [d.replace("-", "") for d in WEEKS[0]] and od["scopes"][0]["unit"] == "card_period"
+    charged = {c.id for c in weekly["ledger"].charges() if c.marginal.startswith("od_hierarchy ")}
+    assert set(od["hierarchy"]["draws"]) <= {d.id for d in weekly["ledger"].draws() if d.charge_id in charged}
+    assert "### od.csv: hierarchical OD counts with exact totals" in markdown
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ def test_lineage_runs_ingest_to_publish():
     assert {f"release/{m}" for m in ("tap_on_time", "tap_off_loc")} | {"release_draws"} <= deps["published_release"]
     assert deps["trip_sequences"] == {"binned_trips"}  # built while the card id exists, kept private
     assert deps["od_prefix_tree"] == {"trip_sequences"} and "od_prefix_tree" in deps["published_release"]
+    assert deps["od_hierarchy"] == {"trip_sequences"} and "od_hierarchy" in deps["published_release"]  # od.csv
     assert specs()["trip_sequences"].tags["data_class"] == "microdata"
     assert specs()["od_prefix_tree"].tags["data_class"] == "dp"
 
@@ -85,7 +86,7 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
             continue
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
-        opt_in = key in ON_DEMAND or spec.group_name in ("synthetic", "od_hierarchy")
+        opt_in = key in ON_DEMAND or spec.group_name == "synthetic"  # od_hierarchy: part of the release
         weekly = key in ROLLUP  # launched together by the weekly_rollup sensor, not by conditions
         assert (spec.automation_condition is None) == (opt_in or weekly), key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
@@ -107,15 +108,15 @@ def test_dg_check_defs_passes():
 
 
 def test_the_release_is_what_make_release_builds_and_nothing_opt_in():
-    """The three jobs of the release cover every asset except the opt-in synthetic and OD-hierarchy ones and the
-    on-demand reports; automation may launch only those, and the roll-up job is the weekly sensor's."""
+    """The three jobs of the release cover every asset except the opt-in synthetic ones and the on-demand reports
+    (the OD hierarchy, which makes od.csv, is in the private stages); automation may launch only those, and the roll-up job is the weekly sensor's."""
     d = defs()
     graph = d.resolve_asset_graph()
     jobs = {name: {k.to_user_string() for k in d.resolve_job_def(name).asset_layer.selected_asset_keys}
             for name in ("private_stages", "release", "rollup")}
     everything = {k.to_user_string() for k in graph.materializable_asset_keys}
-    opt_in = EXPECTED_GROUPS["synthetic"] | EXPECTED_GROUPS["od_hierarchy"]
-    assert set().union(*jobs.values()) == everything - ON_DEMAND - opt_in
+    assert set().union(*jobs.values()) == everything - ON_DEMAND - EXPECTED_GROUPS["synthetic"]
+    assert "od_hierarchy" in jobs["private_stages"]
     assert jobs["rollup"] == ROLLUP
     automation = d.resolve_sensor_def("opal_dp_automation")
     assert {k.to_user_string() for k in automation.asset_selection.resolve(graph)} <= set().union(*jobs.values())

@@ -57,15 +57,16 @@ def test_release_od_hierarchy_job_charges_each_date_once_and_publishes_nothing(r
     storage = OpalStorage(data_dir=str(copy))
     published = sorted(p.name for p in storage.published_dir.rglob("*"))
     job = defs().resolve_job_def("release_od_hierarchy")
+    config = {**TRIP, "od_hierarchy_release": True}  # opt-in under the trip unit
     for day in DAYS:
         result = job.execute_in_process(instance=instance, partition_key=day.isoformat(), run_config={
-            "resources": {"storage": {"config": {"data_dir": str(copy)}}, "privacy_budget": {"config": TRIP}}})
+            "resources": {"storage": {"config": {"data_dir": str(copy)}}, "privacy_budget": {"config": config}}})
         assert result.success
         checks = result.get_asset_check_evaluations()
         assert len(checks) == 2 and all(c.passed for c in checks)
         frame = pd.read_parquet(storage.private_dir / "od_hierarchy" / f"{day.isoformat()}.parquet")
         assert sum_problems(frame.drop(columns=["draw_id"])) == [] and frame["draw_id"].nunique() == 4
-    charges = [c for c in PrivacyBudget(**TRIP).ledger(storage).charges() if c.marginal == "od_hierarchy"]
+    charges = [c for c in PrivacyBudget(**config).ledger(storage).charges() if c.marginal == "od_hierarchy"]
     assert sorted(c.scope for c in charges) == [d.isoformat() for d in DAYS]
-    assert all(c.unit == "card_day" and c.rho == PrivacyBudget(**TRIP).od_hierarchy_rho for c in charges)
+    assert all(c.unit == "card_day" and c.rho == PrivacyBudget(**config).od_hierarchy_budget for c in charges)
     assert sorted(p.name for p in storage.published_dir.rglob("*")) == published

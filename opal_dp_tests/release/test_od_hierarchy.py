@@ -121,12 +121,15 @@ def test_the_plan_follows_the_privacy_settings(domain):
 
     plan = hierarchy_plan(PrivacySettings(privacy_unit="card_day", od_hierarchy_rho=0.3), domain)
     assert plan.budget.cost().rho == pytest.approx(0.3) and plan.budget.l2_squared == (16, 16, 8)
-    one = hierarchy_plan(PrivacySettings(od_hierarchy_max_per_pair=1), domain)
+    one = hierarchy_plan(PrivacySettings(privacy_unit="card_day", od_hierarchy_rho=0.3, od_hierarchy_max_per_pair=1),
+                         domain)
     assert one.budget.l2_squared == (16, 16, 4) and one.tau < plan.tau
     assert plan.scope("2016-07-25") == "2016-07-25" and plan.ledger_unit is PrivacyUnit.CARD_DAY
     period = hierarchy_plan(PrivacySettings(privacy_unit="card_period", period="2016-07-25..2016-07-31"), domain)
     assert period.scope("2016-07-26") == "2016-07-25..2016-07-31" and period.marginal("2016-07-26").endswith("26")
     assert plan.tau >= 1 and plan.tau == hierarchy_plan(PrivacySettings(od_hierarchy_rho=0.3), domain).tau
+    weekly = hierarchy_plan(PrivacySettings(), domain)  # the default: rho 0.004 a date, charged to the week
+    assert weekly.budget.cost().rho == pytest.approx(0.004) and weekly.scope("2016-07-26") == "2016-07-25..2016-07-31"
     for bad in ({"od_hierarchy_rho": 0}, {"od_hierarchy_max_per_pair": 0}):
         with pytest.raises(ValueError):
             PrivacySettings(**bad)
@@ -142,25 +145,20 @@ class UnchargedTotals(HierarchyBudget):
 
 
 def _audit_from_the_ledger(tmp_path, alphabet, domain, budget, seed):
-    """Release one date, then audit the production measurement against the charge the ledger holds."""
-    import json
-
-    from opal_dp.audit.hierarchy import audit_measurement
-    from opal_dp.core import PrivacyCost
+    """Release one date, then audit the production measurement against the charges the ledger holds
+    (``audit_charges``, as ``privacy_audit`` does)."""
+    from opal_dp.audit.hierarchy import audit_charges
     from opal_dp.core.discrete_gaussian import DiscreteGaussian
     from opal_dp.core.hierarchy import measure
 
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (10.0, 1e-6)})
     plan = HierarchyPlan(PrivacyUnit.CARD_DAY, budget, domain)
-    out = list(release_od_hierarchy({"2016-07-25": _store(_trips(alphabet), "2016-07-25", tmp_path)}, plan, ledger,
-                                    tmp_path, "r1", b"k" * 32, bits=SeededBits(seed)))
-    (charge,) = {d.charge.id: d.charge for _, _, d in out}.values()
-    recorded = json.loads(charge.mechanism)
-    claimed = HierarchyBudget(recorded["rho"], tuple(recorded["shares"]), recorded["max_items"],
-                              recorded["max_per_cell"], recorded["false_cells"])
+    list(release_od_hierarchy({"2016-07-25": _store(_trips(alphabet), "2016-07-25", tmp_path)}, plan, ledger,
+                              tmp_path, "r1", b"k" * 32, bits=SeededBits(seed)))
+    charges = [c for c in ledger.charges() if c.marginal == "od_hierarchy"]
     noise = DiscreteGaussian(SeededBits(seed + 1))
-    return audit_measurement(lambda t, c, b: measure(t, c, b, noise), claimed,
-                             PrivacyCost.zcdp(charge.rho, charge.delta))
+    (report,) = audit_charges(charges, BUDGET, lambda t, c, b: measure(t, c, b, noise)).values()
+    return report
 
 
 @pytest.mark.slow

@@ -376,7 +376,8 @@ def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_p
     sources = [
         dg.AssetSpec(key, partitions_def=date_mode).with_io_manager_key("private_parquet")
         for key in (["true_cells"], ["release_draws"], *(["release", m.name] for m in MARGINALS))
-    ] + [dg.AssetSpec("od_prefix_tree", partitions_def=service_dates).with_io_manager_key("private_parquet")]
+    ] + [dg.AssetSpec(key, partitions_def=service_dates).with_io_manager_key("private_parquet")
+         for key in ("od_prefix_tree", "od_hierarchy")]
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("service_date", ["2016-07-25"])
     result = dg.materialize(

@@ -14,7 +14,7 @@ from opal_dp.core.accounting import compose, within
 from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, PersonBudgetExceeded
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
-from opal_dp.release.settings import PrivacySettings
+from opal_dp.release.settings import WEEKLY_OD_HIERARCHY_RHO, PrivacySettings
 from opal_dp.release.share import week_costs, week_delta, weekly_epsilon, weeks_touching
 from opal_dp_tests.core.test_ledger import release, request
 
@@ -43,23 +43,41 @@ def test_the_weekly_share_fits_and_is_the_largest_to_three_digits():
     assert 2.0 < share < 3.0  # about Google EIE's epsilon 2 per user-week, from an annual cap of 20
 
 
+def test_the_weekly_share_leaves_room_for_the_od_hierarchy_and_no_more():
+    """Kills a share that leaves the hierarchy's seven charges a week out (the ledger would then refuse the last
+    weeks of a year), or counts them once a week instead of once a date."""
+    cap, weeks = DEFAULT_PERSON_CAP, 53
+    share = weekly_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
+    delta = week_delta(cap[1], weeks)
+    costs = lambda e: week_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)  # noqa: E731
+    assert sum(c.rho for c in costs(share)[-7:]) == pytest.approx(7 * WEEKLY_OD_HIERARCHY_RHO)
+    assert within(costs(share) * weeks, *cap) and not within(costs(share + 0.02) * weeks, *cap)
+    assert share < weekly_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH) - 0.3
+
+
 def test_the_default_settings_release_a_week_at_the_share():
     settings = PrivacySettings()
     assert settings.unit is PrivacyUnit.CARD_PERIOD and settings.periods.weekly and not settings.releases_od
+    assert settings.releases_od_hierarchy and settings.od_hierarchy_budget == WEEKLY_OD_HIERARCHY_RHO
     epsilon, delta = settings.budget()
-    share = weekly_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH)
+    share = weekly_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
     assert sum(epsilon.values()) == pytest.approx(share) and sum(delta.values()) == pytest.approx(1e-6 / 106)
+    without = PrivacySettings(od_hierarchy_release=False)
+    assert sum(without.budget()[0].values()) == weekly_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH)
     with_od = PrivacySettings(od_release=True)
     assert with_od.od_budget == 0.05 and sum(with_od.budget()[0].values()) < sum(epsilon.values())
     trip = PrivacySettings(privacy_unit="trip")
     assert sum(trip.budget()[0].values()) == 8.0 and trip.releases_od and trip.od_budget == 1.0
+    assert not trip.releases_od_hierarchy and trip.od_hierarchy_budget == 0.5
 
 
 @pytest.mark.slow
 def test_a_year_of_default_weekly_releases_fits_the_ledger_and_one_more_is_refused(tmp_path):
-    """53 weeks of the default plan's charges on a real ledger with the default person cap: all accepted, and a
-    second release of the last week (fresh noise, a new charge) refused before any draw."""
-    costs = [m.cost() for m in PrivacySettings().plan().mechanisms.values()]
+    """53 weeks of the default plan's charges (the six marginals and the OD hierarchy of each date) on a real ledger
+    with the default person cap: all accepted, and a second release of the last week (fresh noise, a new charge)
+    refused before any draw."""
+    default = PrivacySettings()
+    costs = [m.cost() for m in default.plan().mechanisms.values()] + default.od_hierarchy_costs(PrivacyUnit.CARD_PERIOD)
     ledger = PrivacyLedger(str(tmp_path / "ledger.sqlite"), {"card_period": (100.0, 1e-3)})
     weeks = []
     for w in range(53):
@@ -72,6 +90,21 @@ def test_a_year_of_default_weekly_releases_fits_the_ledger_and_one_more_is_refus
     assert spent.guarantee.epsilon == pytest.approx(compose(costs * 53, delta_target=1e-6).epsilon)
     last = weeks[-1]
     with pytest.raises(PersonBudgetExceeded, match="person budget exceeded"):
-        release(ledger, request("m0", unit="card_period", day=last[0], scope=f"{last[0]}..{last[-1]}", cost=costs[0],
-                                input_version="w52-corrected"), run_id="again")
+        release(ledger, *[request(f"m{i}", unit="card_period", day=last[0], scope=f"{last[0]}..{last[-1]}", cost=c,
+                                  input_version="w52-corrected") for i, c in enumerate(costs)], run_id="again")
     assert len(ledger.draws_on(last)) == len(costs)  # nothing drawn for the refused release
+
+
+def test_an_opted_in_hierarchy_fits_the_default_cap_of_a_date_and_would_not_without_its_room():
+    """Under ``card_day`` the marginals' (epsilon, delta) charges take the cap's whole delta, so the hierarchy's rho
+    needs a delta of its own in the default cap (kills a cap that only adds its epsilon)."""
+    from opal_dp.core import PrivacyCost
+
+    settings = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=True)
+    date = [m.cost() for m in settings.plan().mechanisms.values()] + [PrivacyCost.approx_dp(settings.od_budget, 0.0)]
+    hierarchy = settings.od_hierarchy_costs(PrivacyUnit.CARD_DAY)
+    assert [c.rho for c in hierarchy] == [0.5] and settings.od_hierarchy_costs(PrivacyUnit.TRIP) == []
+    epsilon, delta = settings._default_cap()
+    assert within(date + hierarchy, epsilon, delta) and not within(date + hierarchy, epsilon, settings.nominal[1])
+    assert not within(date + hierarchy + hierarchy, epsilon, delta)  # a second hierarchy of the date is refused
+    assert PrivacySettings(privacy_unit="card_day")._default_cap()[1] == settings.nominal[1]  # off: no room

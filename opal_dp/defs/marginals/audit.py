@@ -5,18 +5,37 @@ import json
 import dagster as dg
 
 from opal_dp.audit import audit_mechanism, membership_game
+from opal_dp.audit.hierarchy import audit_charges
 from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.audit.public_domain import audit_table
 from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
+from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.release.od.hierarchy import OD_HIERARCHY, OdDomain, hierarchy_plan
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.settings import audit_false_alarm_from_env
 
 AUDIT_RUNS = 10**6
+def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
+                     alpha: float) -> tuple[bool, dict]:
+    """The OD hierarchy's measurement against every hierarchy charge the ledger holds (``audit.hierarchy``)."""
+    stops = reference.stops()
+    plan = hierarchy_plan(privacy_budget, OdDomain.from_stops(stops, TripAlphabet.from_stops(stops)))
+    charges = [c for c in privacy_budget.ledger(storage).charges() if c.marginal.split(" ")[0] == OD_HIERARCHY]
+    reports = audit_charges(charges, plan.budget, alpha=alpha)
+    return all(r.passed for r in reports.values()), {"od_hierarchy_audit": dg.MetadataValue.json(
+        {name: {"charged_rho": r.charged_rho, "rho_lower_bound": r.rho_lower,
+                "rho_lower_bound_per_level": list(r.level_rho_lower), "silent_cells": r.silent_cells,
+                "missing_cells": r.missing_cells, "passed": r.passed} for name, r in reports.items()})}
+
+
 @dg.asset(group_name="report", **labels("internal"))
-def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
+def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage,
+                  reference: ReferenceNetwork) -> dg.MaterializeResult:
     """10^6 releases on every neighbouring pair of the configured unit, with production noise and, for card
     units, the production contribution bounding in the path. Under the public-domain design, the measurement
     of each table (``opal_dp.audit.public_domain``) against the epsilon (delta 0) or rho charged for it.
@@ -24,10 +43,16 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
     Fails (and so blocks publishing) if any event shows P[M(D) in S] - e^eps P[M(D') in S] > delta at
     confidence 1 - alpha, alpha = ``$OPAL_DP_AUDIT_FALSE_ALARM`` (default 1e-6, ``settings``) shared by the
     audits it runs: a correct release fails with probability at most alpha. Runs at relaxed (eps, delta) (the
-    audit's own, e.g. (1, 0.01)); the formulas, bounding and samplers are those of the release.
+    audit's own, e.g. (1, 0.01)); the formulas, bounding and samplers are those of the release. With the OD
+    hierarchy on (``od.csv``), its measurement per level against each of its ledger charges (``audit.hierarchy``),
+    at half of alpha.
     """
     plan = privacy_budget.plan()
     alpha = audit_false_alarm_from_env()
+    hierarchy_passed, hierarchy = True, {}
+    if privacy_budget.releases_od_hierarchy:
+        alpha /= 2
+        hierarchy_passed, hierarchy = _hierarchy_audit(privacy_budget, storage, reference, alpha)
     if plan.design.consistent:
         distinct = {json.dumps(noise.describe(), sort_keys=True): tap for tap, noise in plan.noise.items()}
         # taps noised alike are audited once
@@ -64,8 +89,9 @@ def privacy_audit(privacy_budget: PrivacyBudget) -> dg.MaterializeResult:
         "worst_event_pair": report.worst.pair.name,
         "worst_violation_upper": report.worst.violation_upper,
         **extra,
+        **hierarchy,
         "seconds": seconds,
     }
-    if not passed:
+    if not (passed and hierarchy_passed):
         raise dg.Failure(description="privacy audit FAILED: the mechanism leaks more than stated", metadata=metadata)
     return dg.MaterializeResult(metadata=metadata)

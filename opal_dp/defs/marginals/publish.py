@@ -20,6 +20,8 @@ from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
+from opal_dp.release.od.hierarchy import OdDomain, hierarchy_plan
+from opal_dp.release.od.hierarchy_publish import hierarchy_gate
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_section
 from opal_dp.release.marginals.public_domain import Domain, domain
@@ -131,56 +133,72 @@ def _gate(
     return evidence, loaded
 
 
-def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, privacy_budget: PrivacyBudget,
-           kept: PartitionRows) -> dict[str, dict]:
-    """Per published date (``YYYY-MM-DD``): its partitions' draws (partition, marginal) -> id and, with the OD release
-    on and its tree complete, the tree's draw id (its ``draw_id`` column, read again only when the tree changed)."""
+def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, hierarchy: PartitionFrames,
+           privacy_budget: PrivacyBudget, kept_trees: PartitionRows, kept_hierarchy: PartitionRows) -> dict[str, dict]:
+    """Per published date (``YYYY-MM-DD``): its partitions' draws (partition, marginal) -> id and, with an OD release
+    on and its asset complete, the tree's draw id and the hierarchy's draw per mode (read again only when the
+    stored file changed)."""
     out: dict[str, dict] = {}
     for (key, marginal), draw_id in draw_ids.items():
-        out.setdefault(date_and_mode(key)[0], {"draws": {}, "od": None})["draws"][key, marginal] = draw_id
+        out.setdefault(date_and_mode(key)[0], {"draws": {}, "od": None, "hierarchy": []})["draws"][key, marginal] = draw_id
 
     def tree_draw(day: str) -> list[dict]:
         ids = pd.read_parquet(trees.path(day), columns=["draw_id"])["draw_id"]
         return [{"draw_id": int(ids.iloc[0])}] if len(ids) else []  # empty: built while the OD release was off
 
-    if privacy_budget.releases_od:
+    def hierarchy_draws(day: str) -> list[dict]:
+        ids = pd.read_parquet(hierarchy.path(day), columns=["mode", "draw_id"]).drop_duplicates()
+        return [{"mode": str(r.mode), "draw_id": int(r.draw_id)} for r in ids.sort_values("mode").itertuples()]
+
+    for on, frames, kept, read, field in ((privacy_budget.releases_od, trees, kept_trees, tree_draw, "od"),
+                                          (privacy_budget.releases_od_hierarchy, hierarchy, kept_hierarchy,
+                                           hierarchy_draws, "hierarchy")):
+        if not on:
+            continue
         for day, entry in out.items():
-            if day in trees:
-                rows = kept.rows(day, version_of([trees.path(day)]), lambda day=day: tree_draw(day))
-                entry["od"] = rows[0]["draw_id"] if rows else None
+            if day in frames:
+                rows = kept.rows(day, version_of([frames.path(day)]), lambda day=day, read=read: read(day))
+                entry[field] = (rows[0]["draw_id"] if rows else None) if field == "od" else rows
         kept.save()
     return dict(sorted(out.items()))
 
 
 def _date_files(changed: list[str], dates: dict[str, dict], releases: dict[str, PartitionFrames],
-                cells: PartitionFrames, trees: PartitionFrames, privacy_budget: PrivacyBudget, ledger: PrivacyLedger,
-                reference: ReferenceNetwork, storage: OpalStorage):
-    """Each changed date, gated (its marginals against the ledger, every blocking check, its OD tree), in published
-    form, one date at a time."""
-    alphabet = TripAlphabet.from_stops(reference.stops())
+                cells: PartitionFrames, trees: PartitionFrames, hierarchy: PartitionFrames,
+                privacy_budget: PrivacyBudget, ledger: PrivacyLedger, reference: ReferenceNetwork, storage: OpalStorage):
+    """Each changed date, gated (its marginals against the ledger, every blocking check, its OD tree and hierarchy),
+    in published form, one date at a time."""
+    stops = reference.stops()
+    alphabet = TripAlphabet.from_stops(stops)
+    plan = hierarchy_plan(privacy_budget, OdDomain.from_stops(stops, alphabet)) \
+        if privacy_budget.releases_od_hierarchy else None
     for day in changed:
         entry = dates[day]
         evidence, loaded = _gate(releases, cells, entry["draws"], ledger, reference, storage)
         tables = to_open_data(loaded)
-        if entry["od"] is not None:
-            tree = {day: trees[day]}
-            problems = od_gate(tree, ledger, storage.private_dir, alphabet)
+        tree = {day: trees[day]} if entry["od"] is not None else {}
+        rows = {day: hierarchy[day]} if entry["hierarchy"] else {}
+        if tree or rows:
+            problems = od_gate(tree, ledger, storage.private_dir, alphabet) if tree else []
+            if rows:
+                problems += hierarchy_gate(rows, ledger, storage.private_dir, plan.domain, plan.tau)
             if problems:
                 raise dg.Failure(description="publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
-            tables |= od_tables(tree, alphabet, privacy_budget.od_top_sequences)
+            tables |= od_tables(tree, alphabet, privacy_budget.od_top_sequences, rows)
         design = Design.parse(json.loads(next(iter(evidence.charges.values())).mechanism).get("design", Design.SBH))
         yield DateFiles(day.replace("-", ""), tables, tuple(_draws_of(entry)),
                         tuple(sorted({date_and_mode(k)[1] for k, _ in entry["draws"]})), design.consistent)
 
 
 def _draws_of(entry: dict) -> list[int]:
-    return sorted([*entry["draws"].values(), *([entry["od"]] if entry["od"] is not None else [])])
+    return sorted([*entry["draws"].values(), *([entry["od"]] if entry["od"] is not None else []),
+                   *(row["draw_id"] for row in entry["hierarchy"])])
 
 
 def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tuple[str, str], int],
                pending: list[str], ledger: PrivacyLedger, storage: OpalStorage, release_id: str, created_at: str) -> dict:
     """The statement of everything published, from the ledger's evidence of its draws and the publication's
-    summary (the public-domain totals); the OD section from the trees' draws."""
+    summary (the public-domain totals); the OD section from the trees' and the hierarchy's draws."""
     try:
         evidence = ledger_evidence(ledger, draw_ids)
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
@@ -188,8 +206,9 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     od = {day: pd.DataFrame({"draw_id": [e["od"]]}) for day, e in dates.items() if e["od"] is not None}
-    if od:  # the person's share of this release counts every file in it, the OD trees too
-        statement["od"] = od_statement(od, ledger)
+    rows = {day: pd.DataFrame(e["hierarchy"]) for day, e in dates.items() if e["hierarchy"]}
+    if od or rows:  # the person's share of this release counts every file in it, the OD releases too
+        statement["od"] = od_statement(od, ledger, rows)
         trees = {d.charge_id for d in ledger.draws(statement["od"]["draws"])}
         statement["person"] = person_section(ledger, list(dates), [*evidence.charges.values(),
                                                                    *(c for c in ledger.charges() if c.id in trees)])
@@ -200,13 +219,13 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
     group_name="publish",
     deps=["privacy_audit"],
     ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(), "od_prefix_tree": dg.AssetIn(),
-         **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
+         "od_hierarchy": dg.AssetIn(), **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
     description="Open-data CSVs (time-loc, time, loc), each date's under dates/<date>/ written once when its "
                 "partitions are complete and gated (again only when the ledger released it again), the combined files "
                 "appended to, plus privacy.json/PRIVACY.md built from the ledger, index.json and a self-contained "
-                "index.html for the public; the other partitions listed as pending. With the OD release on, od.csv and "
-                "od-sequences.csv of the dates whose DP tree is complete, checked by the same gate. A run with nothing "
-                "new writes nothing.",
+                "index.html for the public; the other partitions listed as pending. With an OD release on, od.csv (from the "
+                "OD hierarchy when it is on, else the DP tree) and od-sequences.csv (the tree) of the dates whose OD "
+                "assets are complete, checked by the same gate. A run with nothing new writes nothing.",
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)),
     pool=LEDGER_POOL,
     **labels("public", "csv"),
@@ -216,6 +235,7 @@ def published_release(
     true_cells: PartitionFrames,
     release_draws: PartitionFrames,
     od_prefix_tree: PartitionFrames,
+    od_hierarchy: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     storage: OpalStorage,
@@ -235,7 +255,8 @@ def published_release(
         context.log.warning(f"publishing {len({k for k, _ in draw_ids})} complete partitions; pending: {', '.join(pending)}")
     for day, why in failed.items():
         context.log.warning(f"not released, its raw file could not be used: {day}: {why}")
-    dates = _dates(draw_ids, od_prefix_tree, privacy_budget, PartitionRows(state / "tree_draws.json"))
+    dates = _dates(draw_ids, od_prefix_tree, od_hierarchy, privacy_budget, PartitionRows(state / "tree_draws.json"),
+                   PartitionRows(state / "hierarchy_draws.json"))
     index = published_index(storage.published_dir)
     dropped = sorted(set(index["dates"]) - {d.replace("-", "") for d in dates})
     if dropped:
@@ -252,8 +273,8 @@ def published_release(
         return statements[-1]
 
     folder = publish(storage.published_dir,
-                     _date_files(changed, dates, releases, true_cells, od_prefix_tree, privacy_budget, ledger,
-                                 reference, storage),
+                     _date_files(changed, dates, releases, true_cells, od_prefix_tree, od_hierarchy, privacy_budget,
+                                 ledger, reference, storage),
                      statement_of, reference.stops(), state, PageSettings.from_env())
     status = {"path": dg.MetadataValue.path(str(folder)),
               "dates_published": len(changed) if statements else 0,

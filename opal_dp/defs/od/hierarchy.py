@@ -1,7 +1,7 @@
-"""The hierarchical OD release (opt-in, not yet published): per date, every mode's total, district pairs and
-location pairs with exact totals, charged to the ledger before any noise is drawn. A thin wrapper over
-``release.od.hierarchy``; the ``release_od_hierarchy`` job runs it on demand, ``make release`` does not (its
-charge is not in the default caps, and ``od.csv`` still comes from the prefix tree)."""
+"""The hierarchical OD release that makes ``od.csv``: per date, every mode's total, district pairs and location pairs
+with exact totals, charged to the ledger before any noise is drawn. A thin wrapper over ``release.od.hierarchy``,
+built with the private stages (``make release``) and published by ``published_release``; empty when
+``releases_od_hierarchy`` is off (nothing charged)."""
 
 import json
 
@@ -9,6 +9,7 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.core import LedgerError
+from opal_dp.defs.shared.automation import STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, labels
@@ -39,6 +40,7 @@ CHECKS = {
     io_manager_key="private_parquet",
     partitions_def=service_dates,
     backfill_policy=SINGLE_RUN,
+    automation_condition=STAGE,
     pool=LEDGER_POOL,
     check_specs=[dg.AssetCheckSpec(name, asset="od_hierarchy", blocking=True, description=text)
                  for name, text in CHECKS.items()],
@@ -47,12 +49,15 @@ CHECKS = {
 def od_hierarchy(context: dg.AssetExecutionContext, trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget,
                  reference: ReferenceNetwork, storage: OpalStorage):
     """The hierarchical OD rows of each date (``date, mode, level, origin_district, destination_district, origin,
-    destination, count`` plus the ledger ``draw_id`` of each (date, mode)), at ``od_hierarchy_rho`` per date."""
+    destination, count`` plus the ledger ``draw_id`` of each (date, mode)), at ``od_hierarchy_budget`` (rho) per
+    date."""
     stops = reference.stops()
     domain = OdDomain.from_stops(stops, TripAlphabet.from_stops(stops))
     plan = hierarchy_plan(privacy_budget, domain)
     days = list(context.partition_keys)
     parts: dict[str, list[pd.DataFrame]] = {day: [] for day in days}
+    if not privacy_budget.releases_od_hierarchy:
+        days = []
     try:
         for day, _, drawn in release_od_hierarchy(
                 {day: trip_sequences.path(day) for day in days}, plan, privacy_budget.ledger(storage),
@@ -63,8 +68,8 @@ def od_hierarchy(context: dg.AssetExecutionContext, trip_sequences: PartitionFra
         raise dg.Failure(description=str(err)) from err
     out = {day: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ROW_COLUMNS, "draw_id"])
            for day, frames in parts.items()}
-    for day, frame in out.items():
-        context.add_asset_metadata({"dagster/row_count": len(frame), "rho": plan.budget.rho, "tau": plan.tau,
+    for day in days:
+        context.add_asset_metadata({"dagster/row_count": len(out[day]), "rho": plan.budget.rho, "tau": plan.tau,
                                     "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}"}, partition_key=day)
     problems = {"od_hierarchy_sums_exact": [p for f in out.values() for p in sum_problems(f)],
                 "od_hierarchy_in_public_domain": [p for f in out.values() for p in domain_problems(f, domain)]}

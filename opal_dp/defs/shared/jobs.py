@@ -2,8 +2,8 @@
 
 "The release" (what ``make release`` builds) is three jobs, run in this order: ``private_stages`` (per day),
 ``release`` (per day and mode) and ``rollup`` (ledger, audit, reports, publish). Their union is
-``THE_RELEASE``, the selection automation may launch; the opt-in ``synthetic`` and ``release_od_hierarchy`` jobs
-and the on-demand internal reports (``compare_units``, ``compare_designs``, ``evaluate_od``) are outside it and run
+``THE_RELEASE``, the selection automation may launch; the opt-in ``synthetic`` job, the ``release_od_hierarchy`` job
+(the OD hierarchy alone, also in ``private_stages``) and the on-demand internal reports (``compare_units``, ``compare_designs``, ``evaluate_od``) are outside it and run
 only when launched.
 
 A backfill of everything launched from the UI, the automation's backfills and ``make release`` make the same
@@ -19,7 +19,8 @@ from opal_dp.network import MODES
 
 private_stages_job = dg.define_asset_job(
     "private_stages",
-    selection=dg.AssetSelection.groups("ingest", "bin", "bound", "od") - dg.AssetSelection.assets("raw_trip_files"),
+    selection=dg.AssetSelection.groups("ingest", "bin", "bound", "od", "od_hierarchy")
+    - dg.AssetSelection.assets("raw_trip_files"),
     description="The release, 1 of 3 (per service day): ingest, bin, bound and anonymise the trips of the selected "
                 "service days; build their card-day sequences and the DP OD prefix tree of each day (charged to the "
                 "ledger).",
@@ -76,8 +77,9 @@ evaluate_od_job = dg.define_asset_job(
 od_hierarchy_job = dg.define_asset_job(
     "release_od_hierarchy",
     selection=dg.AssetSelection.groups("od_hierarchy"),
-    description="Opt-in: the hierarchical OD release of the days with stored card-day sequences (mode totals, "
-                "district pairs, location pairs with exact totals), charged to the ledger; not published.",
+    description="The hierarchical OD release alone (also part of the private stages): mode totals, district pairs, "
+                "location pairs with exact totals of the days with stored card-day sequences, charged to the ledger "
+                "(nothing when it is off); published as od.csv by the publish step.",
 )
 
 

@@ -232,12 +232,12 @@ class HierarchyPlan(OdPlacement):
 
 
 def hierarchy_plan(settings, domain: OdDomain) -> HierarchyPlan:
-    """The plan from the release's ``PrivacySettings``: ``od_hierarchy_rho`` per date, at most ``od_height`` trips
+    """The plan from the release's ``PrivacySettings``: ``od_hierarchy_budget`` (rho) per date, at most ``od_height`` trips
     per card-day (the stored sequences' length) and ``od_hierarchy_max_per_pair`` of them in one location pair
     (default 2: an out-and-back trip within one bus postcode is twice the same pair, and a bound of 1 would cut
     the busiest such pairs, e.g. inside 2000, by a third; ``benchmarks.od_compare`` measures both)."""
     unit = settings.unit
-    budget = HierarchyBudget(settings.od_hierarchy_rho, SHARES, settings.od_height,
+    budget = HierarchyBudget(settings.od_hierarchy_budget, SHARES, settings.od_height,
                              min(settings.od_hierarchy_max_per_pair, settings.od_height), FALSE_CELLS)
     return HierarchyPlan(unit, budget, domain, settings.periods)
 

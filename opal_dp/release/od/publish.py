@@ -1,10 +1,12 @@
-"""The OD part of a publication: ``od.csv`` and ``od-sequences.csv`` from the consistent DP trees, the ``od`` section
-of the privacy statement built from the ledger, and the checks the publish gate and the folder validation run.
+"""The OD part of a publication: ``od.csv`` and ``od-sequences.csv``, the ``od`` section of the privacy statement
+built from the ledger, and the checks the publish gate and the folder validation run.
 
-``od.csv``: ``date,mode,origin,destination,count`` (``YYYYMMDD``; bus locations are postcodes, other modes stop
-names, ``-1`` an unknown tap-off), one row per trip symbol with a positive count, by date, mode, origin,
-destination. ``od-sequences.csv``: ``date,rank,trips,sequence,count``, the most frequent sanitized card-day
-sequences per date (trips ``mode:origin>destination`` joined by `` | ``).
+``od.csv`` comes from the hierarchical OD release when it is on (``release.od.hierarchy_publish``: a ``level``
+column, exact totals; the default weekly release), else from the consistent DP prefix trees (the trip-level
+reproduction of 2016): ``date,mode,origin,destination,count`` (``YYYYMMDD``; bus locations are postcodes, other
+modes stop names, ``-1`` an unknown tap-off), one row per trip symbol with a positive count, by date, mode, origin,
+destination. ``od-sequences.csv`` comes only from the trees, when they are on: ``date,rank,trips,sequence,count``,
+the most frequent sanitized card-day sequences per date (trips ``mode:origin>destination`` joined by `` | ``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ from pathlib import Path
 import pandas as pd
 
 from opal_dp.core import PrivacyLedger
+from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents, od_counts, top_sequences
+from opal_dp.release.od.hierarchy import OdDomain
+from opal_dp.release.od.hierarchy_publish import (
+    hierarchy_markdown,
+    hierarchy_statement,
+    hierarchy_table,
+    validate_hierarchy_csv,
+)
 
 OD_TABLES = ("od", "od-sequences")
 OD_COLUMNS = ["date", "mode", "origin", "destination", "count"]
@@ -28,6 +38,11 @@ DESCRIPTION = (
     "(mode, origin, destination) trips in tap-on order, truncated to the first `height` trips, is one record: "
     "the tree is epsilon-DP for adding or removing all trips of one card on one day (pure DP, delta 0). od.csv "
     "counts the trips among those first `height` of each card-day; both files come only from the DP tree."
+)
+
+SEQUENCES_DESCRIPTION = (
+    "od-sequences.csv: the most frequent card-day trip chains, from a noisy prefix tree per date (Chen et al., KDD "
+    "2012), epsilon-DP for adding or removing all trips of one card on one day (pure DP, delta 0)."
 )
 
 
@@ -53,53 +68,74 @@ def od_gate(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path
     return problems
 
 
-def od_tables(trees: Mapping[str, pd.DataFrame], alphabet: TripAlphabet, top: int) -> dict[str, pd.DataFrame]:
-    days = sorted(trees)
-    od = [od_counts(trees[d], alphabet.symbols, _compact(d)) for d in days]
-    seqs = [top_sequences(trees[d], alphabet.symbols, _compact(d), top) for d in days]
-    od_frame = pd.concat(od, ignore_index=True) if od else pd.DataFrame(columns=OD_COLUMNS)
-    return {"od": od_frame.sort_values(OD_COLUMNS[:4], ignore_index=True)[OD_COLUMNS],
-            "od-sequences": (pd.concat(seqs, ignore_index=True) if seqs else pd.DataFrame(columns=SEQUENCE_COLUMNS))}
+def od_tables(trees: Mapping[str, pd.DataFrame], alphabet: TripAlphabet, top: int,
+              hierarchy: Mapping[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
+    """The OD files: ``od`` from the ``hierarchy`` rows when given, else from the trees; ``od-sequences`` from the
+    trees when there are any."""
+    out = {}
+    if hierarchy:
+        out["od"] = hierarchy_table(hierarchy)
+    if trees:
+        days = sorted(trees)
+        od = pd.concat([od_counts(trees[d], alphabet.symbols, _compact(d)) for d in days], ignore_index=True)
+        out.setdefault("od", od.sort_values(OD_COLUMNS[:4], ignore_index=True)[OD_COLUMNS])
+        out["od-sequences"] = pd.concat([top_sequences(trees[d], alphabet.symbols, _compact(d), top) for d in days],
+                                        ignore_index=True)
+    return out
 
 
-def od_statement(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> dict:
-    """The statement's ``od`` section, from the ledger records of the trees' draws."""
+def od_statement(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger,
+                 hierarchy: Mapping[str, pd.DataFrame] | None = None) -> dict:
+    """The statement's ``od`` section, from the ledger records of the draws: the trees' fields (when there are
+    trees) and the ``hierarchy`` section (when there are hierarchy rows); ``draws``, ``scopes`` and ``dates`` cover
+    both, ``files`` lists what is published."""
     draws = ledger.draws([int(t["draw_id"].iloc[0]) for t in trees.values()])
-    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws}}
+    section = hierarchy_statement(hierarchy, ledger) if hierarchy else None
+    ids = {d.charge_id for d in draws} | set(section["charges"] if section else ())
+    charges = {c.id: c for c in ledger.charges() if c.id in ids}
     scopes = {(c.unit, c.scope) for c in charges.values()}
     spend = [s for s in ledger.summary() if (s.unit, s.scope) in scopes]
-    params = {c.mechanism for c in charges.values()}
-    if len(params) != 1:
-        raise ValueError("the published OD trees were drawn with different parameters")
-    mechanism = json.loads(params.pop())
-    return {
-        "description": DESCRIPTION,
+    out = {
+        "description": (section["description"] + (" " + SEQUENCES_DESCRIPTION if trees else "")) if section
+        else DESCRIPTION,
         "protects": "all trips of one card on one service day (its whole sequence), added or removed",
-        "epsilon_per_tree": mechanism["epsilon"],
         "delta": 0.0,
-        "height": mechanism["height"],
-        "parameters": mechanism,
-        "dates": [_compact(d) for d in sorted(trees)],
-        "draws": sorted(d.id for d in draws),
+        "dates": sorted({_compact(d) for d in [*trees, *(hierarchy or {})]}),
+        "draws": sorted({d.id for d in draws} | set(section["draws"] if section else ())),
         "composition": (
-            "Each tree is one more charge on the ledger scope of its date (card_day unit) or of the period "
-            "(card_period unit, one charge per date), next to the marginals of the same trips: the ledger adds them "
-            "up against the scope's cap and refuses a draw that would exceed it. Under the trip unit the "
-            "marginals make no card-day claim, and the trees are charged to the card_day scope of their date."
+            "Each tree and each date's hierarchy is one more charge on the ledger scope of its date (card_day unit) "
+            "or of the period (card_period unit, one charge per date), next to the marginals of the same trips: the "
+            "ledger composes them against the scope's cap, and every card-level charge also against the person "
+            "cap, and refuses a draw that would exceed either. Under the trip unit the marginals make no card-day "
+            "claim, and the OD charges go to the card_day scope of their date."
         ),
         "scopes": [{"unit": s.unit, "scope": s.scope, "epsilon": s.guarantee.epsilon, "delta": s.guarantee.delta,
                     "cap_epsilon": s.cap.epsilon, "cap_delta": s.cap.delta} for s in spend],
-        "files": [f"{t}.csv" for t in OD_TABLES],
+        "files": ["od.csv", *(["od-sequences.csv"] if trees else [])],
     }
+    if trees:
+        params = {c.mechanism for c in charges.values() if c.id in {d.charge_id for d in draws}}
+        if len(params) != 1:
+            raise ValueError("the published OD trees were drawn with different parameters")
+        mechanism = json.loads(params.pop())
+        out |= {"epsilon_per_tree": mechanism["epsilon"], "height": mechanism["height"], "parameters": mechanism}
+    if section:
+        out["hierarchy"] = {k: v for k, v in section.items() if k != "charges"}
+    return out
 
 
 def od_markdown(od: Mapping) -> list[str]:
-    lines = ["## Origin-destination release (od.csv, od-sequences.csv)", "", od["description"], "",
-             f"- protects: {od['protects']}",
-             f"- epsilon per tree (one tree per date): {od['epsilon_per_tree']}, delta {od['delta']}",
-             f"- height (trips per card-day kept): {od['height']}",
-             f"- dates: {', '.join(od['dates'])}", "", od["composition"], "",
-             "| unit | scope | epsilon spent | delta spent | cap epsilon | cap delta |", "|---|---|---|---|---|---|"]
+    lines = [f"## Origin-destination release ({', '.join(od['files'])})", "", od["description"], "",
+             f"- protects: {od['protects']}"]
+    if "epsilon_per_tree" in od:
+        lines += [f"- od-sequences.csv{'' if 'hierarchy' in od else ' and od.csv'}: epsilon per tree (one tree per "
+                  f"date): {od['epsilon_per_tree']}, delta {od['delta']}",
+                  f"- height (trips per card-day kept): {od['height']}"]
+    lines += [f"- dates: {', '.join(od['dates'])}", ""]
+    if "hierarchy" in od:
+        lines += hierarchy_markdown(od["hierarchy"])
+    lines += [od["composition"], "",
+              "| unit | scope | epsilon spent | delta spent | cap epsilon | cap delta |", "|---|---|---|---|---|---|"]
     lines += [f"| {s['unit']} | {s['scope']} | {s['epsilon']:.4g} | {s['delta']:.3g} | {s['cap_epsilon']:.4g} | "
               f"{s['cap_delta']:.3g} |" for s in od["scopes"]]
     return [*lines, ""]
@@ -107,15 +143,13 @@ def od_markdown(od: Mapping) -> list[str]:
 
 def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
     """Problems with the published OD files: columns, dates of the statement, locations and sequences inside the
-    public alphabet, positive integer counts."""
-    problems = []
-    frame = pd.read_csv(folder / "od.csv", dtype=str, keep_default_na=False)
-    if list(frame.columns) != OD_COLUMNS:
-        return [f"od.csv: columns must be {OD_COLUMNS}"]
-    known = alphabet.symbols.set_index(["mode", "origin", "destination"]).index
-    if not pd.MultiIndex.from_frame(frame[["mode", "origin", "destination"]]).isin(known).all():
-        problems.append("od.csv: a (mode, origin, destination) outside the public domain")
-    problems += _dates_and_counts("od.csv", frame, od["dates"])
+    public alphabet, positive integer counts; a hierarchy ``od.csv`` also adds up level by level."""
+    if "hierarchy" in od:
+        problems = validate_hierarchy_csv(folder, od["hierarchy"]["dates"], OdDomain.from_stops(load_stops(), alphabet))
+    else:
+        problems = _validate_tree_od(folder, od, alphabet)
+    if "od-sequences.csv" not in od["files"]:
+        return problems
     seqs = pd.read_csv(folder / "od-sequences.csv", dtype=str, keep_default_na=False)
     if list(seqs.columns) != SEQUENCE_COLUMNS:
         return [*problems, f"od-sequences.csv: columns must be {SEQUENCE_COLUMNS}"]
@@ -124,6 +158,17 @@ def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
     if any(t not in labels for t in trips):
         problems.append("od-sequences.csv: a trip outside the public domain")
     return problems + _dates_and_counts("od-sequences.csv", seqs, od["dates"])
+
+
+def _validate_tree_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
+    frame = pd.read_csv(folder / "od.csv", dtype=str, keep_default_na=False)
+    if list(frame.columns) != OD_COLUMNS:
+        return [f"od.csv: columns must be {OD_COLUMNS}"]
+    known = alphabet.symbols.set_index(["mode", "origin", "destination"]).index
+    problems = []
+    if not pd.MultiIndex.from_frame(frame[["mode", "origin", "destination"]]).isin(known).all():
+        problems.append("od.csv: a (mode, origin, destination) outside the public domain")
+    return problems + _dates_and_counts("od.csv", frame, od["dates"])
 
 
 def _dates_and_counts(name: str, frame: pd.DataFrame, dates: Sequence[str]) -> list[str]:

@@ -33,7 +33,8 @@ TABLE_NOTES = {  # published table -> what a row counts
     "loc": "trips per mode, date, tap and location (time is -)",
 }
 OD_NOTES = {
-    "od": "trips per date, mode, origin and destination, from a noisy prefix tree per date",
+    "od": "trips per date and mode: the mode's total, district pairs and origin-destination pairs, each level adding "
+          "up to the one above (a noisy prefix tree's pairs in a release without the hierarchy)",
     "od-sequences": "the most frequent card-day trip chains of each date, from the same trees",
 }
 
@@ -110,7 +111,13 @@ def dictionary_section(statement: Mapping) -> str:
     ]
     if "od" in statement:
         columns += [
-            ("origin, destination", "od", "where the trip started and ended, labelled as <code>loc</code>"),
+            ("origin, destination", "od", "where the trip started and ended, labelled as <code>loc</code>; "
+                                          "<code>all</code> above the location level, <code>other</code> on a "
+                                          "district pair's row of the pairs not listed one by one"),
+            ("level", "od", "<code>mode</code>, <code>district</code> or <code>location</code>: which matrix the "
+                            "row belongs to (releases with the hierarchy)"),
+            ("origin_district, destination_district", "od", "the first three digits of the postcode; "
+                                                            "<code>all</code> on the mode row"),
             ("rank", "od-sequences", "1 for the most frequent chain of the date, then 2, ..."),
             ("trips", "od-sequences", "how many trips the chain has"),
             ("sequence", "od-sequences", "the trips of the chain, each <code>mode:origin&gt;destination</code>, "
@@ -134,7 +141,8 @@ def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[st
     bytes."""
     notes = {f"{name}.csv": (note, rows[name]) for name, note in TABLE_NOTES.items()}
     if "od" in statement:
-        notes |= {f"{name}.csv": (note, None) for name, note in OD_NOTES.items()}
+        notes |= {f"{name}.csv": (note, None) for name, note in OD_NOTES.items()
+                  if f"{name}.csv" in statement["od"]["files"]}
     notes |= {STATEMENT_JSON: ("the privacy statement, machine-readable", None),
               STATEMENT_MD: ("the privacy statement for people", None),
               INDEX_JSON: ("the index: every published date, its own copies of the files above under "

@@ -1,0 +1,140 @@
+"""``od.csv`` from the hierarchical OD release (``release.od.hierarchy``): the gate before publishing, the table, the
+statement's ``od.hierarchy`` section and the published file's checks.
+
+One file with a ``level`` column, not one file per level: an open-data user downloads one table with one schema,
+filters ``level`` for the matrix they want, and can check within the file that each level adds up to the one above
+(district rows to the mode row, a district pair's location rows, its ``other`` remainder row included, to the
+district row). Three files would repeat the schema, and the check would need a join across them.
+
+Columns (``OD_HIERARCHY_COLUMNS``): ``date`` (``YYYYMMDD``), ``mode``, ``level`` (``mode``, ``district`` or
+``location``), ``origin_district``, ``destination_district`` (a postcode's first three digits, ``-1`` for no
+tap-off; ``all`` on the mode row), ``origin``, ``destination`` (postcode for bus, stop name otherwise, ``-1`` no
+tap-off; ``all`` above the location level; ``other`` on a district pair's remainder row), ``count`` (an integer
+``>= 0``; a zero count is only on a mode row). Rows by date, mode, level, then labels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opal_dp.core import PrivacyLedger
+from opal_dp.core.hierarchy import fit
+from opal_dp.release.od.hierarchy import (
+    LEVEL_NAMES,
+    ROW_COLUMNS,
+    OdDomain,
+    domain_problems,
+    measurement_of,
+    rows,
+    sum_problems,
+)
+
+OD_HIERARCHY_COLUMNS = ROW_COLUMNS
+DESCRIPTION = (
+    "od.csv: origin-destination counts per date and mode at three levels with exact totals: the mode's total, "
+    "district x district and location x location, all cells from the public stop list. Every cell of every level "
+    "gets discrete Gaussian noise (zCDP), a top-down least-squares fit makes each level sum exactly to the one "
+    "above, and location pairs whose noisy count is under a public threshold are summed into one row with "
+    "origin = destination = other per district pair; so each trip counted (the first `height` of a card-day, at "
+    "most `max_per_cell` of one location pair) is in exactly one row at each level."
+)
+
+
+def _draw_ids(frames: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], int]:
+    return {(day, mode): int(part["draw_id"].iloc[0]) for day, frame in frames.items()
+            for mode, part in frame.groupby("mode", sort=True)}
+
+
+def hierarchy_gate(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path, domain: OdDomain,
+                   tau: int) -> list[str]:
+    """Problems with the hierarchy rows about to be published (``{date: rows with draw_id}``): each (date, mode)
+    must come from a completed ledger draw of that date whose stored measurement fits to exactly these rows, add up
+    level by level, and hold only labels of the public domain."""
+    problems = []
+    ids = _draw_ids(frames)
+    draws = {d.id: d for d in ledger.draws(ids.values())}
+    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws.values()}}
+    for (day, mode), draw_id in ids.items():
+        draw = draws.get(draw_id)
+        if draw is None or draw.status != "complete" or draw.date != day:
+            problems.append(f"{day} {mode} od: no completed ledger draw {draw_id} of that date")
+            continue
+        recorded = json.loads(charges[draw.charge_id].mechanism)
+        dom = domain.modes[mode]
+        fitted = fit(dom.tree, measurement_of(pd.read_parquet(root / draw.release_ref), dom.tree),
+                     tuple(recorded["sigma"]), int(recorded["tau"]))
+        part = frames[day][frames[day]["mode"] == mode].drop(columns=["draw_id"]).reset_index(drop=True)
+        if recorded["tau"] != tau or not rows(dom, fitted, day).astype(str).equals(part.astype(str)):
+            problems.append(f"{day} {mode} od: the rows are not the fit of the ledger's stored draw {draw_id}")
+    for frame in frames.values():
+        problems += sum_problems(frame) + domain_problems(frame, domain)
+    return problems
+
+
+def hierarchy_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """``od.csv`` (module docstring) from the gated rows of each date."""
+    parts = [f.drop(columns=["draw_id"]).assign(date=day.replace("-", "")) for day, f in sorted(frames.items())]
+    if not parts:
+        return pd.DataFrame(columns=OD_HIERARCHY_COLUMNS)
+    frame = pd.concat(parts, ignore_index=True)
+    frame["rank"] = frame["level"].map({name: i for i, name in enumerate(LEVEL_NAMES)})
+    keys = ["date", "mode", "rank", "origin_district", "destination_district", "origin", "destination"]
+    return frame.sort_values(keys, ignore_index=True)[OD_HIERARCHY_COLUMNS]
+
+
+def hierarchy_statement(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> dict:
+    """The statement's ``od.hierarchy`` section, from the ledger records of the rows' draws."""
+    draws = ledger.draws(_draw_ids(frames).values())
+    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws}}
+    params = {c.mechanism for c in charges.values()}
+    if len(params) != 1:
+        raise ValueError("the published OD hierarchies were drawn with different parameters")
+    mechanism = json.loads(params.pop())
+    return {
+        "description": DESCRIPTION,
+        "file": "od.csv",
+        "protects": "all trips of one card on one service day, added or removed",
+        "rho_per_date": mechanism["rho"],
+        "delta": 0.0,
+        "levels": list(LEVEL_NAMES),
+        "level_rho": mechanism["level_rho"],
+        "listing_threshold": mechanism["tau"],
+        "parameters": mechanism,
+        "columns": list(OD_HIERARCHY_COLUMNS),
+        "dates": sorted(day.replace("-", "") for day in frames),
+        "draws": sorted(d.id for d in draws),
+        "charges": sorted(charges),
+    }
+
+
+def hierarchy_markdown(section: Mapping) -> list[str]:
+    return ["### od.csv: hierarchical OD counts with exact totals", "", section["description"], "",
+            f"- protects: {section['protects']}",
+            f"- rho per date (zCDP, delta {section['delta']}): {section['rho_per_date']}, split over the levels "
+            f"{', '.join(section['levels'])} as {', '.join(f'{r:.4g}' for r in section['level_rho'])}",
+            f"- location pairs listed from a noisy count of {section['listing_threshold']} (a public threshold "
+            "from the noise scale); the others are in their district pair's `other` row",
+            f"- columns: {', '.join(section['columns'])}", ""]
+
+
+def validate_hierarchy_csv(folder: Path, dates: list[str], domain: OdDomain) -> list[str]:
+    """Problems with a published hierarchy ``od.csv``: columns, dates of the statement, integer counts ``>= 0``
+    (0 only on a mode row), labels of the public domain, levels that add up."""
+    frame = pd.read_csv(folder / "od.csv", dtype=str, keep_default_na=False)
+    if list(frame.columns) != OD_HIERARCHY_COLUMNS:
+        return [f"od.csv: columns must be {OD_HIERARCHY_COLUMNS}"]
+    problems = []
+    if not frame["date"].isin(dates).all():
+        problems.append("od.csv: a date that privacy.json does not list")
+    positive = frame["count"].str.fullmatch(r"[1-9]\d*")
+    if not (positive | ((frame["count"] == "0") & (frame["level"] == "mode"))).all():
+        problems.append("od.csv: a count that is not a positive integer (or 0 on a mode row)")
+        return problems
+    frame = frame.astype({"count": np.int64})
+    return problems + [f"od.csv: {p}" for p in sum_problems(frame) + domain_problems(frame, domain)]
+
