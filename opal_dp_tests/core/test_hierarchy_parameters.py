@@ -21,12 +21,13 @@ def test_a_one_cell_domain_has_a_threshold_and_an_empty_one_is_refused():
         listing_threshold(2.0, 0, 1.0)
 
 
-@pytest.mark.parametrize("cells, false_cells", [(1, 1.0), (3, 5.0)])
-def test_a_domain_no_larger_than_the_allowed_false_cells_lists_every_cell_reaching_one(cells, false_cells):
-    """With at most ``false_cells`` cells the expected false listings are below the allowance at any threshold, so
-    the smallest one, 1, is chosen. Kills ``x_listing_threshold__mutmut_14`` (``2 / log(..)``: a division by
-    zero where ``cells <= false_cells``) and ``_34`` (the walk down goes on below 1)."""
-    assert listing_threshold(3.0, cells, false_cells) == 1
+@pytest.mark.parametrize("sigma, cells, false_cells", [(3.0, 1, 1.0), (3.0, 3, 5.0), (10.0, 1, 0.6)])
+def test_where_threshold_one_keeps_the_false_cells_within_the_allowance_it_is_chosen(sigma, cells, false_cells):
+    """``P(Z >= 1) <= 1/2``, so where ``cells / 2 <= false_cells`` the smallest threshold, 1, is chosen. Kills
+    ``x_listing_threshold__mutmut_14`` (``2 / log(..)``: a division by zero where ``cells <= false_cells``), ``_34``
+    (the walk down goes on below 1) and ``_35`` (the walk down stops at 2: with sigma 10 the search starts at 8)."""
+    assert cells * tail_upper_bound(sigma, 1) <= false_cells
+    assert listing_threshold(sigma, cells, false_cells) == 1
 
 
 def test_the_recorded_parameters_are_the_budgets_own():
