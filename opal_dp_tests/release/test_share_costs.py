@@ -1,0 +1,24 @@
+"""``release.share.week_costs`` charges what the release plan of the chosen mechanism charges (the mutation run
+found the mechanism unguarded: every test used the default). Each test names the mutants it kills."""
+
+from __future__ import annotations
+
+import pytest
+
+from opal_dp.core import ContributionBounds, PrivacyUnit
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.share import split, week_costs
+
+
+@pytest.mark.parametrize("mechanism", list(Mechanism))
+def test_a_weeks_costs_are_those_of_the_plan_of_its_mechanism(mechanism):
+    """A Laplace week costs (epsilon, delta) per marginal, a Gaussian one rho: the share searched for one mechanism
+    must be composed from that mechanism's costs. Kills ``x_week_costs__mutmut_11`` (the plan built with the
+    default mechanism whatever was asked)."""
+    eps, dlt = split(1.0, 1e-8)
+    plan = build_plan(PrivacyUnit.CARD_PERIOD, eps, dlt, mechanism=mechanism, design=Design.SBH,
+                      bounds=ContributionBounds(max_trips_per_card_day=3, max_days_per_card=2))
+    expected = [m.cost() for m in plan.mechanisms.values()]
+    assert week_costs(1.0, 1e-8, mechanism, Design.SBH) == expected
+    assert {c.measure for c in expected} == {"approx_dp" if mechanism is Mechanism.LAPLACE else "zcdp"}
