@@ -103,3 +103,11 @@ def test_the_measurement_draws_from_the_os_and_only_from_the_source_it_is_given(
     assert taken > 0 and one == run_with(monkeypatch, 1, levels)[0] != run_with(monkeypatch, 2, levels)[0]
     monkeypatch.undo()
     assert levels(DiscreteGaussian(SeededBits(5))) == levels(DiscreteGaussian(SeededBits(5)))
+
+
+def test_the_finest_sensitivity_counts_a_partial_last_cell_by_its_square():
+    """Five items, at most three in a cell: one full cell and one of two, ``3² + 2² = 13`` (a larger figure
+    over-noises, a smaller one under-noises). Kills ``x_level_l2_squared__mutmut_24`` (``(m mod c)³``: only a
+    remainder of 2 or more shows it)."""
+    assert level_l2_squared(5, 3) == (25, 25, 13)
+    assert level_l2_squared(7, 2) == (49, 49, 3 * 4 + 1)
