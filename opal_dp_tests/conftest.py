@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +32,28 @@ def pytest_collection_modifyitems(config, items):
     if skipped:
         config.hook.pytest_deselected(items=skipped)
         items[:] = [item for item in items if "publish_gate" not in item.keywords]
+
+
+def pytest_sessionstart(session):
+    """Under `make mutation`, each mutant's tests start with every ``functools`` cache of opal_dp empty. mutmut forks
+    its workers from a process that has already run the tests unmutated, so without this a mutant in a function a
+    cache calls (``discrete_gaussian._Acceptance``, the tail bounds of ``sparse_noise``, ``noise._table``) would be
+    bypassed by the cached, unmutated result and survive whenever its inputs were cached."""
+    if "." in os.environ.get("MUTANT_UNDER_TEST", ""):
+        clear_opal_dp_caches()
+
+
+MUTATED_PACKAGES = ("opal_dp.core.", "opal_dp.prep.", "opal_dp.release.")  # not ``parallel``: its cache is a pool
+
+
+def clear_opal_dp_caches():
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(MUTATED_PACKAGES) or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == name:
+                value.cache_clear()
+
 
 TINY_STOPS = [
     # stop_id, mode, name, postcode
