@@ -30,7 +30,7 @@ WEEKLY_OD_EPSILON = 0.05
 epsilon 4.6 a year (``benchmarks.person_cap``), leaving most of the person cap to the six marginals."""
 WEEKLY_OD_HIERARCHY_RHO = 0.004
 """The hierarchical OD release's default rho a date in the weekly card_period release (it makes ``od.csv``): about
-a quarter of the weekly share's rho, which lowers the six marginals' weekly epsilon from 2.44 to 2.00 and puts
+a quarter of the weekly share's rho, which lowers the six marginals' weekly epsilon from 2.44 to 1.99 and puts
 every location pair above about 180 trips a day in its own row (README, "The default release")."""
 DEFAULT_OD_HIERARCHY_RHO = 0.5
 """Its rho a date elsewhere: the zCDP bound that the prefix tree's default pure epsilon 1 implies."""
