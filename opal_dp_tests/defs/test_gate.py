@@ -64,6 +64,9 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
         [dg.AssetCheckKey(dg.AssetKey(["release", "tap_on_loc"]), "counts_above_threshold")])
     (evaluation,) = check.values()
     assert evaluation.run_id == failed.run_id and evaluation.status.value == "FAILED"
+    by_partition = evaluation.event.dagster_event.event_specific_data.metadata["by_partition"]
+    outcome = {r.data["partition"]: r.data["passed"] for r in by_partition.records}  # one evaluation, each partition
+    assert outcome == {key: str(key != BAD_KEY) for key in train}
     failure = next(e for e in instance.all_logs(failed.run_id) if e.dagster_event and e.dagster_event.is_step_failure)
     assert f"{BAD_KEY} tap_on_loc:" in failure.dagster_event.step_failure_data.error.message
     assert not storage.published_dir.exists()
