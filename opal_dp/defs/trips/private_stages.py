@@ -91,8 +91,8 @@ def private_day_stages(context: dg.AssetExecutionContext, reference: ReferenceNe
     paths = {day: DayPaths(out[INGESTED][day], out[REJECTED][day], out[BINNED][day], out[CARD_DAYS][day],
                            out[SEQUENCES][day], out[BOUNDED][day], out[OVER_BOUND][day]) for day in days}
     bounding = None if day_cap else Bounding(unit, bounds, key)
-    calls = [(storage.raw_dir, day, stops, TripAlphabet.from_stops(stops), privacy_budget.od_height, bounding,
-              paths[day]) for day in days]
+    alphabet = TripAlphabet.from_stops(stops)
+    calls = [(storage.raw_dir, day, stops, alphabet, privacy_budget.od_height, bounding, paths[day]) for day in days]
     failed = {}
     for day, result in zip(days, map_calls(day_pass, calls)):
         if isinstance(result, DayFailure):
