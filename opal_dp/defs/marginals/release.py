@@ -31,17 +31,20 @@ RELEASE_KEYS = {m.name: dg.AssetKey([RELEASE_PREFIX, m.name]) for m in MARGINALS
 # One-way marginals of the same taps, whose released totals must roughly agree (warning check).
 PLAUSIBLE_PAIRS = {"tap_on_time": "tap_on_loc", "tap_off_time": "tap_off_loc"}
 
-GATE = (" Evaluated in the release step before anything is stored: if it fails, the step fails and no release "
-        "asset of the run is stored; the publish gate evaluates it again on what it publishes. One evaluation per "
-        "run covers all of the run's partitions: its `by_partition` table holds each partition's outcome, and each "
-        "partition's materialisation says it again (`blocking_checks`).")
+BLOCKING = "blocking_checks"
+GATE = ("Every blocking check of the release design in use, on this marginal of every partition of the run; passes "
+        "only if all of them pass on all of them. Evaluated in the release step before anything is stored: if it "
+        "fails, the step fails and no release asset of the run is stored; the publish gate evaluates the checks "
+        "again on what it publishes. One evaluation per run (not one per partition and check: each is an event "
+        "Dagster stores): its `by_partition` table holds each partition's failures per check, and each "
+        "partition's materialisation says its outcome again (`blocking_checks`). The checks:")
 CHECK_SPECS = [
-    dg.AssetCheckSpec(check, asset=RELEASE_KEYS[m.name], blocking=True,
-                      description=(BLOCKING_CHECKS[check].__doc__ or check.replace("_", " ")).strip() + GATE
-                      + " Release design: " + " and ".join(d for d, names in DESIGN_CHECKS.items() if check in names)
-                      + " (another design's checks are not evaluated: no partition result).")
+    dg.AssetCheckSpec(BLOCKING, asset=RELEASE_KEYS[m.name], blocking=True,
+                      description=GATE + "".join(
+                          f"\n- `{check}` ({' and '.join(d for d, names in DESIGN_CHECKS.items() if check in names)}"
+                          f" design): {(function.__doc__ or check.replace('_', ' ')).strip()}"
+                          for check, function in BLOCKING_CHECKS.items()))
     for m in MARGINALS
-    for check in BLOCKING_CHECKS
 ] + [
     dg.AssetCheckSpec("plausible_totals", asset=RELEASE_KEYS[time],
                       description=f"Released totals of {time} and {loc} differ by no more than suppression "
@@ -201,27 +204,24 @@ def _plausible_metadata(row: dict | None) -> dict:
 
 def _check_results(keys: list[str], problems: dict[str, list[str]], plausible: dict[str, list[dict]],
                    design: Design):
-    """One result per check spec for all the run's partitions, each partition's outcome in ``by_partition`` (a
-    few dozen events per run instead of one per partition, marginal and check); a check of another release
-    design passes as skipped, saying why."""
+    """One result per check spec, for all the run's partitions: each release asset's blocking checks together,
+    each partition's failures per check in ``by_partition`` (a few events per run instead of one per partition,
+    marginal and check)."""
     for marginal in MARGINALS:
-        for check in BLOCKING_CHECKS:
-            if check not in problems:
-                yield dg.AssetCheckResult(asset_key=RELEASE_KEYS[marginal.name], check_name=check, passed=True,
-                                          metadata={"skipped": f"not a check of the {design} release design"})
-                continue
-            mine = {key: [p for p in problems[check] if p.startswith(f"{key} {marginal.name}:")] for key in keys}
-            found = [p for key in keys for p in mine[key]]
-            yield dg.AssetCheckResult(
-                asset_key=RELEASE_KEYS[marginal.name],
-                check_name=check,
-                passed=not found,
-                severity=dg.AssetCheckSeverity.ERROR,
-                metadata={"failures": len(found), "partitions": len(keys),
-                          "first_failures": dg.MetadataValue.md("\n".join(found[:20]) or "none"),
-                          "by_partition": partition_table([{"partition": key, "passed": str(not mine[key]),
-                                                            "failures": float(len(mine[key]))} for key in keys])},
-            )
+        mine = {(key, check): [p for p in found if p.startswith(f"{key} {marginal.name}:")]
+                for check, found in problems.items() for key in keys}
+        failed = [f"{check}: {p}" for (_, check), found in mine.items() for p in found]
+        rows = [{"partition": key, "passed": str(not any(mine[key, check] for check in problems)),
+                 **{check: float(len(mine[key, check])) for check in problems}} for key in keys]
+        yield dg.AssetCheckResult(
+            asset_key=RELEASE_KEYS[marginal.name],
+            check_name=BLOCKING,
+            passed=not failed,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"release_design": str(design), "checks": ", ".join(problems), "failures": len(failed),
+                      "partitions": len(keys), "first_failures": dg.MetadataValue.md("\n".join(failed[:20]) or "none"),
+                      "by_partition": partition_table(rows)},
+        )
     for time, rows in plausible.items():
         yield dg.AssetCheckResult(
             asset_key=RELEASE_KEYS[time],
