@@ -63,8 +63,10 @@ def _day_specs() -> list[dg.AssetSpec]:
               **column_schema(CardBinnedTrips)),
         _spec(CARD_DAYS, "bin", [INGESTED], "The card ids that travelled on the day (private): only the card_period "
               "day cap reads them.", **column_schema(CardDays)),
-        *(_spec(key, "bound", [BINNED, dg.AssetDep(CARD_DAYS, partition_mapping=dg.AllPartitionMapping())], text,
-                automation=BOUNDING, **column_schema(BinnedTrips)) for key, text in (
+        # card_days with the default (same-day) mapping: an all-partitions mapping between two assets of one step
+        # makes Dagster's backfills refuse the step; the day cap reads the period's other days from storage.
+        *(_spec(key, "bound", [BINNED, CARD_DAYS], text, automation=BOUNDING, **column_schema(BinnedTrips))
+          for key, text in (
             (BOUNDED, "Bounded and anonymised: each card's contribution cut to the privacy unit's public bounds, then "
                       "the card id dropped and the rows put in a CSPRNG-random order (private microdata)."),
             (OVER_BOUND, "Trips removed by contribution bounding, without card id (private; internal utility report "
