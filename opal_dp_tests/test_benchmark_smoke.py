@@ -28,7 +28,7 @@ def test_benchmark_smoke(tmp_path):
     assert scale["floor"]["rows"] == scale["trips"]
     pipeline = scale["pipeline"]
     assert set(pipeline["runs"]) == PIPELINE_RUNS
-    assert {"ingest", "bounded_trips", "release_marginals", "published_release"} <= pipeline["steps"].keys()
+    assert {"private_day_stages", "release_marginals", "published_release"} <= pipeline["steps"].keys()
     assert pipeline["wall_s"] > 0 and pipeline["peak_rss_bytes"] > 0 and pipeline["s_per_m_trips"] > 0
     assert scale["ratios"]["pipeline_over_floor"] > 0
     (repeat,) = pipeline["repeats"]

@@ -101,8 +101,8 @@ def test_full_release_of_the_sample_through_two_celery_workers(cluster):
         results = run_release(instance, distributed=True, budget={"privacy_unit": "trip"})
         assert [len(runs) for runs in results.values()] == [1, len(MODES), 1]
         evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
-        run_level = [e for e in evaluations if e.partition is None]  # the others: one per partition and check
-        assert len(run_level) == len(MODES) * len(CHECK_SPECS) and all(e.passed for e in evaluations)
+        assert all(e.partition is None for e in evaluations)  # one evaluation per check and run, all partitions
+        assert len(evaluations) == len(MODES) * len(CHECK_SPECS) and all(e.passed for e in evaluations)
         steps = {e.step_key for runs in results.values() for run in runs for e in run.all_events if e.is_step_success}
         on_workers = {e.step_key: e.event_specific_data.metadata["Celery worker"].value
                       for runs in results.values() for run in runs for e in run.all_events

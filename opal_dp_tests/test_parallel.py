@@ -13,8 +13,7 @@ import pytest
 
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.parallel import map_calls
-from opal_dp.prep.day_files import bin_day, bound_day_file, ingest_day, sequences_day, split_day
-from opal_dp.prep.ingest import RawInputError
+from opal_dp.prep.day_files import Bounding, DayFailure, DayPaths, day_pass, split_day
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.settings import WORKERS_ENV, workers_from_env
 from opal_dp_tests.conftest import write_csv
@@ -72,19 +71,19 @@ def _raw_days(folder: Path) -> list[Path]:
 
 
 def _stages(tmp: Path, raw: list[Path], stops: pd.DataFrame, workers: int) -> dict[str, list[pd.DataFrame]]:
-    """ingest -> bin -> bound (card_day) -> split and sequences, each stage over the days with ``workers``."""
+    """One pass per day (ingest, bin, bound (card_day), sequences), then the split, each over the days with
+    ``workers``."""
     p = {name: [tmp / name / f"{d}.parquet" for d in DAYS] for name in
-         ("accepted", "rejected", "binned", "cards", "kept", "over", "bus", "sequences")}
-    key, bounds = b"k" * 32, ContributionBounds(max_trips_per_card_day=2, max_per_bin=1)
+         ("accepted", "rejected", "binned", "cards", "sequences", "kept", "over", "bus")}
+    bounding = Bounding(PrivacyUnit.CARD_DAY, ContributionBounds(max_trips_per_card_day=2, max_per_bin=1), b"k" * 32)
     alphabet = TripAlphabet.from_stops(stops)
-    summaries = list(map_calls(ingest_day, [(r, stops, a, j) for r, a, j in zip(raw, p["accepted"], p["rejected"])],
-                               workers))
-    assert all(s.rows_read == s.rows_accepted + s.rows_rejected == 401 and s.rows_rejected >= 1 for s in summaries)
-    list(map_calls(bin_day, [(a, stops, b, c) for a, b, c in zip(p["accepted"], p["binned"], p["cards"])], workers))
-    list(map_calls(bound_day_file, [(b, d, PrivacyUnit.CARD_DAY, bounds, key, None, k, o)
-                                    for b, d, k, o in zip(p["binned"], DAYS, p["kept"], p["over"])], workers))
+    paths = [DayPaths(*(p[name][i] for name in ("accepted", "rejected", "binned", "cards", "sequences", "kept",
+                                                "over"))) for i in range(len(DAYS))]
+    summaries = list(map_calls(day_pass, [(raw[0].parent, d, stops, alphabet, 3, bounding, paths[i])
+                                          for i, d in enumerate(DAYS)], workers))
+    assert all(s.ingest.rows_read == s.ingest.rows_accepted + s.ingest.rows_rejected == 401
+               and s.ingest.rows_rejected >= 1 for s in summaries)
     list(map_calls(split_day, [(k, "bus", s) for k, s in zip(p["kept"], p["bus"])], workers))
-    list(map_calls(sequences_day, [(b, alphabet, 3, s) for b, s in zip(p["binned"], p["sequences"])], workers))
     return {name: [pd.read_parquet(path) for path in paths] for name, paths in p.items()}
 
 
@@ -108,5 +107,8 @@ def test_worker_processes_store_the_same_partitions_as_one_process(tmp_path, sto
 def test_a_raw_file_error_in_a_worker_names_the_file(tmp_path, stops):
     bad = tmp_path / "trips_2016-07-25.csv"
     bad.write_text("card_id,mode\n1,bus\n")
-    with pytest.raises(RawInputError, match="trips_2016-07-25.csv.*missing required column"):
-        list(map_calls(ingest_day, [(bad, stops, tmp_path / "a.parquet", tmp_path / "r.parquet")] * 2, workers=2))
+    paths = DayPaths(*(tmp_path / f"{i}.parquet" for i in range(7)))
+    results = list(map_calls(day_pass, [(tmp_path, "2016-07-25", stops, TripAlphabet.from_stops(stops), 3, None,
+                                         paths)] * 2, workers=2))
+    assert all(isinstance(r, DayFailure) and "trips_2016-07-25.csv" in r.reason
+               and "missing required column" in r.reason for r in results)

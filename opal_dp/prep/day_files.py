@@ -1,7 +1,7 @@
-"""The private stages of one service day, file to file: each reads its input partition, calls the prep function
-and writes its output partitions itself, returning only a small summary. This is what lets a step run its days
-in worker processes (``opal_dp.parallel``) and hold no day's trips in the caller: memory is bounded by the days
-in flight, not by the days in the run.
+"""The private stages of one service day, file to file: a worker process reads the day's raw file once and writes
+every private partition of the day from memory (``day_pass``), returning only a small summary. This is what lets a
+step run its days in worker processes (``opal_dp.parallel``) and hold no day's trips in the caller: memory is
+bounded by the days in flight, not by the days in the run.
 
 Paths are ``PartitionStore`` paths under the private folder; everything written here is private microdata.
 """
@@ -19,7 +19,7 @@ from pandera.errors import SchemaError, SchemaErrors
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
 from opal_dp.prep.bounding import bound_day
-from opal_dp.prep.ingest import RawInputError, ingest_file, raw_file_for
+from opal_dp.prep.ingest import IngestResult, RawInputError, ingest_file, raw_file_for
 from opal_dp.prep.sequences import TripAlphabet, card_day_sequences, to_frame
 from opal_dp.private_files import write_parquet_atomic
 
@@ -34,11 +34,7 @@ class IngestSummary:
     reasons: dict[str, int]
 
 
-def ingest_day(raw_file: Path, stops: pd.DataFrame, accepted: Path, rejected: Path) -> IngestSummary:
-    """``ingest_file`` of one raw file; accepted and rejected rows stored. Rows read = accepted + rejected."""
-    result = ingest_file(raw_file, stops)
-    _store(result.accepted, accepted)
-    _store(result.rejected, rejected)
+def _ingest_summary(result: IngestResult) -> IngestSummary:
     return IngestSummary(result.source_file, result.rows_read, len(result.accepted), len(result.rejected),
                          result.ignored_columns, result.rejected["reason"].value_counts().to_dict())
 
@@ -50,29 +46,77 @@ class DayFailure:
     reason: str
 
 
-def try_ingest_day(raw_dir: Path, day: str, stops: pd.DataFrame, accepted: Path,
-                   rejected: Path) -> IngestSummary | DayFailure:
-    """``ingest_day`` of the day's one raw file, or why it could not be used: a bad file fails its day only, and
+def _ingest_or_failure(raw_dir: Path, day: str, stops: pd.DataFrame) -> IngestResult | DayFailure:
+    """``ingest_file`` of the day's one raw file, or why it could not be used: a bad file fails its day only, and
     every day of a run is tried."""
     try:
         raw_file = raw_file_for(raw_dir, day)
     except RawInputError as err:
         return DayFailure(str(err))
     try:
-        return ingest_day(raw_file, stops, accepted, rejected)
+        return ingest_file(raw_file, stops)
     except RawInputError as err:
         return DayFailure(str(err))
     except (SchemaError, SchemaErrors) as err:  # their message lists failing values: not repeated here
         return DayFailure(f"{raw_file}: the rows read do not meet the {type(err).__name__} schema checks")
 
 
-def bin_day(ingested: Path, stops: pd.DataFrame, binned: Path, cards: Path) -> tuple[int, int]:
-    """Binned trips (still with card id) and the day's distinct cards stored; returns (trips, cards)."""
-    trips = bin_trips(pd.read_parquet(ingested), stops)
-    card_days = card_days_of(trips)
-    _store(trips, binned)
-    _store(card_days, cards)
-    return len(trips), len(card_days)
+@dataclass(frozen=True)
+class DayPaths:
+    """Where each private partition of one day is stored."""
+
+    accepted: Path
+    rejected: Path
+    binned: Path
+    cards: Path
+    sequences: Path
+    kept: Path
+    over_bound: Path
+
+
+@dataclass(frozen=True)
+class Bounding:
+    """The privacy unit's contribution bounds and the bounding key (``bound_day``)."""
+
+    unit: PrivacyUnit
+    bounds: ContributionBounds
+    key: bytes
+
+
+@dataclass(frozen=True)
+class DaySummary:
+    ingest: IngestSummary
+    binned: int
+    cards: int
+    sequences: int
+    bound: BoundSummary | None
+
+
+def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, alphabet: TripAlphabet, height: int,
+             bounding: Bounding | None, paths: DayPaths) -> DaySummary | DayFailure:
+    """One read of the day's raw file; from memory: the accepted and rejected rows (``ingest_file``), the binned
+    trips and the day's cards (``bin_trips``), the card-day sequences (``card_day_sequences``) and, given
+    ``bounding``, the bounded and over-the-bound trips without card id (``bound_day``), each stored. Without
+    ``bounding`` (a card_period day cap, chosen over the whole period once every day is binned) the step bounds
+    later with ``bound_day_file``. A bad raw file returns why (``DayFailure``) and stores nothing."""
+    result = _ingest_or_failure(raw_dir, day, stops)
+    if isinstance(result, DayFailure):
+        return result
+    _store(result.accepted, paths.accepted)
+    _store(result.rejected, paths.rejected)
+    summary = _ingest_summary(result)
+    binned = bin_trips(result.accepted, stops)
+    del result  # the raw and accepted rows are no longer needed: at most two day-sized frames at a time
+    cards = card_days_of(binned)
+    _store(binned, paths.binned)
+    _store(cards, paths.cards)
+    sequences = card_day_sequences(binned, alphabet, height)
+    _store(to_frame(sequences), paths.sequences)
+    bound = None
+    if bounding is not None:
+        bound = _bound_and_store(binned, day, bounding.unit, bounding.bounds, bounding.key, None,
+                                 paths.kept, paths.over_bound)
+    return DaySummary(summary, len(binned), len(cards), len(sequences), bound)
 
 
 @dataclass(frozen=True)
@@ -84,18 +128,16 @@ class BoundSummary:
 
 def bound_day_file(binned: Path, day: str, unit: PrivacyUnit, bounds: ContributionBounds, key: bytes,
                    kept_cards: np.ndarray | None, kept: Path, over_bound: Path) -> BoundSummary:
-    """``bound_day`` of one day's binned trips; the kept and over-the-bound trips stored without card id."""
-    result = bound_day(pd.read_parquet(binned), date.fromisoformat(day), unit, bounds, key, kept_cards)
+    """``bound_day`` of one day's stored binned trips; the kept and over-the-bound trips stored without card id."""
+    return _bound_and_store(pd.read_parquet(binned), day, unit, bounds, key, kept_cards, kept, over_bound)
+
+
+def _bound_and_store(binned: pd.DataFrame, day: str, unit: PrivacyUnit, bounds: ContributionBounds, key: bytes,
+                     kept_cards: np.ndarray | None, kept: Path, over_bound: Path) -> BoundSummary:
+    result = bound_day(binned, date.fromisoformat(day), unit, bounds, key, kept_cards)
     _store(result.kept, kept)
     _store(result.over_bound, over_bound)
     return BoundSummary(len(result.kept), len(result.over_bound), result.share_dropped)
-
-
-def sequences_day(binned: Path, alphabet: TripAlphabet, height: int, out: Path) -> int:
-    """The day's card-day sequences (``card_day_sequences``) stored; returns how many card-days."""
-    sequences = card_day_sequences(pd.read_parquet(binned), alphabet, height)
-    _store(to_frame(sequences), out)
-    return len(sequences)
 
 
 def split_day(bounded: Path, mode: str, out: Path) -> int:

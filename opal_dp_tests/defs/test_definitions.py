@@ -63,10 +63,14 @@ def test_every_dataframe_asset_shows_its_column_schema():
 
 
 def test_release_assets_have_blocking_checks():
-    checks = defs().resolve_asset_graph().asset_check_keys
-    blocking = {c.name for c in checks if c.asset_key.to_user_string() == "release/tap_on_time_loc"}
-    assert {"no_new_points", "counts_above_threshold", "canonical_order", "schema_valid",
-            "budget_recorded", "no_identifiers"} <= blocking
+    """One blocking check per release asset (evaluated once per run), which names every check it runs."""
+    graph = defs().resolve_asset_graph()
+    (key,) = [c for c in graph.asset_check_keys if c.asset_key.to_user_string() == "release/tap_on_time_loc"]
+    spec = graph.get_check_spec(key)
+    assert key.name == "blocking_checks" and spec.blocking
+    assert all(f"`{name}`" in spec.description for name in (
+        "no_new_points", "counts_above_threshold", "canonical_order", "schema_valid", "budget_recorded",
+        "no_identifiers", "within_public_domain", "listed_counts_reach_tau", "sums_exact"))
 
 
 def test_jobs_and_sensors_exist():

@@ -61,9 +61,13 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
         assert not stored & train and len(stored) == 6
         assert not list(storage.private_dir.joinpath("release", marginal.name).rglob("train.parquet"))
     check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        [dg.AssetCheckKey(dg.AssetKey(["release", "tap_on_loc"]), "counts_above_threshold")])
+        [dg.AssetCheckKey(dg.AssetKey(["release", "tap_on_loc"]), "blocking_checks")])
     (evaluation,) = check.values()
     assert evaluation.run_id == failed.run_id and evaluation.status.value == "FAILED"
+    by_partition = evaluation.event.dagster_event.event_specific_data.metadata["by_partition"]
+    outcome = {r.data["partition"]: r.data["passed"] for r in by_partition.records}  # one evaluation, each partition
+    assert outcome == {key: str(key != BAD_KEY) for key in train}
+    assert {r.data["partition"] for r in by_partition.records if r.data["counts_above_threshold"]} == {BAD_KEY}
     failure = next(e for e in instance.all_logs(failed.run_id) if e.dagster_event and e.dagster_event.is_step_failure)
     assert f"{BAD_KEY} tap_on_loc:" in failure.dagster_event.step_failure_data.error.message
     assert not storage.published_dir.exists()

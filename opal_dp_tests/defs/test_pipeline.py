@@ -51,9 +51,8 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     # One private run, one release run per mode (the split a UI backfill makes), one rollup.
     assert [len(runs) for runs in results.values()] == [1, 4, 1]
     evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
-    assert len([e for e in evaluations if e.partition is None]) == 4 * len(CHECK_SPECS)
-    per_partition = len(DAYS) * 4 * (len(MARGINALS) * len(DESIGN_CHECKS["sbh"]) + len(PLAUSIBLE_PAIRS))
-    assert len([e for e in evaluations if e.partition is not None]) == per_partition
+    # One evaluation per check and run, covering the run's partitions: never one per partition.
+    assert len(evaluations) == 4 * len(CHECK_SPECS) and all(e.partition is None for e in evaluations)
     assert all(e.passed for e in evaluations if e.check_name != "plausible_totals")
     meta = {}
     for m in results["release"][0].get_asset_materialization_events():
@@ -67,19 +66,26 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     assert meta["release/tap_on_time"]["dagster/row_count"].value > 0
 
 
-def test_dagster_records_each_partitions_blocking_checks_as_passed_and_other_designs_checks_not_at_all(released):
-    """What the UI's Checks tab and partition views read (the event log's per-partition check status)."""
-    instance, _ = released
+def test_each_partitions_check_outcome_is_in_its_checks_table_and_its_materialisation(released):
+    """What the UI shows per partition now that a run's checks are evaluated once: every partition of the run in
+    each release asset's ``by_partition`` table, with no failure of any check of the design, and again in that
+    partition's materialisation metadata."""
+    instance, results = released
     keys = {str(k) for k in date_mode.get_partition_keys(dynamic_partitions_store=instance)}
+    evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
     for spec in CHECK_SPECS:
-        status = {i.partition_key: i.latest_execution_status.value
-                  for i in instance.event_log_storage.get_asset_check_partition_info([spec.key]) if i.partition_key}
-        if spec.name in DESIGN_CHECKS["sbh"]:
-            assert status == dict.fromkeys(keys, "SUCCEEDED"), spec.key
-        elif spec.name != "plausible_totals":  # another design's check: planned with the run, never evaluated
-            assert not {"SUCCEEDED", "FAILED"} & set(status.values()), spec.key
-        else:
-            assert set(status) == keys, spec.key
+        rows = [r.data for e in evaluations if e.asset_check_key == spec.key for r in e.metadata["by_partition"].records]
+        assert sorted(r["partition"] for r in rows) == sorted(keys), spec.key
+        if spec.name == "blocking_checks":
+            assert all(r["passed"] == "True" and set(DESIGN_CHECKS["sbh"]) <= set(r) for r in rows), spec.key
+            assert not {name for r in rows for name in r} & {"within_public_domain", "sums_exact"}, spec.key
+    for marginal in MARGINALS:
+        records = instance.fetch_materializations(dg.AssetKey(["release", marginal.name]), limit=100).records
+        by_partition = {r.partition_key: r.asset_materialization.metadata for r in records}
+        assert set(by_partition) == keys
+        assert all(m["blocking_checks"].value == "all passed" and m["ledger"].value and m["dagster/row_count"]
+                   for m in by_partition.values())
+        assert all(("plausible_totals" in m) == (marginal.name in PLAUSIBLE_PAIRS) for m in by_partition.values())
 
 
 def test_the_ledger_is_a_table_in_the_ui_without_nan(released):

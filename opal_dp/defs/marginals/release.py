@@ -31,20 +31,25 @@ RELEASE_KEYS = {m.name: dg.AssetKey([RELEASE_PREFIX, m.name]) for m in MARGINALS
 # One-way marginals of the same taps, whose released totals must roughly agree (warning check).
 PLAUSIBLE_PAIRS = {"tap_on_time": "tap_on_loc", "tap_off_time": "tap_off_loc"}
 
-GATE = (" Evaluated in the release step before anything is stored: if it fails, the step fails and no release "
-        "asset of the run is stored; the publish gate evaluates it again on what it publishes. Each partition's "
-        "outcome is recorded as that partition's check evaluation and in its metadata.")
+BLOCKING = "blocking_checks"
+GATE = ("Every blocking check of the release design in use, on this marginal of every partition of the run; passes "
+        "only if all of them pass on all of them. Evaluated in the release step before anything is stored: if it "
+        "fails, the step fails and no release asset of the run is stored; the publish gate evaluates the checks "
+        "again on what it publishes. One evaluation per run (not one per partition and check: each is an event "
+        "Dagster stores): its `by_partition` table holds each partition's failures per check, and each "
+        "partition's materialisation says its outcome again (`blocking_checks`). The checks:")
 CHECK_SPECS = [
-    dg.AssetCheckSpec(check, asset=RELEASE_KEYS[m.name], blocking=True, partitions_def=date_mode,
-                      description=(BLOCKING_CHECKS[check].__doc__ or check.replace("_", " ")).strip() + GATE
-                      + " Release design: " + " and ".join(d for d, names in DESIGN_CHECKS.items() if check in names)
-                      + " (another design's checks are not evaluated: no partition result).")
+    dg.AssetCheckSpec(BLOCKING, asset=RELEASE_KEYS[m.name], blocking=True,
+                      description=GATE + "".join(
+                          f"\n- `{check}` ({' and '.join(d for d, names in DESIGN_CHECKS.items() if check in names)}"
+                          f" design): {(function.__doc__ or check.replace('_', ' ')).strip()}"
+                          for check, function in BLOCKING_CHECKS.items()))
     for m in MARGINALS
-    for check in BLOCKING_CHECKS
 ] + [
-    dg.AssetCheckSpec("plausible_totals", asset=RELEASE_KEYS[time], partitions_def=date_mode,
+    dg.AssetCheckSpec("plausible_totals", asset=RELEASE_KEYS[time],
                       description=f"Released totals of {time} and {loc} differ by no more than suppression "
-                                  "plus a 1e-6 Chernoff bound on the noise (warning only).")
+                                  "plus a 1e-6 Chernoff bound on the noise (warning only). One evaluation per run, "
+                                  "each partition's figures in its `by_partition` table and its materialisation.")
     for time, loc in PLAUSIBLE_PAIRS.items()
 ]
 
@@ -137,10 +142,9 @@ def release_marginals(
             plausible[time].append({"partition": key, "passed": str(ok), **figures})
     problems = blocking_problems(under_check)
     failed = [p for found in problems.values() for p in found]
-    _record_per_partition(context, released_by_key, spend, plan, problems)
+    _record_per_partition(context, released_by_key, spend, plan, problems, plausible)
     if failed:  # the checks gate: nothing of this run is stored, so nothing downstream can use it
-        yield from _check_results(problems, plausible, plan.design)
-        _log_per_partition(context, list(released_by_key), problems, plausible)
+        yield from _check_results(list(released_by_key), problems, plausible, plan.design)
         raise dg.Failure(description="blocking checks failed; no release asset was stored:\n" + "\n".join(failed[:20]))
     for marginal in MARGINALS:
         described = params[marginal.name]
@@ -161,34 +165,14 @@ def release_marginals(
         )
     yield dg.Output(draws, RELEASE_DRAWS, metadata={"ledger": ledger.ledger_id})
     yield dg.Output(cells, TRUE_CELLS)
-    yield from _check_results(problems, plausible, plan.design)
-    _log_per_partition(context, list(released_by_key), problems, plausible)
+    yield from _check_results(list(released_by_key), problems, plausible, plan.design)
 
 
-def _log_per_partition(context, keys: list[str], problems: dict[str, list[str]], plausible: dict[str, list[dict]]):
-    """Each partition's own check outcome, as Dagster check evaluations of that partition (a range run records
-    its ``AssetCheckResult``s without one), so the UI's partition views read Passed or Failed. Only the checks
-    of the design in use: another design's checks are not evaluated, so their partitions carry no result."""
-    for key in keys:
-        for marginal in MARGINALS:
-            prefix = f"{key} {marginal.name}:"
-            for check, found in problems.items():
-                mine = [p for p in found if p.startswith(prefix)]
-                context.log_event(dg.AssetCheckEvaluation(
-                    asset_key=RELEASE_KEYS[marginal.name], check_name=check, passed=not mine, partition=key,
-                    severity=dg.AssetCheckSeverity.ERROR, blocking=True,
-                    metadata={"failures": len(mine), "first_failures": dg.MetadataValue.md("\n".join(mine[:5]) or "none")}))
-    for time, rows in plausible.items():
-        for row in rows:
-            context.log_event(dg.AssetCheckEvaluation(
-                asset_key=RELEASE_KEYS[time], check_name="plausible_totals", passed=row["passed"] == "True",
-                partition=row["partition"], severity=dg.AssetCheckSeverity.WARN,
-                metadata={k: v for k, v in row.items() if k not in ("partition", "passed")}))
-
-
-def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]]) -> None:
-    """Per-partition metadata (Dagster records a range run's check results without a partition, so each
-    partition carries its own check outcome here)."""
+def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]],
+                          plausible: dict[str, list[dict]]) -> None:
+    """Per-partition metadata, folded into each partition's materialisation (no event of its own): row count,
+    its own blocking checks' outcome, its ledger draw and its scope's spend, and the warning check's figures."""
+    warnings = {(row["partition"], time): row for time, rows in plausible.items() for row in rows}
     for key, released in released_by_key.items():
         day, mode = date_and_mode(key)
         scope_spend = spend[plan.scope(day, mode)]
@@ -205,27 +189,39 @@ def _record_per_partition(context, released_by_key: dict, spend: dict, plan, pro
                           f"({result.charge.unit} scope {result.charge.scope})",
                 "scope_epsilon": scope_spend.epsilon,
                 "scope_delta": scope_spend.delta,
+                **_plausible_metadata(warnings.get((key, name))),
             }, asset_key=RELEASE_KEYS[name], partition_key=key)
         context.add_asset_metadata({"dagster/row_count": len(released)}, asset_key=RELEASE_DRAWS, partition_key=key)
 
 
-def _check_results(problems: dict[str, list[str]], plausible: dict[str, list[dict]], design: Design):
-    """A result for every check spec; a check of another release design passes as skipped, saying why."""
+def _plausible_metadata(row: dict | None) -> dict:
+    """The warning check's figures for one partition of a time marginal (nothing for the other marginals)."""
+    if row is None:
+        return {}
+    return {"plausible_totals": "passed" if row["passed"] == "True" else "WARNING: totals disagree",
+            **{f"plausible_totals_{k}": v for k, v in row.items() if k not in ("partition", "passed")}}
+
+
+def _check_results(keys: list[str], problems: dict[str, list[str]], plausible: dict[str, list[dict]],
+                   design: Design):
+    """One result per check spec, for all the run's partitions: each release asset's blocking checks together,
+    each partition's failures per check in ``by_partition`` (a few events per run instead of one per partition,
+    marginal and check)."""
     for marginal in MARGINALS:
-        prefix = f"{marginal.name}:"
-        for check in BLOCKING_CHECKS:
-            if check not in problems:
-                yield dg.AssetCheckResult(asset_key=RELEASE_KEYS[marginal.name], check_name=check, passed=True,
-                                          metadata={"skipped": f"not a check of the {design} release design"})
-                continue
-            mine = [p for p in problems[check] if p.split(" ", 1)[1].startswith(prefix)]
-            yield dg.AssetCheckResult(
-                asset_key=RELEASE_KEYS[marginal.name],
-                check_name=check,
-                passed=not mine,
-                severity=dg.AssetCheckSeverity.ERROR,
-                metadata={"failures": len(mine), "first_failures": dg.MetadataValue.md("\n".join(mine[:20]) or "none")},
-            )
+        mine = {(key, check): [p for p in found if p.startswith(f"{key} {marginal.name}:")]
+                for check, found in problems.items() for key in keys}
+        failed = [f"{check}: {p}" for (_, check), found in mine.items() for p in found]
+        rows = [{"partition": key, "passed": str(not any(mine[key, check] for check in problems)),
+                 **{check: float(len(mine[key, check])) for check in problems}} for key in keys]
+        yield dg.AssetCheckResult(
+            asset_key=RELEASE_KEYS[marginal.name],
+            check_name=BLOCKING,
+            passed=not failed,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"release_design": str(design), "checks": ", ".join(problems), "failures": len(failed),
+                      "partitions": len(keys), "first_failures": dg.MetadataValue.md("\n".join(failed[:20]) or "none"),
+                      "by_partition": partition_table(rows)},
+        )
     for time, rows in plausible.items():
         yield dg.AssetCheckResult(
             asset_key=RELEASE_KEYS[time],

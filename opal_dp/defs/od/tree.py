@@ -1,6 +1,7 @@
-"""OD release, private and DP stages: card-day sequences (private) and the noisy prefix tree of each date (DP,
-charged to the ledger, made consistent). Thin wrappers over ``prep.sequences``, ``release.od.engine`` and
-``release.od.generate``; publishing is in ``defs.marginals.publish`` (one atomic publication)."""
+"""OD release, DP stage: the noisy prefix tree of each date's card-day sequences (DP, charged to the ledger, made
+consistent; the sequences are private, written by the one pass per day of ``defs.trips.private_stages``). Thin
+wrappers over ``release.od.engine`` and ``release.od.generate``; publishing is in ``defs.marginals.publish`` (one
+atomic publication)."""
 
 import dagster as dg
 import numpy as np
@@ -9,14 +10,12 @@ import pandas as pd
 from opal_dp.core import LedgerError
 from opal_dp.defs.shared.automation import STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.io import PartitionFrames, StoredPartitions, stored
+from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, labels
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.versions import raw_input_versions
-from opal_dp.parallel import map_calls
-from opal_dp.prep.day_files import sequences_day
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents
 from opal_dp.release.od.engine import release_od_days
@@ -29,26 +28,6 @@ TREE_CHECKS = {
     "od_in_public_domain": "Every node's symbol is a (mode, origin, destination) of the public alphabet built from "
                            "the reference stop list.",
 }
-
-
-@dg.asset(
-    group_name="od",
-    io_manager_key=PRIVATE,
-    partitions_def=service_dates,
-    backfill_policy=SINGLE_RUN,
-    automation_condition=STAGE,
-    **labels("microdata", "parquet"),
-)
-def trip_sequences(context: dg.AssetExecutionContext, binned_trips: PartitionFrames, privacy_budget: PrivacyBudget,
-                   reference: ReferenceNetwork, storage: OpalStorage) -> dg.Output[StoredPartitions]:
-    """Each card-day's trips as symbol ids in tap-on order, truncated to ``od_height`` (private microdata; built
-    from the stage that still has card ids, which is used for grouping only and not kept). A day per worker."""
-    alphabet, days = TripAlphabet.from_stops(reference.stops()), list(context.partition_keys)
-    out = stored(storage, "trip_sequences", days)
-    calls = [(binned_trips.path(day), alphabet, privacy_budget.od_height, out[day]) for day in days]
-    for day, rows in zip(days, map_calls(sequences_day, calls)):
-        context.add_asset_metadata({"dagster/row_count": rows}, partition_key=day)
-    return dg.Output(out)
 
 
 @dg.asset(

@@ -1,7 +1,14 @@
-"""Private stages: ingest -> bin -> bound and anonymise -> partition. Thin wrappers over ``opal_dp.prep``.
+"""Private stages: ingest -> bin -> bound and anonymise (and the card-day sequences), one pass per day -> partition.
+Thin wrappers over ``opal_dp.prep``.
 
 Everything here is microdata and lives under ``$OPAL_DP_DATA_DIR/private`` only. The card id is kept until
-contribution bounding, which is the only step that uses it, and dropped there.
+contribution bounding, which is the only step that uses it, and dropped there (the card-day sequences use it to
+group a card's trips of the day, and do not keep it).
+
+The per-day assets stay separate in the lineage (``ingested_trips`` ... ``trip_sequences``) but are materialised by
+one step, ``private_day_stages``: a worker process reads a day's raw file once and writes every one of them from
+memory (``prep.day_files.day_pass``). Under a card_period day cap the cards' kept days are chosen over each whole
+period once all its days are binned, so bounding is a second pass over the stored binned days.
 """
 
 
@@ -19,8 +26,9 @@ from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.parallel import map_calls
 from opal_dp.prep.bounding import select_card_days
-from opal_dp.prep.day_files import DayFailure, bin_day, bound_day_file, split_day, try_ingest_day
+from opal_dp.prep.day_files import Bounding, BoundSummary, DayFailure, DayPaths, bound_day_file, day_pass, split_day
 from opal_dp.prep.failed_days import clear_failure, record_failure
+from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.periods import name
 from opal_dp.prep.schemas import (
     BinnedTrips,
@@ -33,171 +41,130 @@ from opal_dp.prep.schemas import (
 
 PRIVATE = "private_parquet"
 CARD_DAYS, OVER_BOUND = "card_days", "trips_over_bound"
+INGESTED, REJECTED, BINNED, BOUNDED, SEQUENCES = "ingested_trips", "rejected_trips", "binned_trips", "bounded_trips", \
+    "trip_sequences"
 
 
-@dg.multi_asset(
-    outs={
-        "ingested_trips": dg.AssetOut(
-            group_name="ingest",
-            io_manager_key=PRIVATE,
-            automation_condition=STAGE,
-            **labels("microdata", "parquet"),
-            description="Raw trips of one service day that meet the input contract, typed.",
-            metadata=column_schema(IngestedTrips),
-        ),
-        "rejected_trips": dg.AssetOut(
-            group_name="ingest",
-            io_manager_key=PRIVATE,
-            automation_condition=STAGE,
-            **labels("microdata", "parquet"),
-            description="Raw rows that broke the contract: file, line, field, reason and raw values.",
-            metadata=column_schema(RejectedTrips),
-        ),
-    },
-    deps=[RAW_FILES],
-    partitions_def=service_dates,
-    backfill_policy=SINGLE_RUN,
-)
-def ingest(context: dg.AssetExecutionContext, reference: ReferenceNetwork, storage: OpalStorage):
-    """Read each day's raw file; rows read = accepted + rejected, per file, always (recorded per day). Days run
-    in worker processes, each storing its own partitions (``prep.day_files``). Every day is tried: a file that
-    cannot be used fails the step naming each such day and why (recorded for the roll-up and the summary, so that
-    a rerun over the other days can release them), never quoting a raw value."""
+def _spec(key: str, group: str, deps: list, description: str, automation=STAGE, **metadata) -> dg.AssetSpec:
+    return dg.AssetSpec(key, deps=deps, group_name=group, description=description, automation_condition=automation,
+                        partitions_def=service_dates, metadata=metadata, **labels("microdata", "parquet"),
+                        ).with_io_manager_key(PRIVATE)
+
+
+def _day_specs() -> list[dg.AssetSpec]:
+    """The per-day private assets (a function: a module-level list of specs would be loaded as assets too)."""
+    return [
+        _spec(INGESTED, "ingest", [RAW_FILES], "Raw trips of one service day that meet the input contract, typed.",
+              **column_schema(IngestedTrips)),
+        _spec(REJECTED, "ingest", [RAW_FILES], "Raw rows that broke the contract: file, line, field, reason and raw "
+              "values.", **column_schema(RejectedTrips)),
+        _spec(BINNED, "bin", [INGESTED], "15-minute windows; bus stops collapsed to postcodes; missing tap-off as -1. "
+              "Still carries the card id, for contribution bounding only (private microdata).",
+              **column_schema(CardBinnedTrips)),
+        _spec(CARD_DAYS, "bin", [INGESTED], "The card ids that travelled on the day (private): only the card_period "
+              "day cap reads them.", **column_schema(CardDays)),
+        # card_days with the default (same-day) mapping: an all-partitions mapping between two assets of one step
+        # makes Dagster's backfills refuse the step; the day cap reads the period's other days from storage.
+        *(_spec(key, "bound", [BINNED, CARD_DAYS], text, automation=BOUNDING, **column_schema(BinnedTrips))
+          for key, text in (
+            (BOUNDED, "Bounded and anonymised: each card's contribution cut to the privacy unit's public bounds, then "
+                      "the card id dropped and the rows put in a CSPRNG-random order (private microdata)."),
+            (OVER_BOUND, "Trips removed by contribution bounding, without card id (private; internal utility report "
+                         "only). Rows in = bounded + over the bound."))),
+        _spec(SEQUENCES, "od", [BINNED], "Each card-day's trips as symbol ids in tap-on order, truncated to "
+              "``od_height`` (private microdata; built from the stage that still has card ids, which is used for "
+              "grouping only and not kept)."),
+    ]
+
+
+@dg.multi_asset(specs=_day_specs(), partitions_def=service_dates, backfill_policy=SINGLE_RUN)
+def private_day_stages(context: dg.AssetExecutionContext, reference: ReferenceNetwork, privacy_budget: PrivacyBudget,
+                       storage: OpalStorage):
+    """Every private asset of each day from one read of its raw file, a day per worker process, each storing its
+    own partitions (``prep.day_files.day_pass``); rows read = accepted + rejected, per file, always (recorded per
+    day). Every day is tried: a file that cannot be used fails the step naming each such day and why (recorded
+    for the roll-up and the summary, so that a rerun over the other days can release them), never quoting a raw
+    value. The share of trips dropped by bounding is internal, non-DP metadata."""
     stops, days = reference.stops(), list(context.partition_keys)
-    accepted, rejected = stored(storage, "ingested_trips", days), stored(storage, "rejected_trips", days)
-    calls = [(storage.raw_dir, day, stops, accepted[day], rejected[day]) for day in days]
+    unit, bounds, key = privacy_budget.unit, privacy_budget.bounds, privacy_budget.key(storage, "bounding")
+    periods = _periods(privacy_budget, days) if unit is PrivacyUnit.CARD_PERIOD else None
+    day_cap = periods is not None and privacy_budget.max_days_per_card is not None
+    out = {spec.key.path[-1]: stored(storage, spec.key.path[-1], days) for spec in context.assets_def.specs}
+    paths = {day: DayPaths(out[INGESTED][day], out[REJECTED][day], out[BINNED][day], out[CARD_DAYS][day],
+                           out[SEQUENCES][day], out[BOUNDED][day], out[OVER_BOUND][day]) for day in days}
+    bounding = None if day_cap else Bounding(unit, bounds, key)
+    alphabet = TripAlphabet.from_stops(stops)
+    calls = [(storage.raw_dir, day, stops, alphabet, privacy_budget.od_height, bounding, paths[day]) for day in days]
     failed = {}
-    for day, result in zip(days, map_calls(try_ingest_day, calls)):
+    for day, result in zip(days, map_calls(day_pass, calls)):
         if isinstance(result, DayFailure):
             failed[day] = result.reason
             record_failure(storage.private_dir, day, result.reason)
             continue
         clear_failure(storage.private_dir, day)
-        context.add_asset_metadata({
-            "file": result.source_file,
-            "rows_read": result.rows_read,
-            "rows_accepted": result.rows_accepted,
-            "rows_rejected": result.rows_rejected,
-            "ignored_columns": ", ".join(result.ignored_columns),
-            "dagster/row_count": result.rows_accepted,
-        }, asset_key="ingested_trips", partition_key=day)
-        context.add_asset_metadata({
-            "dagster/row_count": result.rows_rejected,
-            "reasons": dg.MetadataValue.json(result.reasons),
-        }, asset_key="rejected_trips", partition_key=day)
+        _record_day(context, day, result)
     if failed:
         raise dg.Failure(
             description=f"{len(failed)} of {len(days)} days could not be ingested (the others can be run without "
                         "them):\n" + "\n".join(f"{day}: {why}" for day, why in failed.items()),
             metadata={"failed_days": dg.MetadataValue.json(failed)},
         )
-    yield dg.Output(accepted, "ingested_trips")
-    yield dg.Output(rejected, "rejected_trips")
-
-
-@dg.multi_asset(
-    outs={
-        "binned_trips": dg.AssetOut(
-            group_name="bin",
-            io_manager_key=PRIVATE,
-            automation_condition=STAGE,
-            **labels("microdata", "parquet"),
-            description="15-minute windows; bus stops collapsed to postcodes; missing tap-off as -1. Still carries "
-                        "the card id, for contribution bounding only (private microdata).",
-            metadata=column_schema(CardBinnedTrips),
-        ),
-        CARD_DAYS: dg.AssetOut(
-            group_name="bin",
-            io_manager_key=PRIVATE,
-            automation_condition=STAGE,
-            **labels("microdata", "parquet"),
-            description="The card ids that travelled on the day (private): only the card_period day cap reads them.",
-            metadata=column_schema(CardDays),
-        ),
-    },
-    partitions_def=service_dates,
-    backfill_policy=SINGLE_RUN,
-)
-def binned_trips(context: dg.AssetExecutionContext, ingested_trips: PartitionFrames, reference: ReferenceNetwork,
-                 storage: OpalStorage):
-    """Coarsen each day's trips to the published bins (seed §4.1 steps 2-3), a day per worker process."""
-    stops, days = reference.stops(), list(context.partition_keys)
-    binned, cards = stored(storage, "binned_trips", days), stored(storage, CARD_DAYS, days)
-    calls = [(ingested_trips.path(day), stops, binned[day], cards[day]) for day in days]
-    for day, (trips, card_count) in zip(days, map_calls(bin_day, calls)):
-        context.add_asset_metadata({"dagster/row_count": trips}, asset_key="binned_trips", partition_key=day)
-        context.add_asset_metadata({"dagster/row_count": card_count}, asset_key=CARD_DAYS, partition_key=day)
-    yield dg.Output(binned, "binned_trips")
-    yield dg.Output(cards, CARD_DAYS)
-
-
-@dg.multi_asset(
-    outs={
-        "bounded_trips": dg.AssetOut(
-            group_name="bound",
-            io_manager_key=PRIVATE,
-            automation_condition=BOUNDING,
-            **labels("microdata", "parquet"),
-            description="Bounded and anonymised: each card's contribution cut to the privacy unit's public bounds, "
-                        "then the card id dropped and the rows put in a CSPRNG-random order (private microdata).",
-            metadata=column_schema(BinnedTrips),
-        ),
-        OVER_BOUND: dg.AssetOut(
-            group_name="bound",
-            io_manager_key=PRIVATE,
-            automation_condition=BOUNDING,
-            **labels("microdata", "parquet"),
-            description="Trips removed by contribution bounding, without card id (private; internal utility "
-                        "report only). Rows in = bounded + over the bound.",
-            metadata=column_schema(BinnedTrips),
-        ),
-    },
-    ins={"binned_trips": dg.AssetIn(), CARD_DAYS: dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
-    partitions_def=service_dates,
-    backfill_policy=SINGLE_RUN,
-)
-def bounded_trips(
-    context: dg.AssetExecutionContext,
-    binned_trips: PartitionFrames,
-    card_days: PartitionFrames,
-    privacy_budget: PrivacyBudget,
-    storage: OpalStorage,
-):
-    """Bound every card's contribution (``opal_dp.prep.bounding``), then drop the card id.
-
-    The share of trips dropped is internal, non-DP metadata.
-    """
-    unit, bounds, key = privacy_budget.unit, privacy_budget.bounds, privacy_budget.key(storage, "bounding")
-    days = list(context.partition_keys)
-    kept_days = _card_period_days(privacy_budget, card_days, days, key) if unit is PrivacyUnit.CARD_PERIOD else None
-    kept, over = stored(storage, "bounded_trips", days), stored(storage, OVER_BOUND, days)
-    calls = [(binned_trips.path(day), day, unit, bounds, key,
-              None if kept_days is None else kept_days.get(day, np.zeros(0, np.int64)), kept[day], over[day])
-             for day in days]
-    for day, result in zip(days, map_calls(bound_day_file, calls)):
-        context.add_asset_metadata({"dagster/row_count": result.kept, "trips_over_bound (internal, not DP)":
-                                    result.over_bound, "share_dropped_by_bounding (internal, not DP)":
-                                    result.share_dropped}, asset_key="bounded_trips", partition_key=day)
-        context.add_asset_metadata({"dagster/row_count": result.over_bound}, asset_key=OVER_BOUND,
-                                   partition_key=day)
-    metadata = {  # the same for every partition of the run
+    if day_cap:
+        card_days = PartitionFrames(stored(storage, CARD_DAYS, sorted({d for period in periods for d in period})))
+        kept_days = _card_period_days(privacy_budget.max_days_per_card, periods, card_days, key)
+        calls = [(paths[day].binned, day, unit, bounds, key, kept_days.get(day, np.zeros(0, np.int64)),
+                  paths[day].kept, paths[day].over_bound) for day in days]
+        for day, result in zip(days, map_calls(bound_day_file, calls)):
+            _record_bound(context, day, result)
+    missing = [f"{asset} {day}" for asset, places in out.items() for day, path in places.items() if not path.exists()]
+    if missing:
+        raise RuntimeError(f"partitions not stored: {missing}")
+    bounded_metadata = {  # the same for every partition of the run
         "privacy_unit": unit.value,
         "contribution_bounds": dg.MetadataValue.json(bounds.describe() if unit.bounds_cards else {}),
     }
-    yield dg.Output(kept, "bounded_trips", metadata=metadata)
-    yield dg.Output(over, OVER_BOUND)
+    for spec in context.assets_def.specs:
+        yield dg.MaterializeResult(asset_key=spec.key,
+                                   metadata=bounded_metadata if spec.key.path == [BOUNDED] else None)
 
 
-def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames, days: list[str],
-                      key: bytes) -> dict | None:
-    """With a day cap: per date, the sorted ids of the cards for which it is one of their kept days in its period
-    (each period of the run's dates chosen over all of its days)."""
+def _record_day(context: dg.AssetExecutionContext, day: str, result) -> None:
+    """The day's figures, in each of its partitions' materialisations (no event of their own)."""
+    ingest = result.ingest
+    context.add_asset_metadata({
+        "file": ingest.source_file,
+        "rows_read": ingest.rows_read,
+        "rows_accepted": ingest.rows_accepted,
+        "rows_rejected": ingest.rows_rejected,
+        "ignored_columns": ", ".join(ingest.ignored_columns),
+        "dagster/row_count": ingest.rows_accepted,
+    }, asset_key=INGESTED, partition_key=day)
+    context.add_asset_metadata({"dagster/row_count": ingest.rows_rejected, "reasons": dg.MetadataValue.json(
+        ingest.reasons)}, asset_key=REJECTED, partition_key=day)
+    context.add_asset_metadata({"dagster/row_count": result.binned}, asset_key=BINNED, partition_key=day)
+    context.add_asset_metadata({"dagster/row_count": result.cards}, asset_key=CARD_DAYS, partition_key=day)
+    context.add_asset_metadata({"dagster/row_count": result.sequences}, asset_key=SEQUENCES, partition_key=day)
+    if result.bound is not None:
+        _record_bound(context, day, result.bound)
+
+
+def _record_bound(context: dg.AssetExecutionContext, day: str, result: BoundSummary) -> None:
+    context.add_asset_metadata({"dagster/row_count": result.kept, "trips_over_bound (internal, not DP)":
+                                result.over_bound, "share_dropped_by_bounding (internal, not DP)":
+                                result.share_dropped}, asset_key=BOUNDED, partition_key=day)
+    context.add_asset_metadata({"dagster/row_count": result.over_bound}, asset_key=OVER_BOUND, partition_key=day)
+
+
+def _periods(privacy_budget: PrivacyBudget, days: list[str]) -> dict[tuple[str, ...], list[str]]:
     try:
-        periods = privacy_budget.periods.group(days)
+        return privacy_budget.periods.group(days)
     except ValueError as err:  # a date outside an explicit period
         raise dg.Failure(description=str(err)) from err
-    if privacy_budget.max_days_per_card is None:
-        return None
+
+
+def _card_period_days(max_days: int, periods: dict, card_days: PartitionFrames, key: bytes) -> dict[str, np.ndarray]:
+    """Per date, the sorted ids of the cards for which it is one of their kept days in its period (each period of
+    the run's dates chosen over all of its days)."""
     kept: dict[str, np.ndarray] = {}
     for period in periods:
         missing = [d for d in period if d not in card_days]
@@ -205,7 +172,7 @@ def _card_period_days(privacy_budget: PrivacyBudget, card_days: PartitionFrames,
             raise dg.Failure(description=f"the card_period day cap needs every day of the period {name(period)}; "
                                          f"not ingested yet: {missing}")
         chosen = select_card_days(pd.concat([card_days[d].assign(date=d) for d in period], ignore_index=True),
-                                  privacy_budget.max_days_per_card, key)
+                                  max_days, key)
         kept |= {d: np.sort(group["card_id"].to_numpy(np.int64)) for d, group in chosen.groupby("date", sort=False)}
     return kept
 
