@@ -64,7 +64,10 @@ Serve = Callable[[Sequence[Pending]], Sequence[Any]]
 def release_charged(requests: Sequence[Request], serve: Serve, ledger: PrivacyLedger, root: Path, run_id: str,
                     fresh: bool = False) -> list[Served]:
     """Run the protocol (module docstring) for ``requests``; ``root`` is the folder ``release_ref`` is relative to.
-    ``fresh``: new noise even where a stored draw of the same input exists (charged)."""
+    ``fresh``: new noise even where a stored draw of the same input exists (charged). No request: nothing to ask
+    the ledger (a product that is off)."""
+    if not requests:
+        return []
     decisions = ledger.begin_many(requests, run_id=run_id, fresh=fresh)
     remove_stale_temporaries(root / RELEASES)
     pending = [Pending(r, d, root / d.draw.release_ref) for r, d in zip(requests, decisions)]

@@ -204,7 +204,7 @@ def test_the_data_dictionary_names_every_column(page, tables, stated, stops):
     assert documented == list(next(iter(tables.values())).columns)
     assert "<strong>postcode</strong> of the stop for bus" in dictionary and "<code>-1</code>: unknown" in dictionary
     assert "<code>other</code>" not in dictionary  # no remainder rows in this design
-    with_od = copy.deepcopy(stated) | {"od": {}, "design": {"name": "public_domain", "tau": 5,
+    with_od = copy.deepcopy(stated) | {"od": {"files": ["od.csv", "od-sequences.csv"]}, "design": {"name": "public_domain", "tau": 5,
                                                          "expected_false_cells_per_day": 1.0}}
     dictionary = re.search(r'<section id="dictionary".*?</section>', render_index(tables, with_od, stops), re.S)[0]
     assert "<code>other</code>: a remainder row" in dictionary
