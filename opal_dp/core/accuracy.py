@@ -2,25 +2,59 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy import fft
+
+KEPT_SDS = 40.0
+"""A sum of ``n`` draws is kept within ``KEPT_SDS`` standard deviations of the sum (``KEPT_SDS * sd * sqrt(n)``)
+between steps; the mass beyond (below 1e-24 for a Laplace or Gaussian tail) counts as outside every bound."""
+
+
+class SumErrorBounds:
+    """Error bounds of sums of ``1, 2, ...`` independent draws of one noise: ``bounds(n)`` is the smallest integer
+    ``e >= 0`` with ``P(|Z_1 + ... + Z_n| <= e) >= confidence``, for the symmetric probability mass ``pmf`` over
+    ``-k..k`` (odd length, ``z = 0`` in the middle).
+
+    The distribution of the sum is built one draw at a time (one FFT convolution per step, at the exact length of
+    its support: no wrap-around) and asking for ``n`` costs only the steps not taken yet, so a page that needs the
+    bounds of every sum up to the number of published dates pays for each step once, not once per bound. Mass left
+    out (of ``pmf``, or beyond ``KEPT_SDS`` standard deviations of a sum) counts as outside every bound, so it can
+    only make ``e`` larger.
+    """
+
+    def __init__(self, pmf: np.ndarray, confidence: float = 0.95) -> None:
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        pmf = np.asarray(pmf, dtype=float)
+        if pmf.ndim != 1 or len(pmf) % 2 == 0:
+            raise ValueError("pmf must be a 1-D array of odd length centred on z = 0")
+        z = np.arange(len(pmf)) - len(pmf) // 2
+        self._pmf, self._confidence = pmf, confidence
+        self._sd = math.sqrt(float(pmf @ (z * z)))
+        self._sum, self._bounds = pmf, [_bound(pmf, confidence)]
+
+    def __call__(self, n: int) -> int:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n must be a positive integer, got {n!r}")
+        while len(self._bounds) < n:
+            size = len(self._sum) + len(self._pmf) - 1
+            length = fft.next_fast_len(size, real=True)
+            total = np.fft.irfft(np.fft.rfft(self._sum, length) * np.fft.rfft(self._pmf, length), length)[:size]
+            keep, centre = math.ceil(KEPT_SDS * self._sd * math.sqrt(len(self._bounds) + 1)), size // 2
+            self._sum = np.clip(total[max(centre - keep, 0):centre + keep + 1], 0, None)
+            self._bounds.append(_bound(self._sum, self._confidence))
+        return self._bounds[n - 1]
 
 
 def error_bound_of_sum(pmf: np.ndarray, n: int, confidence: float = 0.95) -> int:
-    """Smallest integer ``e >= 0`` with ``P(|Z_1 + ... + Z_n| <= e) >= confidence`` for ``n`` independent draws of
-    a noise with the symmetric probability mass ``pmf`` over ``-k..k`` (odd length, ``z = 0`` in the middle).
+    """The bound of one sum of ``n`` draws (``SumErrorBounds``)."""
+    return SumErrorBounds(pmf, confidence)(n)
 
-    The n-fold convolution is taken by FFT at the exact length of its support (no wrap-around); mass left
-    out of ``pmf`` counts as outside every bound, so a truncated ``pmf`` can only make ``e`` larger.
-    """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    pmf = np.asarray(pmf, dtype=float)
-    if pmf.ndim != 1 or len(pmf) % 2 == 0:
-        raise ValueError("pmf must be a 1-D array of odd length centred on z = 0")
-    size = n * (len(pmf) - 1) + 1
-    total = pmf if n == 1 else np.clip(np.fft.irfft(np.fft.rfft(pmf, size) ** n, size), 0, None)
-    centre = size // 2
+
+def _bound(total: np.ndarray, confidence: float) -> int:
+    """Smallest ``e`` with the mass of ``-e..e`` of the centred ``total`` at least ``confidence``."""
+    centre = len(total) // 2
     within = np.cumsum(np.concatenate(([total[centre]], total[centre + 1:] + total[:centre][::-1])))
     return int(np.searchsorted(within, confidence))

@@ -12,10 +12,11 @@ import html
 import math
 from collections.abc import Mapping
 from datetime import date
+from functools import lru_cache
 
 import pandas as pd
 
-from opal_dp.core.accuracy import error_bound_of_sum
+from opal_dp.core.accuracy import SumErrorBounds
 from opal_dp.prep.schemas import UNKNOWN_LABEL
 from opal_dp.release.statement.build import CONFIDENCE, TAILS
 
@@ -58,13 +59,20 @@ def rows_of(table: pd.DataFrame, mode: str, tap: str) -> pd.DataFrame:
     return table[(table["mode"] == mode) & (table["tap"] == tap)]
 
 
+@lru_cache(maxsize=8)
+def sum_error_bounds(noise: str, scale: float) -> SumErrorBounds:
+    """The 95% bounds of sums of draws of a marginal's noise, kept for the process: each render asks for sums of up
+    to as many counts as there are published dates, and every step of the sum is computed once."""
+    return SumErrorBounds(TAILS[noise].pmf(scale)[1], CONFIDENCE)
+
+
 def per_day(rows: pd.DataFrame, key: str | list[str], days: int, marginal: Mapping) -> pd.DataFrame:
     """Average per day of the counts of ``rows`` by ``key``, with the 95% noise bound of that average; ``rows`` are
     published counts (one count each) or sums of ``n`` published counts (``page.summary``)."""
     counted = rows if "n" in rows else rows.assign(n=1)
     grouped = counted.groupby(key, sort=False)[["count", "n"]].sum().rename(columns={"count": "sum", "n": "size"})
-    mass = TAILS[marginal["noise"]].pmf(marginal["scale"])[1]
-    bound = {n: error_bound_of_sum(mass, n, CONFIDENCE) for n in sorted(set(grouped["size"]))}
+    bounds = sum_error_bounds(marginal["noise"], marginal["scale"])
+    bound = {n: bounds(n) for n in sorted(set(grouped["size"]))}
     return pd.DataFrame({"average": grouped["sum"] / days, "error": grouped["size"].map(bound) / days})
 
 
