@@ -11,7 +11,8 @@ from opal_dp.core import LedgerError
 from opal_dp.defs.shared.automation import STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, column_schema, labels, partition_table
+from opal_dp.defs.shared.metadata import (LEDGER_POOL, SINGLE_RUN, column_schema, dates_read_once, labels,
+                                         partition_table)
 from opal_dp.defs.shared.partitions import date_and_mode, date_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
@@ -142,7 +143,8 @@ def release_marginals(
             plausible[time].append({"partition": key, "passed": str(ok), **figures})
     problems = blocking_problems(under_check)
     failed = [p for found in problems.values() for p in found]
-    _record_per_partition(context, released_by_key, spend, plan, problems, plausible)
+    with dates_read_once(context):
+        _record_per_partition(context, released_by_key, spend, plan, problems, plausible)
     if failed:  # the checks gate: nothing of this run is stored, so nothing downstream can use it
         yield from _check_results(list(released_by_key), problems, plausible, plan.design)
         raise dg.Failure(description="blocking checks failed; no release asset was stored:\n" + "\n".join(failed[:20]))

@@ -12,7 +12,7 @@ from opal_dp.core import LedgerError
 from opal_dp.defs.shared.automation import STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, labels
+from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, dates_read_once, labels
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
@@ -68,9 +68,11 @@ def od_hierarchy(context: dg.AssetExecutionContext, trip_sequences: PartitionFra
         raise dg.Failure(description=str(err)) from err
     out = {day: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ROW_COLUMNS, "draw_id"])
            for day, frames in parts.items()}
-    for day in days:
-        context.add_asset_metadata({"dagster/row_count": len(out[day]), "rho": plan.budget.rho, "tau": plan.tau,
-                                    "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}"}, partition_key=day)
+    with dates_read_once(context):
+        for day in days:
+            context.add_asset_metadata({"dagster/row_count": len(out[day]), "rho": plan.budget.rho, "tau": plan.tau,
+                                        "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}"},
+                                       partition_key=day)
     problems = {"od_hierarchy_sums_exact": [p for f in out.values() for p in sum_problems(f)],
                 "od_hierarchy_in_public_domain": [p for f in out.values() for p in domain_problems(f, domain)]}
     yield dg.Output(out, metadata={"parameters": dg.MetadataValue.json(json.loads(plan.mechanism()))})

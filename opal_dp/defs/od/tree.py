@@ -11,7 +11,7 @@ from opal_dp.core import LedgerError
 from opal_dp.defs.shared.automation import STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, labels
+from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, dates_read_once, labels
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
@@ -58,20 +58,21 @@ def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionF
                                          raw_input_versions(storage, privacy_budget, days, plan.ledger_unit))
         else:
             drawn_days = ((day, None) for day in days)
-        for day, drawn in drawn_days:
-            if drawn is None:
-                out[day] = pd.DataFrame({c: np.zeros(0, np.int64) for c in OD_TREE_COLUMNS})
-                continue
-            tree = consistent_tree(drawn.tree).assign(draw_id=drawn.draw.id)
-            bad["od_parents_equal_children"] += inconsistent_parents(tree)
-            symbol = tree["symbol"][tree["level"] > 0]
-            bad["od_in_public_domain"] += int(((symbol < 0) | (symbol >= alphabet.size)).sum())
-            out[day] = tree
-            context.add_asset_metadata({
-                "dagster/row_count": len(tree), "draw_id": drawn.draw.id, "ledger_decision": drawn.decision,
-                "epsilon": plan.budget.epsilon, "delta": 0.0, "privacy_unit": "card_day",
-                "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}",
-            }, partition_key=day)
+        with dates_read_once(context):
+            for day, drawn in drawn_days:
+                if drawn is None:
+                    out[day] = pd.DataFrame({c: np.zeros(0, np.int64) for c in OD_TREE_COLUMNS})
+                    continue
+                tree = consistent_tree(drawn.tree).assign(draw_id=drawn.draw.id)
+                bad["od_parents_equal_children"] += inconsistent_parents(tree)
+                symbol = tree["symbol"][tree["level"] > 0]
+                bad["od_in_public_domain"] += int(((symbol < 0) | (symbol >= alphabet.size)).sum())
+                out[day] = tree
+                context.add_asset_metadata({
+                    "dagster/row_count": len(tree), "draw_id": drawn.draw.id, "ledger_decision": drawn.decision,
+                    "epsilon": plan.budget.epsilon, "delta": 0.0, "privacy_unit": "card_day",
+                    "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}",
+                }, partition_key=day)
     except LedgerError as err:
         raise dg.Failure(description=str(err)) from err
     yield dg.Output(out, metadata={"parameters": dg.MetadataValue.json(plan.budget.describe(plan.taxonomy))})

@@ -20,7 +20,7 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.defs.shared.automation import BOUNDING, RAW_FILES, STAGE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, StoredPartitions, stored
-from opal_dp.defs.shared.metadata import SINGLE_RUN, column_schema, labels
+from opal_dp.defs.shared.metadata import SINGLE_RUN, column_schema, dates_read_once, labels
 from opal_dp.defs.shared.partitions import date_and_mode, date_mode, service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
@@ -96,13 +96,14 @@ def private_day_stages(context: dg.AssetExecutionContext, reference: ReferenceNe
     alphabet = TripAlphabet.from_stops(stops)
     calls = [(storage.raw_dir, day, stops, alphabet, privacy_budget.od_height, bounding, paths[day]) for day in days]
     failed = {}
-    for day, result in zip(days, map_calls(day_pass, calls)):
-        if isinstance(result, DayFailure):
-            failed[day] = result.reason
-            record_failure(storage.private_dir, day, result.reason)
-            continue
-        clear_failure(storage.private_dir, day)
-        _record_day(context, day, result)
+    with dates_read_once(context):
+        for day, result in zip(days, map_calls(day_pass, calls)):
+            if isinstance(result, DayFailure):
+                failed[day] = result.reason
+                record_failure(storage.private_dir, day, result.reason)
+                continue
+            clear_failure(storage.private_dir, day)
+            _record_day(context, day, result)
     if failed:
         raise dg.Failure(
             description=f"{len(failed)} of {len(days)} days could not be ingested (the others can be run without "
@@ -194,6 +195,7 @@ def trip_partitions(
     keys = list(map(str, context.partition_keys))
     parts = stored(storage, "trip_partitions", keys)
     calls = [(bounded_trips.path(date_and_mode(key)[0]), date_and_mode(key)[1], parts[key]) for key in keys]
-    for key, rows in zip(keys, map_calls(split_day, calls)):
-        context.add_asset_metadata({"dagster/row_count": rows}, partition_key=key)
+    with dates_read_once(context):
+        for key, rows in zip(keys, map_calls(split_day, calls)):
+            context.add_asset_metadata({"dagster/row_count": rows}, partition_key=key)
     return dg.Output(parts)
