@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -13,6 +14,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS, TIME
+from opal_dp.reports.attacks import differencing_in_chunks
 from opal_dp_tests.risk.test_attacks import manly_release
 
 
@@ -56,6 +58,11 @@ def test_metadata_reports_all_three_attacks(tmp_path):
     assert meta["partitions"] == 2
     assert meta["differencing_exposed_bins"] == 1
     assert meta["differencing_max_residual"] == 50
+    # every one-way bin is checked, but a day keeps only the rows the report shows: the kept history (read and
+    # written every week) grows by a few rows a date, not by every bin
+    assert meta["differencing_bins_checked"] == len(differencing_in_chunks([releases], budget.plan().mechanisms)) > 100
+    kept = json.loads((storage.reports_dir / "differencing_rows.json").read_text())
+    assert len(kept) == len(days) and sum(len(k["rows"][0]["shown"]) for k in kept.values()) <= len(days) + 1
     assert "10:00" in meta["differencing_worst"].value
     assert meta["duplicated_pairs"] == 2
     assert "Circular Quay" in meta["duplicated_pairs_table"].value

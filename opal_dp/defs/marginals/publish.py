@@ -95,7 +95,7 @@ def _gate(
     loaded = {m.name: {} for m in MARGINALS}
     keys, problems = sorted({key for key, _ in draw_ids}), []
     try:
-        evidence = ledger_evidence(ledger, draw_ids)
+        evidence = ledger_evidence(ledger, draw_ids, with_person=False)
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     caps = {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}}
@@ -199,14 +199,14 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
                pending: list[str], ledger: PrivacyLedger, storage: OpalStorage, release_id: str, created_at: str) -> dict:
     """The statement of everything published, from the ledger's evidence of its draws and the publication's
     summary (the public-domain totals); the OD section from the trees' and the hierarchy's draws."""
+    od = {day: pd.DataFrame({"draw_id": [e["od"]]}) for day, e in dates.items() if e["od"] is not None}
+    rows = {day: pd.DataFrame(e["hierarchy"]) for day, e in dates.items() if e["hierarchy"]}
     try:
-        evidence = ledger_evidence(ledger, draw_ids)
+        evidence = ledger_evidence(ledger, draw_ids, with_person=not (od or rows))
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
                                       data_origin(storage, draw_ids, pending))
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
-    od = {day: pd.DataFrame({"draw_id": [e["od"]]}) for day, e in dates.items() if e["od"] is not None}
-    rows = {day: pd.DataFrame(e["hierarchy"]) for day, e in dates.items() if e["hierarchy"]}
     if od or rows:  # the person's share of this release counts every file in it, the OD releases too
         statement["od"] = od_statement(od, ledger, rows)
         trees = {d.charge_id for d in ledger.draws(statement["od"]["draws"])}

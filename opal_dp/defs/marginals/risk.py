@@ -30,6 +30,16 @@ PAIR_WINDOW_DAYS = 28  # the duplicated-pairs attack looks at the last four week
 PAIR_FALSE_ALARM = 1e-3
 
 
+def _day_summary(table: pd.DataFrame) -> list[dict]:
+    """What the report shows of a day's differencing table: how many bins were checked, and only the rows at or
+    above their threshold and the one with the largest residual, so the kept history grows by a few rows a day
+    instead of every one-way bin of every published date."""
+    shown = (table["residual"] >= table["threshold"]).to_numpy()
+    if len(table):
+        shown[table["residual"].to_numpy().argmax()] = True
+    return [{"checked": len(table), "shown": table[shown].to_dict("records")}]
+
+
 def _table(frame: pd.DataFrame) -> dg.MetadataValue:
     return dg.MetadataValue.md(frame.head(WORST).to_markdown(index=False) if len(frame) else "none")
 
@@ -58,16 +68,16 @@ def disclosure_risk(
     def load(chosen: list[str]) -> dict[str, dict[str, pd.DataFrame]]:
         return {name: {key: frames[key] for key in chosen} for name, frames in released.items()}
 
-    # Differencing involves one partition at a time: a day's rows are kept between runs (computed again only when
+    # Differencing involves one partition at a time: a day's summary is kept between runs (computed again only when
     # its release files change), so a weekly report computes the new days. The pairs attack needs several dates:
     # it covers the last PAIR_WINDOW_DAYS published dates of two small modes, and says which.
     settings = json.dumps({name: m.describe() for name, m in sorted(mechanisms.items())}, sort_keys=True, default=str)
     kept = PartitionRows(storage.reports_dir / "differencing_rows.json")
-    residuals = combined_residuals(pd.DataFrame.from_records(kept.rows(
-        day, settings + version_of(frames.path(k) for k in chosen for frames in released.values()),
-        lambda chosen=chosen: differencing_in_chunks([load(chosen)], mechanisms).to_dict("records")),
-        columns=DIFFERENCING_COLUMNS) for day, chosen in sorted(by_day.items()))
+    days = [kept.rows(day, f"summary|{settings}" + version_of(f.path(k) for k in chosen for f in released.values()),
+                      lambda chosen=chosen: _day_summary(differencing_in_chunks([load(chosen)], mechanisms)))[0]
+            for day, chosen in sorted(by_day.items())]
     kept.save()
+    residuals = combined_residuals(pd.DataFrame.from_records(d["shown"], columns=DIFFERENCING_COLUMNS) for d in days)
     flagged = residuals.loc[residuals["residual"] >= residuals["threshold"]]
     window = sorted(by_day)[-PAIR_WINDOW_DAYS:]
     pairs = duplicated_pairs(load([k for d in window for k in by_day[d] if date_and_mode(k)[1] in AUTO_TAP_OFF_MODES]),
@@ -83,7 +93,7 @@ def disclosure_risk(
         metadata={
             "release_design": privacy_budget.release_design,
             "partitions": len(keys),
-            "differencing_bins_checked": len(residuals),
+            "differencing_bins_checked": sum(day["checked"] for day in days),
             "differencing_exposed_bins": len(flagged),
             "differencing_max_residual": int(residuals["residual"].max()) if len(residuals) else 0,
             "differencing_worst": _table(flagged),

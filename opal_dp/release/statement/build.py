@@ -62,8 +62,12 @@ class LedgerEvidence:
     corrections: Sequence[Mapping] = ()  # ``corrections``: published partitions drawn before, and what replaced it
 
 
-def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int]) -> LedgerEvidence:
-    """The ledger's records of the draws (partition, marginal) -> draw id, and of everything they touch."""
+def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int],
+                    with_person: bool = True) -> LedgerEvidence:
+    """The ledger's records of the draws (partition, marginal) -> draw id, and of everything they touch; the person
+    section too unless ``with_person`` is false (the publish gate, which checks draws, not statements, and a
+    statement whose person section must also count the OD files: each reads every horizon window of the
+    person account, a cost that grows with the dates published)."""
     draws = {d.id: d for d in ledger.draws(draw_ids.values())}
     missing = sorted(set(draw_ids.values()) - set(draws))
     if missing:
@@ -88,7 +92,7 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int])
         cap_history=ledger.cap_history(unit),
         other_units={u: sorted(d) for u, d in other.items()},
         resets=ledger.resets(),
-        person=person_section(ledger, dates, charges.values()),
+        person=person_section(ledger, dates, charges.values()) if with_person else None,
         corrections=_corrections(draw_ids, draws, charges, earlier),
     )
 
