@@ -34,7 +34,7 @@ from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.page.catalogue import INDEX_JSON
-from opal_dp.release.publish import latest_release
+from opal_dp.release.publish import latest_release, read_index
 from opal_dp.release.statement.build import stated_design
 
 BUDGET = "privacy_budget"
@@ -213,7 +213,7 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
                 if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata]
     trips = sum(int(m["rows_accepted"].value) for m in ingested)
     rejected = sum(int(m["rows_rejected"].value) for m in ingested)
-    index = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))  # rows per date: no CSV read back
+    index = read_index(folder)  # rows per date: no CSV read back
     listed = sum(entry["files"]["time-loc.csv"]["rows"] for entry in index["dates"].values())
     cells = "cells and remainder rows" if stated_design(statement).consistent else "cells"
     g, unit, data = statement["guarantee"], statement["privacy_unit"], statement["data"]

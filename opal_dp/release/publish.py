@@ -4,14 +4,16 @@ date, next to their privacy statement.
 Published layout; nothing else is written under the published folder, apart from the hidden staging files and
 folders (``.staging-*``) of a publish in progress::
 
-    <published>/latest/dates/<YYYYMMDD>/{time-loc,time,loc}.csv [od.csv, od-sequences.csv]   (one date, written once)
+    <published>/latest/dates/<YYYYMMDD>/{time-loc,time,loc}.csv [od.csv, od-sequences.csv], manifest.json
+                                                 (one date, written once)
     <published>/latest/{time-loc,time,loc}.csv [od.csv, od-sequences.csv]   (combined: every date, in published order)
     <published>/latest/privacy.json, PRIVACY.md, index.html, index.json
     <published>/latest.json                      ({"release_id": ..., "folder": "latest"}: written last)
 
 A date is written when its partitions are complete and gated, and again only when the ledger released it again
-(a correction); ``index.json`` lists every date's files (rows, bytes, SHA-256) and ledger draws, and each combined
-file's dates and size. The combined files are the dates' files concatenated in date order (one header): appended
+(a correction). Each date's ``manifest.json`` lists its files (rows, bytes, SHA-256), modes and ledger draws;
+``index.json`` lists every date's ledger draws and the SHA-256 of its manifest, and each combined file's dates and
+size, so what a weekly publish rewrites grows by a few dozen bytes a date, not by the date's whole listing. The combined files are the dates' files concatenated in date order (one header): appended
 to when new dates follow, rebuilt by streaming otherwise, never held whole in memory. ``latest.json`` is the
 pointer readers should use (``latest_release``): a plain file works on any filesystem a reader mounts or syncs.
 
@@ -63,6 +65,7 @@ TABLES = ("time-loc", "time", "loc")
 TAPS = ("on", "off")
 AGGREGATED = "-"
 DATES = "dates"
+MANIFEST = "manifest.json"
 FILES = (*(f"{t}.csv" for t in TABLES), STATEMENT_JSON, STATEMENT_MD, INDEX_JSON, PAGE)
 CHUNK = 1 << 20  # bytes copied at a time when streaming date files into a combined file
 LATEST = "latest"
@@ -176,11 +179,29 @@ class DateFiles:
 
 
 def published_index(published_dir: Path) -> dict:
-    """The committed ``index.json`` of the publication (an empty index before the first)."""
-    path = Path(published_dir) / LATEST / INDEX_JSON
-    if not path.is_file():
+    """The committed ``index.json`` of the publication (an empty index before the first), each date's entry
+    completed from its ``manifest.json`` (``read_index``)."""
+    folder = Path(published_dir) / LATEST
+    if not (folder / INDEX_JSON).is_file():
         return {"release_id": None, "dates": {}, "combined": {}}
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_index(folder)
+
+
+def read_index(folder: Path) -> dict:
+    """``folder``'s ``index.json``, each date's entry completed from its ``manifest.json`` (files and modes). The
+    draws are the index's: after a crash between a correction's placing and its commit, the date's manifest is the
+    new one while the index still names the old draws, so the next publish finds the date changed and completes
+    the correction."""
+    index = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))
+    for day, entry in index["dates"].items():
+        manifest = json.loads((folder / DATES / day / MANIFEST).read_text(encoding="utf-8"))
+        entry.update(modes=manifest["modes"], files=manifest["files"])
+    return index
+
+
+def _committed(index: dict) -> dict:
+    """The index as ``index.json`` holds it: per date only its draws and its manifest's SHA-256."""
+    return {**index, "dates": {d: {"draws": e["draws"], MANIFEST: e[MANIFEST]} for d, e in index["dates"].items()}}
 
 
 def publish(
@@ -241,7 +262,7 @@ def publish(
         index["combined"] = _combine(folder, index, touched)
         index["release_id"] = release_id
         committed = folder / f"{STAGING_PREFIX}{INDEX_JSON}"
-        write_durably(committed, json.dumps(index, indent=2) + "\n")
+        write_durably(committed, json.dumps(_committed(index), separators=(",", ":")) + "\n")
         _replace(folder / STATEMENT_JSON, json.dumps(statement, indent=2, ensure_ascii=False) + "\n")
         _replace(folder / STATEMENT_MD, render_markdown(statement))
         sizes = {name: (folder / name).stat().st_size for name in files_of(statement) if name not in (PAGE, INDEX_JSON)}
@@ -276,15 +297,19 @@ def _publication_folder(published_dir: Path) -> Path:
 
 
 def _stage_date(staging: Path, day: DateFiles) -> dict:
-    """Write, validate and fsync one date's files in the staging folder; its index entry."""
+    """Write, validate and fsync one date's files and its manifest in the staging folder; its index entry."""
     folder = make_dirs(make_dirs(staging, PUBLIC_DIR) / day.date, PUBLIC_DIR)
     for name, frame in day.tables.items():
         write_durably(folder / f"{name}.csv", frame.to_csv(index=False, lineterminator="\n"))
     validate_date(folder, day.date, set(day.modes), day.remainders)
+    manifest = {"date": day.date, "draws": sorted(day.draws), "modes": sorted(day.modes),
+                "files": {f"{name}.csv": {"rows": len(frame), "bytes": (folder / f"{name}.csv").stat().st_size,
+                                          "sha256": _sha256(folder / f"{name}.csv")}
+                          for name, frame in day.tables.items()}}
+    write_durably(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     fsync_folder(folder)
-    return {"draws": sorted(day.draws), "modes": sorted(day.modes),
-            "files": {f"{name}.csv": {"rows": len(frame), "bytes": (folder / f"{name}.csv").stat().st_size,
-                                      "sha256": _sha256(folder / f"{name}.csv")} for name, frame in day.tables.items()}}
+    return {"draws": manifest["draws"], "modes": manifest["modes"], "files": manifest["files"],
+            MANIFEST: _sha256(folder / MANIFEST)}
 
 
 def _place_date(staged: Path, target: Path) -> None:
@@ -436,7 +461,7 @@ def validate_published(folder: Path) -> None:
     file: for tests and audits; a publish validates the dates it writes and the statement and page."""
     folder = Path(folder)
     statement = _statement(folder)
-    index = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))
+    index = read_index(folder)
     published = {k["date"] for k in statement["partitions"]["keys"]}
     if sorted(index["dates"]) != sorted(published) or sorted(p.name for p in (folder / DATES).iterdir()) != sorted(published):
         raise PublishedFormatError(f"{folder}: {DATES}/ and {INDEX_JSON} must hold exactly the dates of {STATEMENT_JSON}")
@@ -444,6 +469,8 @@ def validate_published(folder: Path) -> None:
     for day, entry in index["dates"].items():
         modes = {k["mode"] for k in statement["partitions"]["keys"] if k["date"] == day}
         validate_date(folder / DATES / day, day, modes, remainders, od=statement.get("od"))
+        if _sha256(folder / DATES / day / MANIFEST) != entry[MANIFEST]:
+            raise PublishedFormatError(f"{folder / DATES / day / MANIFEST}: not the manifest {INDEX_JSON} lists")
         for name, about in entry["files"].items():
             if _sha256(folder / DATES / day / name) != about["sha256"]:
                 raise PublishedFormatError(f"{folder / DATES / day / name}: not the file {INDEX_JSON} lists")
@@ -458,7 +485,7 @@ def validate_published(folder: Path) -> None:
 def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od: Mapping | None = None) -> None:
     """Raise ``PublishedFormatError`` unless ``folder`` holds well-formed files of date ``day`` only: the marginal
     tables (and the OD tables, if any; ``od``: the statement's OD section when known)."""
-    present = sorted(p.name for p in folder.iterdir())
+    present = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
     marginals, od_files = [f"{t}.csv" for t in TABLES], [f"{t}.csv" for t in OD_TABLES]
     extra = set(present) - set(marginals)
     if not set(marginals) <= set(present) or not extra <= set(od_files) or (extra and "od.csv" not in extra):

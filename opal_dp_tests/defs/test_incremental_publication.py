@@ -108,8 +108,9 @@ def history(tmp_path_factory):
 def test_each_date_is_published_once_and_the_old_dates_files_are_not_rewritten(history):
     _, storage, steps = history
     first, second = steps["first"][0], steps["second"][0]
-    assert {n for n in first if n.startswith("latest/dates/")} == {f"latest/dates/{CA}/{t}.csv" for t in
-                                                                   ("time-loc", "time", "loc", "od", "od-sequences")}
+    assert {n for n in first if n.startswith("latest/dates/")} == {
+        *(f"latest/dates/{CA}/{t}.csv" for t in ("time-loc", "time", "loc", "od", "od-sequences")),
+        f"latest/dates/{CA}/manifest.json"}
     touched = changed(first, second)
     assert not [n for n in touched if n.startswith(f"latest/dates/{CA}/")]
     assert {n for n in touched if n.startswith("latest/dates/")} == {n.replace(CA, CB) for n in first
@@ -117,6 +118,10 @@ def test_each_date_is_published_once_and_the_old_dates_files_are_not_rewritten(h
     index = json.loads((latest_release(storage.published_dir) / "index.json").read_text())
     assert sorted(index["dates"]) == [CA, CB]
     assert index["combined"]["time.csv"]["dates"] == [CA, CB]
+    # the index holds per date only its draws and its manifest's hash: a week adds a few dozen bytes a date to it
+    manifest = latest_release(storage.published_dir) / "dates" / CA / "manifest.json"
+    assert index["dates"][CA] == {"draws": json.loads(manifest.read_text())["draws"],
+                                  "manifest.json": hashlib.sha256(manifest.read_bytes()).hexdigest()}
 
 
 def test_the_statement_and_page_are_rebuilt_without_reading_a_published_csv(history):

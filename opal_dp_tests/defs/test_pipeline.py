@@ -19,7 +19,8 @@ from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.publish import od_tables
-from opal_dp.release.publish import LATEST, LATEST_JSON, files_of, latest_release, to_open_data, validate_published
+from opal_dp.release.publish import (LATEST, LATEST_JSON, MANIFEST, files_of, latest_release, to_open_data,
+                                     validate_published)
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 
 
@@ -123,9 +124,9 @@ def test_published_release_is_complete_and_says_it_is_not_seeded(released):
 
 
 def test_nothing_non_dp_is_reachable_from_published(released):
-    """published/ holds the publication folder ``latest`` (its files and ``dates/<date>/`` of the per-date files) and
-    ``latest.json``, no links, no file names a private path, and every published count is exactly a DP release
-    asset's count."""
+    """published/ holds the publication folder ``latest`` (its files and ``dates/<date>/`` of the per-date files and
+    their manifest) and ``latest.json``, no links, no file names a private path, and every published count is
+    exactly a DP release asset's count."""
     storage = default_storage()
     root = storage.published_dir.resolve()
     statement = json.loads((root / LATEST / "privacy.json").read_text(encoding="utf-8"))
@@ -142,7 +143,7 @@ def test_nothing_non_dp_is_reachable_from_published(released):
                 assert name == LATEST_JSON and latest_release(root) == root / LATEST, f"unexpected {path}"
             else:
                 allowed = files_of(statement) if here == root / LATEST else \
-                    [f for f in files_of(statement) if f.endswith(".csv")]
+                    [*(f for f in files_of(statement) if f.endswith(".csv")), MANIFEST]
                 assert name in allowed, f"unexpected file {path}"
                 assert str(storage.private_dir) not in path.read_text(encoding="utf-8"), f"{path} names private/"
     validate_published(root / LATEST)

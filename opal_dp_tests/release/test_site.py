@@ -6,6 +6,7 @@ import copy
 import html
 import io
 import re
+from datetime import date, timedelta
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from opal_dp.core import sbh
 from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
+from opal_dp.prep.schemas import UNKNOWN_LABEL
 from opal_dp.release.publish import FILES, to_open_data
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes
@@ -259,3 +261,26 @@ def test_the_page_from_combined_date_summaries_is_the_page_from_the_tables(table
     assert render_index(PageSummary.from_json(combined.to_json()), stated, stops) == page
     assert render_index(combined.combine([parts[0]], [parts[0]]), stated, stops) == page
     assert render_index(PageSummary().combine(parts[1:]), stated, stops) != page
+
+
+def test_the_daily_chart_shows_the_latest_eight_weeks_and_the_weekly_table_every_week(tables, stated, stops):
+    """Ten weeks of dates: the chart's points are the latest 56 dates only (the page grows by a table row a week,
+    not a chart point a day), and the weekly table has one row per week since the first date, each the sum of its
+    seven dates' tap-ons."""
+    dates = [date(2016, 7, 25) + timedelta(n) for n in range(70)]
+    bus = {name: pd.concat([frame[(frame["mode"] == "bus") & (frame["date"].astype(str) == "20160725")]
+                            .assign(date=f"{d:%Y%m%d}") for d in dates], ignore_index=True)
+           for name, frame in tables.items()}
+    long = copy.deepcopy(stated)
+    long["partitions"]["keys"] = [{"date": f"{d:%Y%m%d}", "mode": "bus"} for d in dates]
+    page = render_index(bus, long, stops)
+    trend = re.search(r'<svg class="chart trend-chart" id="trend-bus".*?</svg>', page)[0]
+    points = re.findall(r"<title>(\w{3} \d\d \w{3} \d{4}) \(week(?:day|end)\), tap-ons", trend)
+    assert len(points) == 56 and points[0] == "Mon 08 Aug 2016" and points[-1] == "Sun 02 Oct 2016"
+    assert "Trips per day, the latest 8 weeks</h2>" in page
+    weekly = re.search(r"Bus: trips per week since the first published date.*?</table>", page, re.S)[0]
+    rows = re.findall(r'<tr><td>(\d{4}-\d\d-\d\d)</td><td class="num">(\d+)</td><td class="num">([\d,]+) ± ', weekly)
+    time = bus["time"]
+    one_day = int(time[(time["tap"] == "on") & (time["time"] != UNKNOWN_LABEL)]["count"].sum()) // len(dates)
+    assert [r[0] for r in rows] == [f"{dates[0] + timedelta(7 * w):%Y-%m-%d}" for w in range(10)]
+    assert {(r[1], int(r[2].replace(",", ""))) for r in rows} == {("7", 7 * one_day)}

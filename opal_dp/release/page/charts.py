@@ -1,8 +1,10 @@
 """The charts of the public page, as inline SVG with no script: a value shows on hover through a ``<title>``
 element, and each chart has a title for screen readers and axis titles.
 
-- Daily trend (``time.csv``): the published trips of each date and mode, tap-on and tap-off, weekends shaded
-  and marked with squares; a table of the same figures for readers who cannot hover.
+- Daily trend (``time.csv``): the published trips of each date and mode over the latest ``TREND_DAYS`` days,
+  tap-on and tap-off, weekends shaded and marked with squares; a table of the same figures for readers who cannot
+  hover; and a table of the trips of every week since the first published date. The page grows by a table row a
+  week, not by a chart point a day: after years of weekly releases it is as quick to write and to read.
 - Time of day (``time.csv``): average tap-ons and tap-offs per day in each 15-minute window, with error bars.
 
 Tap-off totals leave out the ``-1`` rows (trips without a recorded tap-off), so tap-on minus tap-off shows how
@@ -37,16 +39,17 @@ from opal_dp.release.page.common import (
 WINDOW_INDEX = {window_label(w): w for w in range(WINDOWS_PER_DAY)}
 FRAME = {"width": 560, "height": 250, "left": 80, "right": 24, "top": 12, "bottom": 52}
 WEEKEND_FILL = "#e8e8e8"
+TREND_DAYS = 56  # eight weeks of daily points
 
 
-def daily_totals(daily: pd.DataFrame, mode: str, statement: Mapping) -> pd.DataFrame:
-    """Per published date of ``mode``: trips by tap (tap-offs without ``-1``) and the 95% bound of each, from the
-    summary's daily sums (``page.summary``)."""
+def daily_totals(daily: pd.DataFrame, mode: str, statement: Mapping, key: str = "date") -> pd.DataFrame:
+    """Per published date (or ``key``, a column of ``daily``) of ``mode``: trips by tap (tap-offs without ``-1``)
+    and the 95% bound of each, from the summary's daily sums (``page.summary``)."""
     columns = {}
     for tap in ("on", "off"):
         rows = rows_of(daily, mode, tap)
         rows = rows[~rows["unknown"]]
-        totals = per_day(rows, "date", 1, marginal_of(statement, "time.csv", tap))
+        totals = per_day(rows, key, 1, marginal_of(statement, "time.csv", tap))
         columns |= {tap: totals["average"], f"{tap}_error": totals["error"]}
     return pd.DataFrame(columns).sort_index()
 
@@ -54,21 +57,27 @@ def daily_totals(daily: pd.DataFrame, mode: str, statement: Mapping) -> pd.DataF
 def trend_section(daily: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
     dates = sorted({d for m in modes for d in days[m]})
     first, last = day(dates[0]), day(dates[-1])
-    calendar = [first + timedelta(n) for n in range((last - first).days + 1)]
+    start = max(first, last - timedelta(TREND_DAYS - 1))
+    calendar = [start + timedelta(n) for n in range((last - start).days + 1)]
+    recent = daily[daily["date"].astype(str) >= f"{start:%Y%m%d}"]
+    weekly = daily.assign(week=[f"{day(d) - timedelta(day(d).weekday()):%Y%m%d}" for d in daily["date"].astype(str)])
     blocks = []
     for mode in modes:
-        totals = daily_totals(daily, mode, statement)
+        totals = daily_totals(recent, mode, statement)
         if totals.empty:
-            blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n<p class=\"note\">No time count of this mode was published."
-                          "</p>\n")
+            blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n<p class=\"note\">No time count of this mode was published "
+                          "in these weeks.</p>\n")
             continue
-        blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{_trend_chart(mode, totals, calendar)}{_trend_table(mode, totals)}")
+        blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{_trend_chart(mode, totals, calendar)}{_trend_table(mode, totals)}"
+                      f"{_weekly_table(mode, daily_totals(weekly, mode, statement, 'week'), days[mode])}")
+    since = "" if start == first else f", the latest {TREND_DAYS // 7} weeks"
     return (
-        '<section id="trend" aria-labelledby="trend-title">\n<h2 id="trend-title">Trips per day</h2>\n<p>The published '
-        "trips of each service date, from time.csv: tap-ons (solid line) and recorded tap-offs (dashed line; "
-        f"trips without a tap-off are left out). Weekends are shaded and marked with squares.</p>\n"
+        f'<section id="trend" aria-labelledby="trend-title">\n<h2 id="trend-title">Trips per day{since}</h2>\n<p>The '
+        f"published trips of each service date from {start:%d %B %Y} to {last:%d %B %Y}, from time.csv: tap-ons (solid "
+        "line) and recorded tap-offs (dashed line; trips without a tap-off are left out). Weekends are shaded and "
+        f"marked with squares. Under each chart, the trips of every week since {first:%d %B %Y}.</p>\n"
         f"{_trend_legend()}{''.join(blocks)}"
-        f'<p class="note">Hover over a point, or open the table, for its value and its {CONFIDENCE:.0%} noise bound '
+        f'<p class="note">Hover over a point, or open the tables, for its value and its {CONFIDENCE:.0%} noise bound '
         "(the bound of the sum of the noise of the counts it adds up). Counts that were not published count as 0; a "
         "date without a point had no published count.</p>\n</section>\n"
     )
@@ -137,6 +146,19 @@ def _trend_table(mode: str, totals: pd.DataFrame) -> str:
     )
     return (f"<details><summary>{MODE_NAMES[mode]}: the figures as a table</summary>\n<table>\n<tr><th>date</th>"
             f'<th class="num">tap-ons</th><th class="num">tap-offs</th></tr>\n{rows}</table>\n</details>\n')
+
+
+def _weekly_table(mode: str, totals: pd.DataFrame, dates: list[str]) -> str:
+    """The trips of each week (Monday to Sunday) since the first published date, with the dates published in it."""
+    published = pd.Series([f"{day(d) - timedelta(day(d).weekday()):%Y%m%d}" for d in dates]).value_counts()
+    rows = "".join(
+        f'<tr><td>{day(w):%Y-%m-%d}</td><td class="num">{published.get(w, 0)}</td>'
+        f'<td class="num">{_figure(r.on, r.on_error)}</td><td class="num">{_figure(r.off, r.off_error)}</td></tr>\n'
+        for w, r in zip(totals.index, totals.itertuples())
+    )
+    return (f"<details><summary>{MODE_NAMES[mode]}: trips per week since the first published date</summary>\n<table>\n"
+            f'<tr><th>week from Monday</th><th class="num">dates published</th><th class="num">tap-ons</th>'
+            f'<th class="num">tap-offs</th></tr>\n{rows}</table>\n</details>\n')
 
 
 def _figure(value: float, error: float) -> str:
