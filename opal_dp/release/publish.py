@@ -13,8 +13,9 @@ folders (``.staging-*``) of a publish in progress::
 A date is written when its partitions are complete and gated, and again only when the ledger released it again
 (a correction). Each date's ``manifest.json`` lists its files (rows, bytes, SHA-256), modes and ledger draws;
 ``index.json`` lists every date's ledger draws and the SHA-256 of its manifest, and each combined file's dates and
-size, so what a weekly publish rewrites grows by a few dozen bytes a date, not by the date's whole listing. The combined files are the dates' files concatenated in date order (one header): appended
-to when new dates follow, rebuilt by streaming otherwise, never held whole in memory. ``latest.json`` is the
+size, so what a weekly publish rewrites grows by a few dozen bytes a date, not by the date's whole listing. The
+combined files are the dates' files concatenated in date order (one header): appended to when new dates follow,
+rebuilt by streaming otherwise, never held whole in memory. ``latest.json`` is the
 pointer readers should use (``latest_release``): a plain file works on any filesystem a reader mounts or syncs.
 
 The files are public: folders 0755, files 0644, whatever the umask (the command line runs under 077).
@@ -473,7 +474,7 @@ def validate_published(folder: Path) -> None:
             raise PublishedFormatError(f"{folder / DATES / day / MANIFEST}: not the manifest {INDEX_JSON} lists")
         for name, about in entry["files"].items():
             if _sha256(folder / DATES / day / name) != about["sha256"]:
-                raise PublishedFormatError(f"{folder / DATES / day / name}: not the file {INDEX_JSON} lists")
+                raise PublishedFormatError(f"{folder / DATES / day / name}: not the file its {MANIFEST} lists")
     for name, about in index["combined"].items():
         parts = [folder / DATES / d / name for d in about["dates"]]
         expected = _header(parts[0]) + "".join(p.read_text(encoding="utf-8").split("\n", 1)[1] for p in parts)

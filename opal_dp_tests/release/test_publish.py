@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -213,6 +214,24 @@ def test_validation_rejects_extra_files(tmp_path):
     folder = publish_release(tmp_path / "published", "r1")
     (folder / "notes.txt").write_text("x")
     with pytest.raises(PublishedFormatError, match="exactly the files"):
+        validate_published(folder)
+
+
+def test_a_dates_manifest_must_be_the_one_the_index_lists(tmp_path):
+    """The index holds each date's manifest hash and the manifest each file's: a file changed together with its
+    manifest is still caught, by the index; a file changed alone, by its manifest."""
+    folder = publish_release(tmp_path / "published", "r1")
+    day = folder / "dates" / "20160725"
+    manifest = json.loads((day / "manifest.json").read_text())
+    assert manifest["files"]["time.csv"]["sha256"] == hashlib.sha256((day / "time.csv").read_bytes()).hexdigest()
+    *rows, last = (day / "time.csv").read_text().splitlines()
+    *bin_, count = last.split(",")
+    (day / "time.csv").write_text("\n".join([*rows, ",".join([*bin_, str(int(count) + 1)])]) + "\n")  # still valid
+    with pytest.raises(PublishedFormatError, match="not the file its manifest.json lists"):
+        validate_published(folder)
+    manifest["files"]["time.csv"]["sha256"] = hashlib.sha256((day / "time.csv").read_bytes()).hexdigest()
+    (day / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    with pytest.raises(PublishedFormatError, match="not the manifest index.json lists"):
         validate_published(folder)
 
 
