@@ -13,7 +13,7 @@ folders (``.staging-*``) of a publish in progress::
 A date is written when its partitions are complete and gated, and again only when the ledger released it again
 (a correction). Each date's ``manifest.json`` lists its files (rows, bytes, SHA-256), modes and ledger draws;
 ``index.json`` lists every date's ledger draws and the SHA-256 of its manifest, and each combined file's dates and
-size, so what a weekly publish rewrites grows by a few dozen bytes a date, not by the date's whole listing. The
+size, so what a weekly publish rewrites grows by a few hundred bytes a date, not by the date's whole listing. The
 combined files are the dates' files concatenated in date order (one header): appended to when new dates follow,
 rebuilt by streaming otherwise, never held whole in memory. ``latest.json`` is the
 pointer readers should use (``latest_release``): a plain file works on any filesystem a reader mounts or syncs.

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pandas as pd
 import pytest
 
 from opal_dp.definitions import defs
-from opal_dp.defs.marginals.risk import disclosure_risk
+from opal_dp.defs.marginals.risk import WORST, _day_summary, disclosure_risk
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.storage import OpalStorage
@@ -58,9 +59,10 @@ def test_metadata_reports_all_three_attacks(tmp_path):
     assert meta["partitions"] == 2
     assert meta["differencing_exposed_bins"] == 1
     assert meta["differencing_max_residual"] == 50
-    # every one-way bin is checked, but a day keeps only the rows the report shows: the kept history (read and
+    # every one-way bin is checked, but a day keeps only the rows the report can show: the kept history (read and
     # written every week) grows by a few rows a date, not by every bin
-    assert meta["differencing_bins_checked"] == len(differencing_in_chunks([releases], budget.plan().mechanisms)) > 100
+    full = differencing_in_chunks([releases], budget.plan().mechanisms)
+    assert meta["differencing_bins_checked"] == len(full) > 100
     kept = json.loads((storage.reports_dir / "differencing_rows.json").read_text())
     assert len(kept) == len(days) and sum(len(k["rows"][0]["shown"]) for k in kept.values()) <= len(days) + 1
     assert "10:00" in meta["differencing_worst"].value
@@ -71,3 +73,13 @@ def test_metadata_reports_all_three_attacks(tmp_path):
     for name, mechanism in budget.plan().mechanisms.items():
         assert meta[f"presence_probability_{name}"] == mechanism.release_probability(1)
     assert 0 < meta["presence_probability_any_marginal"] < 6 / 16_000_000
+
+
+def test_a_day_keeps_its_worst_exposed_rows_and_counts_the_rest():
+    """Under the default design nearly every one-way bin is exposed: a day keeps the counts and the ``WORST`` rows
+    the report can show, not every row (the kept history is read and rewritten every week)."""
+    table = pd.DataFrame({"partition": "2016-07-25|bus", "tap": "on", "by": "time", "bin": [str(i) for i in range(100)],
+                          "released": 1000, "cells_sum": 0, "residual": range(1000, 900, -1), "threshold": 10})
+    [day] = _day_summary(table)
+    assert day["checked"] == day["exposed"] == 100
+    assert [row["residual"] for row in day["shown"]] == list(range(1000, 1000 - WORST, -1))

@@ -31,13 +31,13 @@ PAIR_FALSE_ALARM = 1e-3
 
 
 def _day_summary(table: pd.DataFrame) -> list[dict]:
-    """What the report shows of a day's differencing table: how many bins were checked, and only the rows at or
-    above their threshold and the one with the largest residual, so the kept history grows by a few rows a day
-    instead of every one-way bin of every published date."""
-    shown = (table["residual"] >= table["threshold"]).to_numpy()
-    if len(table):
-        shown[table["residual"].to_numpy().argmax()] = True
-    return [{"checked": len(table), "shown": table[shown].to_dict("records")}]
+    """What the report needs of a day's differencing table (largest residual first): how many bins were checked
+    and how many exposed, and only the rows it can show (the day's ``WORST`` largest exposed residuals and its
+    largest residual), so the kept history grows by a few rows a day instead of every one-way bin of every
+    published date (under the default design nearly every bin is exposed: 52 MB kept after 44 weeks)."""
+    exposed = table[table["residual"] >= table["threshold"]]
+    shown = pd.concat([exposed.head(WORST), table.head(1)]).drop_duplicates()
+    return [{"checked": len(table), "exposed": len(exposed), "shown": shown.to_dict("records")}]
 
 
 def _table(frame: pd.DataFrame) -> dg.MetadataValue:
@@ -94,7 +94,7 @@ def disclosure_risk(
             "release_design": privacy_budget.release_design,
             "partitions": len(keys),
             "differencing_bins_checked": sum(day["checked"] for day in days),
-            "differencing_exposed_bins": len(flagged),
+            "differencing_exposed_bins": sum(d["exposed"] for d in days),
             "differencing_max_residual": int(residuals["residual"].max()) if len(residuals) else 0,
             "differencing_worst": _table(flagged),
             "duplicated_pairs": len(pairs),
