@@ -431,10 +431,12 @@ class PrivacyLedger(PersonAccount):
     def draws_on(self, dates: Collection[str]) -> list[tuple[Draw, Charge]]:
         """Every draw of the given dates, with its charge (whatever the unit)."""
         with self._connect() as conn:
-            out = []
+            out, charges = [], {}  # a weekly charge covers every draw of its week: each is read once
             for day in sorted(set(dates)):
                 for draw in self._draws(conn, "date = ? ORDER BY id", (day,)):
-                    out.append((draw, self._charge(conn, draw.charge_id)))
+                    if draw.charge_id not in charges:
+                        charges[draw.charge_id] = self._charge(conn, draw.charge_id)
+                    out.append((draw, charges[draw.charge_id]))
             return out
 
     @staticmethod

@@ -72,7 +72,8 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int],
     missing = sorted(set(draw_ids.values()) - set(draws))
     if missing:
         raise StatementError(f"the ledger has no draws {missing[:5]}: the release assets do not come from this ledger")
-    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws.values()}}
+    wanted = {d.charge_id for d in draws.values()}
+    charges = {c.id: c for c in ledger.charges() if c.id in wanted}
     units = {c.unit for c in charges.values()}
     scopes = {(c.unit, c.scope) for c in charges.values()}
     dates = {d.date for d in draws.values()}
