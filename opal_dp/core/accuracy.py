@@ -7,9 +7,12 @@ import math
 import numpy as np
 from scipy import fft
 
-KEPT_SDS = 40.0
+KEPT_SDS = 16.0
 """A sum of ``n`` draws is kept within ``KEPT_SDS`` standard deviations of the sum (``KEPT_SDS * sd * sqrt(n)``)
-between steps; the mass beyond (below 1e-24 for a Laplace or Gaussian tail) counts as outside every bound."""
+between steps; the mass beyond counts as outside every bound, so it can only make a bound larger. It is below
+exp(-16 sqrt 2) < 2e-10 a step for a Laplace tail (a sum's relative tail is lighter still) and below 1e-50 for a
+Gaussian one; 40 standard deviations made a year of daily sums four times slower (0.72 s against 0.18 s for 364
+sums at sigma 43) for no change in any bound (``test_long_sums_match_the_whole_support_convolution``)."""
 
 
 class SumErrorBounds:

@@ -37,7 +37,7 @@ def whole_support_bound(mass: np.ndarray, n: int, confidence: float) -> int:
     return smallest_bound(total, confidence)
 
 
-@pytest.mark.parametrize(("noise", "scale"), [(discrete_gaussian, 43.0), (sbh, 3.5)])
+@pytest.mark.parametrize(("noise", "scale"), [(discrete_gaussian, 43.0), (sbh, 3.5), (sbh, 20.0)])
 def test_long_sums_match_the_whole_support_convolution(noise, scale):
     """A year of daily counts (364 draws): the step-by-step sum, kept within KEPT_SDS standard deviations, gives the
     bound of the untruncated convolution; asking out of order reuses the steps taken."""
