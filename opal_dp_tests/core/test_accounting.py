@@ -101,3 +101,24 @@ def test_a_planted_accountant_bug_is_caught_by_the_lower_bound(monkeypatch, bug)
 def test_a_huge_epsilon_drops_the_routes_that_overflow_and_keeps_basic_composition() -> None:
     spent = compose([PrivacyCost.approx_dp(800.0, 0.0), PrivacyCost.zcdp(0.1, 0.0)], 1e-6)
     assert spent.epsilon == 800.0 + zcdp_epsilon(0.1, 1e-6) and spent.composition.startswith("basic")
+
+
+def test_the_pld_route_matches_dp_accounting_fed_directly() -> None:
+    """The pld route, recomputed from the libraries: each (epsilon, delta) piece's PLD with its delta, composed, at
+    a share of the delta left after the zCDP pieces' own deltas, plus the zCDP total converted at the rest. Kills a
+    route that drops a piece's delta, miscounts the zCDP pieces' deltas or gives up on every mixed composition
+    (mutants of ``_pld_epsilon`` that the tests of ``compose`` could not see: it only wins when tightest)."""
+    from dp_accounting.pld import common
+
+    approx = ((PrivacyCost.approx_dp(1.0, 1 / 8e6), 8), (PrivacyCost.approx_dp(2.0, 1 / 8e6), 4))
+    zcdp = ((PrivacyCost.zcdp(0.12390919568099434, 6.25e-08), 4), (PrivacyCost.zcdp(0.2478183913619887, 6.25e-08), 2))
+    composed = None
+    for cost, n in approx:
+        one = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(cost.epsilon, cost.delta),
+                                          value_discretization_interval=1e-3).self_compose(n)
+        composed = one if composed is None else composed.compose(one)
+    room, rho = 1e-5 - 6 * 6.25e-08, 4 * 0.12390919568099434 + 2 * 0.2478183913619887
+    mixed = min(composed.get_epsilon_for_delta(room * s) + zcdp_epsilon(rho, room * (1 - s)) for s in accounting._SPLITS)
+    assert math.isfinite(mixed)
+    assert accounting._pld_epsilon(approx, zcdp, 1e-5) == pytest.approx(mixed, rel=1e-12)
+    assert accounting._pld_epsilon(approx, (), 1e-5) == pytest.approx(composed.get_epsilon_for_delta(1e-5), rel=1e-12)

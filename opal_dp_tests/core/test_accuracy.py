@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from opal_dp.core import discrete_gaussian, sbh
-from opal_dp.core.accuracy import SumErrorBounds, error_bound_of_sum
+from opal_dp.core.accuracy import KEPT_SDS, SumErrorBounds, error_bound_of_sum
 
 
 def smallest_bound(mass: np.ndarray, confidence: float) -> int:
@@ -57,8 +59,21 @@ def test_bounds_grow_with_the_number_of_draws():
     assert bounds == sorted(bounds) and bounds[0] == 6 < bounds[-1] < 19 * 6
 
 
-@pytest.mark.parametrize(("pmf", "n", "confidence"),
-                         [(np.ones(3) / 3, 0, 0.95), (np.ones(3) / 3, 2, 1.0), (np.ones(4) / 4, 1, 0.95)])
-def test_bad_input_is_refused(pmf, n, confidence):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("pmf", "n", "confidence", "message"),
+                         [(np.ones(3) / 3, 0, 0.95, "n must be a positive integer"),
+                          (np.ones(3) / 3, 2, 1.0, r"confidence must be in \(0, 1\)"),
+                          (np.ones(3) / 3, 2, 0.0, r"confidence must be in \(0, 1\)"),
+                          (np.ones(4) / 4, 1, 0.95, "pmf must be a 1-D array of odd length")])
+def test_bad_input_is_refused(pmf, n, confidence, message):
+    with pytest.raises(ValueError, match=message):
         error_bound_of_sum(pmf, n, confidence)
+
+
+def test_a_sum_is_kept_within_kept_sds_of_its_standard_deviation():
+    """The truncation the docstring states: after n draws the sum spans KEPT_SDS * sd * sqrt(n) on each side, sd
+    that of one draw (a wrong sd keeps too little, which can only widen a bound, or too much, which is slow)."""
+    one = discrete_gaussian.pmf(43.0)[1]
+    z = np.arange(len(one)) - len(one) // 2
+    bounds = SumErrorBounds(one)
+    bounds(100)
+    assert len(bounds._sum) == 2 * math.ceil(KEPT_SDS * math.sqrt(one @ (z * z)) * 10) + 1 < 100 * (len(one) - 1)
