@@ -61,6 +61,8 @@ def test_bounds_grow_with_the_number_of_draws():
 
 @pytest.mark.parametrize(("pmf", "n", "confidence", "message"),
                          [(np.ones(3) / 3, 0, 0.95, "n must be a positive integer"),
+                          (np.ones(3) / 3, 1.5, 0.95, "n must be a positive integer"),
+                          (np.ones(3) / 3, True, 0.95, "n must be a positive integer"),
                           (np.ones(3) / 3, 2, 1.0, r"confidence must be in \(0, 1\)"),
                           (np.ones(3) / 3, 2, 0.0, r"confidence must be in \(0, 1\)"),
                           (np.ones(4) / 4, 1, 0.95, "pmf must be a 1-D array of odd length")])
