@@ -217,10 +217,9 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     listed = sum(entry["files"]["time-loc.csv"]["rows"] for entry in index["dates"].values())
     cells = "cells and remainder rows" if stated_design(statement).consistent else "cells"
     g, unit, data = statement["guarantee"], statement["privacy_unit"], statement["data"]
-    partitions = statement["partitions"]["keys"]
-    days = len({k["date"] for k in partitions})
+    partitions, days = statement["partitions"]["count"], statement["partitions"]["dates"]
     lines = [
-        f"released {len(partitions)} partitions ({days} days x modes), {trips:,} trips read, "
+        f"released {partitions} partitions ({days} days x modes), {trips:,} trips read, "
         f"{listed:,} {cells} listed in time-loc.csv",
     ]
     if data["synthetic_sample"]:

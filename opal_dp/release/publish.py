@@ -12,8 +12,9 @@ folders (``.staging-*``) of a publish in progress::
 
 A date is written when its partitions are complete and gated, and again only when the ledger released it again
 (a correction). Each date's ``manifest.json`` lists its files (rows, bytes, SHA-256), modes and ledger draws;
-``index.json`` lists every date's ledger draws and the SHA-256 of its manifest, and each combined file's dates and
-size, so what a weekly publish rewrites grows by a few hundred bytes a date, not by the date's whole listing. The
+``index.json`` lists every date with the SHA-256 of its manifest, and each combined file's dates and size; the
+statement states its dates and draws as runs (``statement.runs``), so what a weekly publish rewrites grows by
+about a line a date, not by the date's whole listing. The
 combined files are the dates' files concatenated in date order (one header): appended to when new dates follow,
 rebuilt by streaming otherwise, never held whole in memory. ``latest.json`` is the
 pointer readers should use (``latest_release``): a plain file works on any filesystem a reader mounts or syncs.
@@ -60,6 +61,7 @@ from opal_dp.release.page.catalogue import INDEX_JSON, PageSettings
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, open_data_partition, stated_design
 from opal_dp.release.statement.markdown import render_markdown
+from opal_dp.release.statement.runs import date_runs, dates_of, partition_keys
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
@@ -189,20 +191,28 @@ def published_index(published_dir: Path) -> dict:
 
 
 def read_index(folder: Path) -> dict:
-    """``folder``'s ``index.json``, each date's entry completed from its ``manifest.json`` (files and modes). The
-    draws are the index's: after a crash between a correction's placing and its commit, the date's manifest is the
-    new one while the index still names the old draws, so the next publish finds the date changed and completes
-    the correction."""
+    """``folder``'s ``index.json``, each date's entry completed from its ``manifest.json`` (draws, files and modes).
+    A manifest whose SHA-256 is not the index's gives no draws (``None``): after a crash between a correction's
+    placing and its commit, the date's manifest is the new one while the index still names the old, so the next
+    publish finds the date changed and completes the correction."""
     index = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))
     for day, entry in index["dates"].items():
-        manifest = json.loads((folder / DATES / day / MANIFEST).read_text(encoding="utf-8"))
-        entry.update(modes=manifest["modes"], files=manifest["files"])
+        raw = (folder / DATES / day / MANIFEST).read_bytes()
+        manifest = json.loads(raw)
+        committed = hashlib.sha256(raw).hexdigest() == entry[MANIFEST]
+        entry.update(draws=manifest["draws"] if committed else None, modes=manifest["modes"], files=manifest["files"])
+    for about in index["combined"].values():
+        about["dates"] = dates_of(about.pop("date_runs"))
     return index
 
 
 def _committed(index: dict) -> dict:
-    """The index as ``index.json`` holds it: per date only its draws and its manifest's SHA-256."""
-    return {**index, "dates": {d: {"draws": e["draws"], MANIFEST: e[MANIFEST]} for d, e in index["dates"].items()}}
+    """The index as ``index.json`` holds it: per date only its manifest's SHA-256 (the manifest lists its draws,
+    modes and files), and each combined file's dates as runs, so that what a weekly publish rewrites grows by a
+    line a date."""
+    return {**index, "dates": {d: {MANIFEST: e[MANIFEST]} for d, e in index["dates"].items()},
+            "combined": {name: {"date_runs": date_runs(about["dates"]), "bytes": about["bytes"]}
+                         for name, about in index["combined"].items()}}
 
 
 def publish(
@@ -396,8 +406,8 @@ class _SummaryState:
         reserve_private(path).write_text(summary.to_json(), encoding="utf-8")
 
     def of_date(self, folder: Path, date: str, entry: dict) -> PageSummary:
-        path = self._date_path(date, entry["draws"])
-        if path.is_file():
+        path = None if entry["draws"] is None else self._date_path(date, entry["draws"])
+        if path is not None and path.is_file():
             return PageSummary.from_json(path.read_text(encoding="utf-8"))
         tables = {t: pd.read_csv(folder / DATES / date / f"{t}.csv", dtype=str, keep_default_na=False) for t in TABLES}
         return PageSummary.of_tables(tables)
@@ -463,13 +473,17 @@ def validate_published(folder: Path) -> None:
     folder = Path(folder)
     statement = _statement(folder)
     index = read_index(folder)
-    published = {k["date"] for k in statement["partitions"]["keys"]}
+    modes_of: dict[str, set[str]] = {}
+    for key in partition_keys(statement):
+        modes_of.setdefault(key["date"], set()).add(key["mode"])
+    published = set(modes_of)
     if sorted(index["dates"]) != sorted(published) or sorted(p.name for p in (folder / DATES).iterdir()) != sorted(published):
         raise PublishedFormatError(f"{folder}: {DATES}/ and {INDEX_JSON} must hold exactly the dates of {STATEMENT_JSON}")
     remainders = stated_design(statement).consistent
     for day, entry in index["dates"].items():
-        modes = {k["mode"] for k in statement["partitions"]["keys"] if k["date"] == day}
-        validate_date(folder / DATES / day, day, modes, remainders, od=statement.get("od"))
+        if set(entry["modes"]) != modes_of[day]:
+            raise PublishedFormatError(f"{folder / DATES / day / MANIFEST}: not the modes {STATEMENT_JSON} states")
+        validate_date(folder / DATES / day, day, modes_of[day], remainders, od=statement.get("od"))
         if _sha256(folder / DATES / day / MANIFEST) != entry[MANIFEST]:
             raise PublishedFormatError(f"{folder / DATES / day / MANIFEST}: not the manifest {INDEX_JSON} lists")
         for name, about in entry["files"].items():
@@ -503,7 +517,8 @@ def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od:
             raise PublishedFormatError(f"{folder}: the files do not add up: " + "; ".join(problems[:5]))
     if extra:  # a hierarchy's od.csv has a level column (when the statement's od section is not known yet)
         hierarchy = "hierarchy" in od if od is not None else "level" in _header(folder / "od.csv").rstrip("\n").split(",")
-        section = {"dates": [day], "files": sorted(extra), **({"hierarchy": {"dates": [day]}} if hierarchy else {})}
+        runs = [[day, day]]
+        section = {"date_runs": runs, "files": sorted(extra), **({"hierarchy": {"date_runs": runs}} if hierarchy else {})}
         problems = validate_od(folder, section, TripAlphabet.from_stops(load_stops()))
         if problems:
             raise PublishedFormatError(f"{folder}: " + "; ".join(problems))

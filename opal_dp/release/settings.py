@@ -23,6 +23,7 @@ from opal_dp.release.od.engine import OdPlan
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.share import weekly_epsilon, week_delta, weeks_touching, split
+from opal_dp.release.statement.runs import draws_of
 
 DEFAULT_DELTA = 1 / 8_000_000
 WEEKLY_OD_EPSILON = 0.05
@@ -305,10 +306,11 @@ def published_ledger_draws(root: Path) -> dict[str, set[int]]:
     for statement in [*root.glob("*/privacy.json"), *root.glob("synthetic/*/privacy.json")]:
         if statement.parent.name.startswith("."):
             continue
-        ledger = json.loads(statement.read_text(encoding="utf-8")).get("ledger")
+        stated = json.loads(statement.read_text(encoding="utf-8"))
+        ledger = stated.get("ledger")
         if not ledger:  # a release from before the ledger was named (schema 1)
             found.setdefault("schema-1 release", set())
             continue
-        found.setdefault(ledger["id"], set()).update(ledger["draws"])
-        found[ledger["id"]].update(json.loads(statement.read_text(encoding="utf-8")).get("od", {}).get("draws", []))
+        found.setdefault(ledger["id"], set()).update(draws_of(ledger["draws"]))
+        found[ledger["id"]].update(draws_of(stated.get("od", {}).get("draws", [])))
     return found

@@ -20,6 +20,7 @@ from opal_dp.release.publish import LATEST, files_of
 from opal_dp.release.page.render import PAGE
 from opal_dp.settings import DATA_DIR_ENV, PUBLISHER_ENV
 from opal_dp.simulate.trips import generate_days
+from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.browser.chromium import (
     BROWSER_MARKS,
     CHROMIUM,
@@ -77,7 +78,7 @@ def open_page(browser, release: Path, width: int, requests: list[str]):
 def test_public_page_is_self_contained_and_shows_the_release(release: Path, browser) -> None:
     statement = json.loads((release / "privacy.json").read_text(encoding="utf-8"))
     time = pd.read_csv(release / "time.csv", dtype=str)
-    modes = sorted({k["mode"] for k in statement["partitions"]["keys"]})  # every released mode gets its charts
+    modes = sorted({k["mode"] for k in partition_keys(statement)})  # every released mode gets its charts
     assert set(time["mode"]) == set(modes), "a released mode published no time counts: raise SCALE"
     requests: list[str] = []
     page = open_page(browser, release, DESKTOP, requests)

@@ -26,6 +26,7 @@ from opal_dp import settings
 from opal_dp.cli import ensure_dagster_home
 from opal_dp.permissions import make_dirs
 from opal_dp.simulate.trips import generate_days
+from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT, stop_group
 
 WEEK = [date(2016, 7, 25) + timedelta(days=i) for i in range(7)]  # Monday to Sunday
@@ -78,7 +79,7 @@ def published_week(data_dir: Path, latest: Path, week: set[str]) -> dict | None:
         return None
     pointer = json.loads(latest.read_text())
     statement = json.loads((data_dir / "published" / pointer["folder"] / "privacy.json").read_text())
-    return pointer if {k["date"] for k in statement["partitions"]["keys"]} == week else None
+    return pointer if {k["date"] for k in partition_keys(statement)} == week else None
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.publish import LATEST
 from opal_dp.release.statement.markdown import render_markdown
+from opal_dp.release.statement.runs import dates_of, draws_of, ints_of
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 from opal_dp_tests.release.test_person_statement import worst_window
 
@@ -78,9 +79,9 @@ def test_the_default_release_is_card_level_and_opens_with_the_person_sentence(we
     assert person["sentence"].startswith("Over any 365 consecutive days of releases, one person's total privacy loss")
     od = statement["od"]  # od.csv from the OD hierarchy; no trees (their share goes to the marginals)
     assert od["files"] == ["od.csv"] and "epsilon_per_tree" not in od and od["hierarchy"]["rho_per_date"] == 0.004
-    assert od["dates"] == [d.replace("-", "") for d in WEEKS[0]] and od["scopes"][0]["unit"] == "card_period"
+    assert dates_of(od["date_runs"]) == [d.replace("-", "") for d in WEEKS[0]] and od["scopes"][0]["unit"] == "card_period"
     charged = {c.id for c in weekly["ledger"].charges() if c.marginal.startswith("od_hierarchy ")}
-    assert set(od["hierarchy"]["draws"]) <= {d.id for d in weekly["ledger"].draws() if d.charge_id in charged}
+    assert set(draws_of(od["hierarchy"]["draws"])) <= {d.id for d in weekly["ledger"].draws() if d.charge_id in charged}
     assert "### od.csv: hierarchical OD counts with exact totals" in markdown
 
 
@@ -88,11 +89,11 @@ def test_the_default_release_is_card_level_and_opens_with_the_person_sentence(we
 def test_the_second_weeks_statement_counts_the_first_and_equals_the_ledger(weekly):
     first, second = weekly["first"][0]["person"], weekly["second"][0]["person"]
     ledger = weekly["ledger"]
-    assert set(first["this_release_charges"]) < set(second["charges"])
+    assert set(ints_of(first["this_release_charges"])) < set(ints_of(second["charges"]))
     assert second["spent"]["epsilon"] > first["spent"]["epsilon"]
     spent, ids = worst_window(ledger, WEEKS[0][0], WEEKS[1][-1])
-    assert second["spent"] == spent.describe() and second["charges"] == ids
-    mine = [c for c in ledger.charges() if c.id in second["this_release_charges"]]
+    assert second["spent"] == spent.describe() and ints_of(second["charges"]) == ids
+    mine = [c for c in ledger.charges() if c.id in ints_of(second["this_release_charges"])]
     assert second["this_release"] == compose([c.cost for c in mine], delta_target=1e-6).describe()
     scopes = [s["scope"] for s in weekly["second"][0]["guarantee"]["scopes"]]
     assert scopes == [f"{w[0]}..{w[-1]}" for w in WEEKS]  # two weekly scopes in one release

@@ -16,6 +16,7 @@ from opal_dp.definitions import defs
 from opal_dp.defs.shared.partitions import RANGE_START
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
+from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
@@ -78,7 +79,7 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
     published = latest_metadata(instance, "published_release")[None]
     assert rollup.success and published["partitions_pending"].value == sorted(train)
     statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
-    assert {k["mode"] for k in statement["partitions"]["keys"]} == {"bus", "ferry", "light_rail"}
+    assert {k["mode"] for k in partition_keys(statement)} == {"bus", "ferry", "light_rail"}
 
 
 @pytest.mark.slow

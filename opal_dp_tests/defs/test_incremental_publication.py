@@ -28,6 +28,7 @@ from opal_dp.defs.marginals.publish import PUBLICATION_STATE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.publish import latest_release, validate_published
+from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
@@ -117,11 +118,10 @@ def test_each_date_is_published_once_and_the_old_dates_files_are_not_rewritten(h
                                                                     if n.startswith("latest/dates/")}
     index = json.loads((latest_release(storage.published_dir) / "index.json").read_text())
     assert sorted(index["dates"]) == [CA, CB]
-    assert index["combined"]["time.csv"]["dates"] == [CA, CB]
-    # the index holds per date only its draws and its manifest's hash: a week adds a few dozen bytes a date to it
+    assert index["combined"]["time.csv"]["date_runs"] == [[CA, CA], [CB, CB]]  # two days apart
+    # the index holds per date only its manifest's hash (the manifest lists the date's draws): a line a date
     manifest = latest_release(storage.published_dir) / "dates" / CA / "manifest.json"
-    assert index["dates"][CA] == {"draws": json.loads(manifest.read_text())["draws"],
-                                  "manifest.json": hashlib.sha256(manifest.read_bytes()).hexdigest()}
+    assert index["dates"][CA] == {"manifest.json": hashlib.sha256(manifest.read_bytes()).hexdigest()}
 
 
 def test_the_statement_and_page_are_rebuilt_without_reading_a_published_csv(history):
@@ -130,7 +130,7 @@ def test_the_statement_and_page_are_rebuilt_without_reading_a_published_csv(hist
     _, storage, steps = history
     assert steps["read_back"] == []
     statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
-    assert {k["date"] for k in statement["partitions"]["keys"]} == {CA, CB}
+    assert {k["date"] for k in partition_keys(statement)} == {CA, CB}
     page = (storage.published_dir / "latest" / "index.html").read_text()
     assert all(f"{d[:4]}-{d[4:6]}-{d[6:]}" in page or d in page for d in (CA, CB))
 

@@ -21,6 +21,7 @@ from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.publish import od_tables
 from opal_dp.release.publish import (LATEST, LATEST_JSON, MANIFEST, files_of, latest_release, to_open_data,
                                      validate_published)
+from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 
 
@@ -130,7 +131,7 @@ def test_nothing_non_dp_is_reachable_from_published(released):
     storage = default_storage()
     root = storage.published_dir.resolve()
     statement = json.loads((root / LATEST / "privacy.json").read_text(encoding="utf-8"))
-    dates = {k["date"] for k in statement["partitions"]["keys"]}
+    dates = {k["date"] for k in partition_keys(statement)}
     for folder, dirs, files in os.walk(root, followlinks=False):
         here = Path(folder)
         for name in dirs + files:
@@ -148,8 +149,8 @@ def test_nothing_non_dp_is_reachable_from_published(released):
                 assert str(storage.private_dir) not in path.read_text(encoding="utf-8"), f"{path} names private/"
     validate_published(root / LATEST)
     latest = root / "latest"
-    keys = [f"{d[:4]}-{d[4:6]}-{d[6:]}|{k['mode']}" for k in json.loads((latest / "privacy.json").read_text())
-            ["partitions"]["keys"] for d in [k["date"]]]
+    keys = [f"{d[:4]}-{d[4:6]}-{d[6:]}|{k['mode']}" for k in partition_keys(
+            json.loads((latest / "privacy.json").read_text())) for d in [k["date"]]]
     assets = {m.name: {key: pd.read_parquet(storage.private_dir.joinpath("release", m.name, *key.split("|"))
                                             .with_suffix(".parquet")) for key in keys} for m in MARGINALS}
     for table, frame in to_open_data(assets).items():

@@ -23,6 +23,7 @@ from opal_dp.network import MODES
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp.release.publish import LATEST
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE
+from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 GOOD, BAD, BYTES = "2016-07-25", "2016-07-26", "2016-07-27"
@@ -57,7 +58,7 @@ def statement(data: Path) -> dict:
 
 
 def published_dates(data: Path) -> set[str]:
-    return {k["date"] for k in statement(data)["partitions"]["keys"]}
+    return {k["date"] for k in partition_keys(statement(data))}
 
 
 @pytest.mark.slow

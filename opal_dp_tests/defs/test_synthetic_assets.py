@@ -19,6 +19,7 @@ from opal_dp.network import load_stops
 from opal_dp.prep.ingest import ingest_file
 from opal_dp.prep.raw_columns import SYNTHETIC_ID_LOW
 from opal_dp.release.synthetic.generator import CSV, PARQUET
+from opal_dp.release.statement.runs import draws_of, ints_of
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 DAYS = ["2016-07-25", "2016-07-26"]
@@ -47,14 +48,14 @@ def test_release_synthetic_publishes_raw_contract_rows_with_a_ledger_statement(r
     assert statement["privacy_unit"]["unit"] == "card_period"
     assert 0 < statement["guarantee"]["epsilon"] <= 4.0 * (1 + 1e-9)  # nothing else charged to card_period
     ledger = PrivacyBudget().ledger(storage)
-    assert set(statement["ledger"]["draws"]) <= published_ledger_draws(storage.published_dir)[ledger.ledger_id]
+    assert set(draws_of(statement["ledger"]["draws"])) <= published_ledger_draws(storage.published_dir)[ledger.ledger_id]
     assert "4" in (latest / "PRIVACY.md").read_text()
     # the person total covers every card-level file of these dates: the OD trees too, and it flags the trip files
     person = statement["person"]
     od_trees = {c.id for c in ledger.charges("card_day") if c.marginal == "od"}
     mine = {c.id for c in ledger.charges("card_period") if c.marginal.startswith("synthetic:")}
-    assert len(od_trees) == len(DAYS) and od_trees | mine <= set(person["charges"])
-    assert set(person["this_release_charges"]) == mine and person["bounded"]
+    assert len(od_trees) == len(DAYS) and od_trees | mine <= set(ints_of(person["charges"]))
+    assert set(ints_of(person["this_release_charges"])) == mine and person["bounded"]
     assert "Trip-level files were also published for 2 of these dates" in person["sentence"]
     assert (latest / "PRIVACY.md").read_text().splitlines()[2] == f"**{person['sentence']}**"
     rows = pd.read_parquet(latest / PARQUET)

@@ -83,13 +83,13 @@ def test_od_files_stay_in_the_public_domain(alphabet, tmp_path):
     for name, frame in tables.items():
         frame.to_csv(tmp_path / f"{name}.csv", index=False)
     files = ["od.csv", "od-sequences.csv"]
-    statement = {"dates": ["20160725"], "files": files}
+    statement = {"date_runs": [["20160725", "20160725"]], "files": files}
     assert validate_od(tmp_path, statement, alphabet) == []
     bad = tables["od"].copy()
     bad.loc[0, "origin"] = "Nowhere"
     bad.to_csv(tmp_path / "od.csv", index=False)
     assert any("public domain" in p for p in validate_od(tmp_path, statement, alphabet))
-    assert any("date" in p for p in validate_od(tmp_path, {"dates": ["20160726"], "files": files}, alphabet))
+    assert any("date" in p for p in validate_od(tmp_path, {"date_runs": [["20160726", "20160726"]], "files": files}, alphabet))
 
 
 def _plan(unit=PrivacyUnit.CARD_DAY) -> OdPlan:

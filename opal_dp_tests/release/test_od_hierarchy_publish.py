@@ -63,7 +63,7 @@ def test_od_csv_holds_every_level_exactly_and_validates(released, tmp_path):
     assert sum_problems(table) == []
     section = hierarchy_statement(frames, ledger)
     assert section["rho_per_date"] == BUDGET.rho and section["listing_threshold"] == plan.tau
-    assert section["dates"] == ["20160725"] and len(section["draws"]) == len(plan.domain.modes)
+    assert section["date_runs"] == [["20160725", "20160725"]] and section["draws"]["count"] == len(plan.domain.modes)
     table.to_csv(tmp_path / "od.csv", index=False)
     assert validate_hierarchy_csv(tmp_path, ["20160725"], plan.domain) == []
     assert validate_hierarchy_csv(tmp_path, ["20160726"], plan.domain) == [

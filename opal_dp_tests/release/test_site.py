@@ -23,6 +23,7 @@ from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp_tests.conftest import TINY_STOPS
 from opal_dp_tests.release.test_publish import releases, statement
+from opal_dp.release.statement.runs import partitions_section
 
 COORDINATES = {1: (-33.88, 151.20), 2: (-33.87, 151.21), 3: (-33.89, 151.22), 10: (-33.88, 151.206),
                11: (-33.873, 151.207), 12: (-33.817, 151.003), 20: (-33.861, 151.211), 21: (-33.80, 151.28),
@@ -190,7 +191,7 @@ def test_daily_trend_is_the_sum_of_time_csv_per_date_and_tap(page):
 
 def test_weekends_are_shaded_and_marked(tables, stated, stops):
     weekend = copy.deepcopy(stated)
-    weekend["partitions"]["keys"] = [{"date": "20160730", "mode": "bus"}, {"date": "20160801", "mode": "bus"}]
+    weekend["partitions"] = partitions_section([("20160730", "bus"), ("20160801", "bus")])
     bus = {name: frame[frame["mode"] == "bus"].assign(date=frame["date"].astype(str).replace("20160725", "20160730"))
            for name, frame in tables.items()}
     page = render_index(bus, weekend, stops)
@@ -272,7 +273,7 @@ def test_the_daily_chart_shows_the_latest_eight_weeks_and_the_weekly_table_every
                             .assign(date=f"{d:%Y%m%d}") for d in dates], ignore_index=True)
            for name, frame in tables.items()}
     long = copy.deepcopy(stated)
-    long["partitions"]["keys"] = [{"date": f"{d:%Y%m%d}", "mode": "bus"} for d in dates]
+    long["partitions"] = partitions_section((f"{d:%Y%m%d}", "bus") for d in dates)
     page = render_index(bus, long, stops)
     trend = re.search(r'<svg class="chart trend-chart" id="trend-bus".*?</svg>', page)[0]
     points = re.findall(r"<title>(\w{3} \d\d \w{3} \d{4}) \(week(?:day|end)\), tap-ons", trend)

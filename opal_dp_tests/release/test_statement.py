@@ -25,7 +25,8 @@ from opal_dp.release.statement.build import (
     open_data_partition,
     privacy_statement,
 )
-from opal_dp.release.statement.markdown import _runs, render_markdown
+from opal_dp.release.statement.markdown import _shown, render_markdown
+from opal_dp.release.statement.runs import draws_of, int_runs, partition_keys
 from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp_tests.release.test_engine import partition
 from opal_dp.release.periods import Periods
@@ -68,8 +69,8 @@ def test_parameters_are_the_charges(tmp_path):
     assert (s["guarantee"]["epsilon"], s["guarantee"]["delta"]) == (8.0, pytest.approx(6 * DELTA, rel=1e-12))
     assert s["privacy_unit"]["unit"] == "trip" and s["privacy_unit"]["relation"] == "replace_one"
     assert s["noise_seeded"] is False and set(s["software"]) == set(PACKAGES)
-    assert s["ledger"]["id"] == ledger.ledger_id and s["ledger"]["draws"] == sorted(draws.values())
-    assert s["partitions"]["keys"] == [{"date": "20160725", "mode": "bus"}, {"date": "20160725", "mode": "train"},
+    assert s["ledger"]["id"] == ledger.ledger_id and draws_of(s["ledger"]["draws"]) == sorted(draws.values())
+    assert partition_keys(s) == [{"date": "20160725", "mode": "bus"}, {"date": "20160725", "mode": "train"},
                                        {"date": "20160726", "mode": "train"}]
 
 
@@ -250,9 +251,9 @@ def test_privacy_md_opens_with_the_plain_guarantee_and_compresses_scopes_and_dra
     assert lines[2].startswith("**This release protects single trips: it has no person-level bound")
     scopes = [line for line in lines if line.endswith("basic composition |")]
     assert scopes == [r"| 3 scopes, 2016-07-25\|bus ... 2016-07-26\|train | 8 | 7.5e-07 | - | 6 | basic composition |"]
-    draws = s["ledger"]["draws"]
+    draws = draws_of(s["ledger"]["draws"])
     assert draws == list(range(draws[0], draws[-1] + 1)) and len(draws) == 18
-    assert f"; 18 draws: {draws[0]}-{draws[-1]}." in render_markdown(s)
+    assert f"; 18 draws: {draws[0]}-{draws[-1]} (each date's in its manifest.json)." in render_markdown(s)
     assert "- bus: 1 date, 2016-07-25" in lines and "- train: 2 dates, 2016-07-25 to 2016-07-26" in lines
     # scopes that differ stay on their own rows, named in full
     s["guarantee"]["scopes"][1]["epsilon"] = 3.0
@@ -263,4 +264,4 @@ def test_privacy_md_opens_with_the_plain_guarantee_and_compresses_scopes_and_dra
 
 @pytest.mark.parametrize(("numbers", "runs"), [([1, 2, 3, 4, 7, 9, 10], "1-4, 7, 9-10"), ([5], "5"), ([], "")])
 def test_runs_of_consecutive_numbers(numbers, runs):
-    assert _runs(numbers) == runs
+    assert _shown(int_runs(numbers)) == runs

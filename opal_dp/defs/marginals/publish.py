@@ -24,6 +24,7 @@ from opal_dp.release.od.hierarchy import OdDomain, hierarchy_plan
 from opal_dp.release.od.hierarchy_publish import hierarchy_gate
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_section
+from opal_dp.release.statement.runs import draws_of
 from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.options import Design
 from opal_dp.release.page.summary import PageSummary
@@ -209,7 +210,7 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
         raise dg.Failure(description=f"publishing refused: {err}") from err
     if od or rows:  # the person's share of this release counts every file in it, the OD releases too
         statement["od"] = od_statement(od, ledger, rows)
-        trees = {d.charge_id for d in ledger.draws(statement["od"]["draws"])}
+        trees = {d.charge_id for d in ledger.draws(draws_of(statement["od"]["draws"]))}
         statement["person"] = person_section(ledger, list(dates), [*evidence.charges.values(),
                                                                    *(c for c in ledger.charges() if c.id in trees)])
     return statement

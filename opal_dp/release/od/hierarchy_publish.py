@@ -24,6 +24,7 @@ import pandas as pd
 
 from opal_dp.core import PrivacyLedger
 from opal_dp.core.hierarchy import fit
+from opal_dp.release.statement.runs import date_runs, draws_section
 from opal_dp.release.od.hierarchy import (
     LEVEL_NAMES,
     ROW_COLUMNS,
@@ -106,8 +107,8 @@ def hierarchy_statement(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedge
         "listing_threshold": mechanism["tau"],
         "parameters": mechanism,
         "columns": list(OD_HIERARCHY_COLUMNS),
-        "dates": sorted(day.replace("-", "") for day in frames),
-        "draws": sorted(d.id for d in draws),
+        "date_runs": date_runs(day.replace("-", "") for day in frames),
+        "draws": draws_section(d.id for d in draws),
         "charges": sorted(charges),
     }
 

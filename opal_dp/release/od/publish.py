@@ -28,6 +28,7 @@ from opal_dp.release.od.hierarchy_publish import (
     hierarchy_table,
     validate_hierarchy_csv,
 )
+from opal_dp.release.statement.runs import date_runs, dates_of, draws_of, draws_section, grouped_scopes
 
 OD_TABLES = ("od", "od-sequences")
 OD_COLUMNS = ["date", "mode", "origin", "destination", "count"]
@@ -100,8 +101,8 @@ def od_statement(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger,
         else DESCRIPTION,
         "protects": "all trips of one card on one service day (its whole sequence), added or removed",
         "delta": 0.0,
-        "dates": sorted({_compact(d) for d in [*trees, *(hierarchy or {})]}),
-        "draws": sorted({d.id for d in draws} | set(section["draws"] if section else ())),
+        "date_runs": date_runs(_compact(d) for d in [*trees, *(hierarchy or {})]),
+        "draws": draws_section({d.id for d in draws} | set(draws_of(section["draws"]) if section else ())),
         "composition": (
             "Each tree and each date's hierarchy is one more charge on the ledger scope of its date (card_day unit) "
             "or of the period (card_period unit, one charge per date), next to the marginals of the same trips: the "
@@ -131,13 +132,13 @@ def od_markdown(od: Mapping) -> list[str]:
         lines += [f"- od-sequences.csv{'' if 'hierarchy' in od else ' and od.csv'}: epsilon per tree (one tree per "
                   f"date): {od['epsilon_per_tree']}, delta {od['delta']}",
                   f"- height (trips per card-day kept): {od['height']}"]
-    lines += [f"- dates: {', '.join(od['dates'])}", ""]
+    lines += [f"- dates: {', '.join(a if a == b else f'{a} to {b}' for a, b in od['date_runs'])}", ""]
     if "hierarchy" in od:
         lines += hierarchy_markdown(od["hierarchy"])
     lines += [od["composition"], "",
-              "| unit | scope | epsilon spent | delta spent | cap epsilon | cap delta |", "|---|---|---|---|---|---|"]
-    lines += [f"| {s['unit']} | {s['scope']} | {s['epsilon']:.4g} | {s['delta']:.3g} | {s['cap_epsilon']:.4g} | "
-              f"{s['cap_delta']:.3g} |" for s in od["scopes"]]
+              "| scope | unit | epsilon spent | delta spent | cap epsilon | cap delta |", "|---|---|---|---|---|---|"]
+    lines += grouped_scopes(od["scopes"], lambda s: (s["unit"], f"{s['epsilon']:.4g}", f"{s['delta']:.3g}",
+                                                     f"{s['cap_epsilon']:.4g}", f"{s['cap_delta']:.3g}"))
     return [*lines, ""]
 
 
@@ -145,7 +146,7 @@ def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
     """Problems with the published OD files: columns, dates of the statement, locations and sequences inside the
     public alphabet, positive integer counts; a hierarchy ``od.csv`` also adds up level by level."""
     if "hierarchy" in od:
-        problems = validate_hierarchy_csv(folder, od["hierarchy"]["dates"], OdDomain.from_stops(load_stops(), alphabet))
+        problems = validate_hierarchy_csv(folder, dates_of(od["hierarchy"]["date_runs"]), OdDomain.from_stops(load_stops(), alphabet))
     else:
         problems = _validate_tree_od(folder, od, alphabet)
     if "od-sequences.csv" not in od["files"]:
@@ -157,7 +158,7 @@ def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
     trips = [t for s in seqs["sequence"] for t in s.split(" | ")]
     if any(t not in labels for t in trips):
         problems.append("od-sequences.csv: a trip outside the public domain")
-    return problems + _dates_and_counts("od-sequences.csv", seqs, od["dates"])
+    return problems + _dates_and_counts("od-sequences.csv", seqs, dates_of(od["date_runs"]))
 
 
 def _validate_tree_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
@@ -168,7 +169,7 @@ def _validate_tree_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list
     problems = []
     if not pd.MultiIndex.from_frame(frame[["mode", "origin", "destination"]]).isin(known).all():
         problems.append("od.csv: a (mode, origin, destination) outside the public domain")
-    return problems + _dates_and_counts("od.csv", frame, od["dates"])
+    return problems + _dates_and_counts("od.csv", frame, dates_of(od["date_runs"]))
 
 
 def _dates_and_counts(name: str, frame: pd.DataFrame, dates: Sequence[str]) -> list[str]:

@@ -145,10 +145,11 @@ def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[st
                   if f"{name}.csv" in statement["od"]["files"]}
     notes |= {STATEMENT_JSON: ("the privacy statement, machine-readable", None),
               STATEMENT_MD: ("the privacy statement for people", None),
-              INDEX_JSON: ("the index: every published date, with the ledger draws its files come from and the "
-                           "SHA-256 of <code>dates/YYYYMMDD/manifest.json</code>, which lists that date's own copies "
-                           "of the files above in the same folder (rows, bytes, SHA-256); the combined files, the "
-                           "dates they hold and their sizes", None)}
+              INDEX_JSON: ("the index: every published date, with the SHA-256 of "
+                           "<code>dates/YYYYMMDD/manifest.json</code>, which lists that date's own copies of the files "
+                           "above in the same folder (rows, bytes, SHA-256), its modes and the ledger draws its files "
+                           "come from; the combined files, the dates they hold (runs of consecutive days) and their "
+                           "sizes", None)}
     rows = "".join(
         f'<tr><td><a href="{name}">{name}</a></td><td>{note}</td><td class="num">'
         f"{'' if count is None else f'{count:,}'}</td><td class=\"num\">{_size(name, sizes)}</td></tr>\n"

@@ -36,6 +36,7 @@ from opal_dp.release.page.map import map_section
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, stated_design
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
+from opal_dp.release.statement.runs import dates_of
 
 PAGE = "index.html"
 TOP_LOCATIONS = 10
@@ -93,7 +94,8 @@ def render_index(published: PageSummary | Mapping[str, pd.DataFrame], statement:
         if sorted(published) != sorted(TABLE_NOTES):
             raise ValueError(f"tables must be exactly {sorted(TABLE_NOTES)}, got {sorted(published)}")
         published = PageSummary.of_tables(published)
-    days = {m: sorted(k["date"] for k in statement["partitions"]["keys"] if k["mode"] == m) for m in MODES}
+    runs = statement["partitions"]["date_runs_by_mode"]
+    days = {m: dates_of(runs.get(m, [])) for m in MODES}
     modes = [m for m in MODES if days[m]]
     dates = sorted({d for m in modes for d in days[m]})
     release = e(statement["release"]["id"])

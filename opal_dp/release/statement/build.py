@@ -26,12 +26,13 @@ from opal_dp.core import discrete_gaussian as gaussian_tail
 from opal_dp.core import sbh as laplace_tail
 from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
 from opal_dp.release.statement.person import person_section
+from opal_dp.release.statement.runs import draws_section, partitions_section
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.options import Design
 
-SCHEMA_VERSION = 3  # 3: the release design ("design"); a statement without it is an SBH release
+SCHEMA_VERSION = 4  # 4: partitions, dates and draws stated as runs (``runs``); 3: the release design ("design")
 STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
 TRUE_COUNTS = (1, 2, 5, 10, 18, 20, 30, 40, 50, 100, 200)
 CONFIDENCE = 0.95
@@ -184,13 +185,10 @@ def privacy_statement(
         "mechanisms": {name: {**MECHANISMS[name], "randomness": RANDOMNESS[seeded]}
                        for name in sorted({p["mechanism"] for p in params.values()})},
         "marginals": [_marginal(m.name, m.table, m.tap, params[m.name]) for m in MARGINALS],
-        "partitions": {
-            "by": ["date", "mode"],
-            "keys": [dict(zip(("date", "mode"), open_data_partition(k))) for k in sorted(partitions)],
-        },
+        "partitions": partitions_section(open_data_partition(k) for k in partitions),
         "ledger": {
             "id": evidence.ledger_id,
-            "draws": sorted(d.id for d in evidence.draws.values()),
+            "draws": draws_section(d.id for d in evidence.draws.values()),
             "cap_in_force": _cap(cap),
             "cap_history": [_cap(c) for c in evidence.cap_history],
             "acknowledged_resets": list(evidence.resets),

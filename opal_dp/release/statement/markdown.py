@@ -8,6 +8,7 @@ from datetime import date
 from opal_dp.release.od.publish import od_markdown
 from opal_dp.release.options import Design
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
+from opal_dp.release.statement.runs import dates_of, grouped_scopes, int_runs
 
 
 def render_markdown(statement: Mapping) -> str:
@@ -113,11 +114,12 @@ def render_markdown(statement: Mapping) -> str:
         "",
         "## Partitions",
         "",
-        *_partition_lines(s["partitions"]["keys"]),
+        *_partition_lines(s["partitions"]),
         "",
         "## Ledger",
         "",
-        f"Ledger {ledger['id']}; {len(ledger['draws'])} draws: {_runs(ledger['draws'])}.",
+        f"Ledger {ledger['id']}; {ledger['draws']['count']} draws: {_shown(ledger['draws']['runs'])} (each date's in its "
+        "manifest.json).",
         "",
         f"Cap in force per {g['per']}: epsilon = {cap['epsilon']:g}, delta = {cap['delta']:.6g} "
         f"({cap['action']} {cap['set_at']}: {cap['reason']}). {ledger['meaning']}",
@@ -163,41 +165,30 @@ def render_markdown(statement: Mapping) -> str:
 
 
 def _scope_rows(scopes: Sequence[Mapping]) -> list[str]:
-    """Rows of the per-scope table, scopes with identical figures on one row (each scope is in privacy.json)."""
-    groups: dict[tuple, list[str]] = {}
-    for sc in scopes:
-        figures = (f"{sc['epsilon']:.4g}", f"{sc['delta']:.3g}", _num(sc["rho"]), str(sc["charges"]), sc["composition"])
-        groups.setdefault(figures, []).append(sc["scope"].replace("|", "\\|"))
-    return [
-        f"| {names[0] if len(names) == 1 else f'{len(names)} scopes, {names[0]} ... {names[-1]}'} | "
-        + " | ".join(figures) + " |"
-        for figures, names in groups.items()
-    ]
+    """Rows of the per-scope table, scopes with identical figures on one row."""
+    return grouped_scopes(scopes, lambda sc: (f"{sc['epsilon']:.4g}", f"{sc['delta']:.3g}", _num(sc["rho"]),
+                                              str(sc["charges"]), sc["composition"]))
 
 
-def _partition_lines(keys: Sequence[Mapping]) -> list[str]:
+def _partition_lines(section: Mapping) -> list[str]:
     """One line per mode: its published dates as runs of consecutive days."""
-    by_mode: dict[str, list[date]] = {}
-    for k in keys:
-        by_mode.setdefault(k["mode"], []).append(date(int(k["date"][:4]), int(k["date"][4:6]), int(k["date"][6:])))
-    return [f"- {mode}: {_date_runs(days)}" for mode, days in by_mode.items()]
+    return [f"- {mode}: {len(dates_of(runs))} date{'s' * (len(dates_of(runs)) > 1)}, {_shown(runs, _iso, ' to ')}"
+            for mode, runs in section["date_runs_by_mode"].items()]
 
 
 def _date_runs(days: Sequence[date]) -> str:
     """``8 dates, 2016-07-25 to 2016-08-01``: how many, then runs of consecutive days."""
-    runs = _runs(sorted(d.toordinal() for d in days), lambda n: date.fromordinal(n).isoformat(), " to ")
-    return f"{len(days)} date{'s' * (len(days) > 1)}, {runs}"
+    runs = int_runs(d.toordinal() for d in days)
+    return f"{len(days)} date{'s' * (len(days) > 1)}, {_shown(runs, lambda n: date.fromordinal(n).isoformat(), ' to ')}"
 
 
-def _runs(numbers: Sequence[int], show=str, dash: str = "-") -> str:
-    """Sorted integers as runs of consecutive ones: ``1-4, 7, 9-10``."""
-    runs: list[list[int]] = []
-    for n in numbers:
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
+def _shown(runs: Sequence[Sequence], show=str, dash: str = "-") -> str:
+    """Inclusive runs as text: ``1-4, 7, 9-10``."""
     return ", ".join(show(a) if a == b else f"{show(a)}{dash}{show(b)}" for a, b in runs)
+
+
+def _iso(compact: str) -> str:
+    return f"{compact[:4]}-{compact[4:6]}-{compact[6:]}"
 
 
 def _num(value: float | None) -> str:
@@ -217,7 +208,7 @@ def _data_lines(statement: Mapping) -> list[str]:
     data = statement.get("data") if isinstance(statement.get("data"), Mapping) else {}
     synthetic, pending = data.get("synthetic_sample_dates") or [], data.get("pending_dates") or []
     lines = []
-    if synthetic_sample(statement) and 0 < len(synthetic) < len({k["date"] for k in statement["partitions"]["keys"]}):
+    if synthetic_sample(statement) and 0 < len(synthetic) < statement["partitions"]["dates"]:
         lines += [f"Synthetic (the bundled sample): dates {', '.join(synthetic)}; the other dates are real data.", ""]
     if pending:
         lines += [f"Not in this release (data not ready or not usable): {', '.join(pending)}.", ""]

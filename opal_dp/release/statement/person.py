@@ -14,6 +14,7 @@ from collections.abc import Collection
 from opal_dp.core.accounting import compose
 from opal_dp.core.ledger import Charge, PrivacyLedger
 from opal_dp.core.units import PrivacyUnit
+from opal_dp.release.statement.runs import int_runs
 
 
 def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Collection[Charge]) -> dict:
@@ -49,8 +50,8 @@ def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Colle
                 "reason": cap.reason},
         "window": {"first": spend.window[0], "last": spend.window[1]},
         "spent": spend.guarantee.describe(),
-        "charges": sorted(c.id for c in spend.charges),
+        "charges": int_runs(c.id for c in spend.charges),
         "this_release": share.describe(),
-        "this_release_charges": sorted(c.id for c in mine),
-        "trip_unit_charges": sorted(c.id for c in trips),
+        "this_release_charges": int_runs(c.id for c in mine),
+        "trip_unit_charges": int_runs(c.id for c in trips),
     }

@@ -29,6 +29,7 @@ from opal_dp.release.statement.person import person_section
 from opal_dp.release.statement.plain import plain_guarantee
 from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp.release.synthetic.queries import MARGINAL_PREFIX
+from opal_dp.release.statement.runs import draws_section
 
 SYNTHETIC = "synthetic"
 SCHEMA = "opal_dp synthetic statement 1"
@@ -59,7 +60,7 @@ def synthetic_statement(ledger: PrivacyLedger, draw_ids: Sequence[int], release_
         "person": person_section(ledger, dates, list({c.id: c for c in used}.values())),
         "release": {"id": release_id, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "dates": dates, "files": [PARQUET, CSV]},
-        "ledger": {"id": ledger.ledger_id, "draws": sorted(d.id for d in draws)},
+        "ledger": {"id": ledger.ledger_id, "draws": draws_section(d.id for d in draws)},
         "privacy_unit": {"unit": PrivacyUnit.CARD_PERIOD.value, "protects": PrivacyUnit.CARD_PERIOD.protects,
                          "relation": used[0].relation, "bounds": json.loads(bounds.pop())},
         "guarantee": {"epsilon": spent.epsilon, "delta": spent.delta, "rho": spent.rho, "per": f"card over {scope}",
@@ -95,7 +96,7 @@ def render_markdown(statement: dict) -> str:
           for name, p in q.items()),
         "", f"Archetypes (public rules): {', '.join(statement['archetypes'])}.", "",
         "Not protected: " + "; ".join(statement["not_protected"]) + ".", "",
-        f"Ledger {statement['ledger']['id']}, draws {statement['ledger']['draws']}.", "",
+        f"Ledger {statement['ledger']['id']}, draws {', '.join(a if a == b else f'{a}-{b}' for a, b in statement['ledger']['draws']['runs'])}.", "",
     ]
     return "\n".join(lines)
 
