@@ -1,8 +1,8 @@
 """``python -m benchmarks.quarter``: a quarter (13 weeks, about 180 M trips), or a year (``--weeks 52``), through the
 same pipeline, week by week, as the agency runs it: one ``run_release`` per week (that week's private stages and
-releases, then the roll-up, which publishes that week's dates and rebuilds the statement and page), in one
-process, on one persistent Dagster instance and one ledger; then, with nothing else running, the floor of each
-week's files (``benchmarks.floor``).
+releases, then the roll-up, which publishes that week's dates and rebuilds the statement and page), each week in a
+process of its own as in production, on one persistent Dagster instance and one ledger; then, with nothing else
+running, the floor of each week's files (``benchmarks.floor``).
 
 The parent measures each week's wall time and samples the RSS of the process alone and with its per-day workers
 (``benchmarks.memory``); the child writes each week's start and end, the time of each job's runs and of the
@@ -80,20 +80,25 @@ def run_quarter(raw_dir: Path, out: Path, weeks: int) -> dict:
     progress.unlink(missing_ok=True)
     samples: list[tuple[float, int, int]] = []
     env = {**os.environ, settings.DATA_DIR_ENV: str(data)}
+    status, largest = 0, 0
     with open(out / "pipeline.log", "wb") as log:
-        child = subprocess.Popen([sys.executable, "-m", "benchmarks.quarter", "--child", str(data), str(progress),
-                                  str(weeks)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        stop = threading.Event()
+        for number in range(1, weeks + 1):
+            child = subprocess.Popen([sys.executable, "-m", "benchmarks.quarter", "--child", str(data), str(progress),
+                                      str(weeks), str(number)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+            stop = threading.Event()
 
-        def sample() -> None:
-            while not stop.wait(0.1):
-                samples.append((time.time(), tree_rss_bytes(child.pid), process_rss_bytes(child.pid)))
+            def sample(child=child, stop=stop) -> None:
+                while not stop.wait(0.1):
+                    samples.append((time.time(), tree_rss_bytes(child.pid), process_rss_bytes(child.pid)))
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        _, status, usage = os.wait4(child.pid, 0)
-        stop.set()
-        sampler.join()
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            _, status, usage = os.wait4(child.pid, 0)
+            stop.set()
+            sampler.join()
+            largest = max(largest, usage.ru_maxrss * 1024)
+            if status:
+                break
     shutil.rmtree(data / "private", ignore_errors=True)
     done = [json.loads(line) for line in progress.read_text().splitlines()] if progress.exists() else []
     for week in done:
@@ -101,8 +106,8 @@ def run_quarter(raw_dir: Path, out: Path, weeks: int) -> dict:
         week["peak_rss_bytes"] = max((tree for tree, _ in inside), default=0)
         week["peak_rss_process_bytes"] = max((own for _, own in inside), default=0)
     return {"weeks": done, "exit_code": os.waitstatus_to_exitcode(status),
-            "peak_rss_bytes": max(max((rss for _, rss, _ in samples), default=0), usage.ru_maxrss * 1024),
-            "peak_rss_single_process_bytes": usage.ru_maxrss * 1024,
+            "peak_rss_bytes": max(max((rss for _, rss, _ in samples), default=0), largest),
+            "peak_rss_single_process_bytes": largest,
             "trips": sum(w["trips"] for w in done), "wall_s": sum(w["wall_s"] for w in done)}
 
 
@@ -112,39 +117,38 @@ def floor_by_week(raw_dir: Path, weeks: int) -> list[float]:
     return [run_floor([files[day] for day in week]).seconds for week in weeks_of(sorted(files), weeks)]
 
 
-def _child(data: Path, progress: Path, weeks: int) -> None:
-    """Each week in turn: ``run_release`` over its dates on a persistent instance; one JSON line per week."""
+def _child(data: Path, progress: Path, weeks: int, number: int) -> None:
+    """Week ``number`` of ``weeks``: ``run_release`` over its dates on the persistent instance; one JSON line. A
+    process of its own each week, as the agency's weekly run is: nothing is warm from the weeks before."""
     import dagster as dg
 
     from opal_dp.cli import run_release
-    from opal_dp.release.page.common import sum_error_bounds
 
     days = sorted(raw_files(data / "raw"))
     home = data.parent / "dagster_home"
     home.mkdir(exist_ok=True)
     published = data / "published"
+    week = weeks_of(days, weeks)[number - 1]
     with dg.DagsterInstance.local_temp(str(home)) as instance:
-        for number, week in enumerate(weeks_of(days, weeks), start=1):
-            files = published_files(published)
-            sum_error_bounds.cache_clear()  # each weekly run is a process of its own in production: no warm page cache
-            started = time.time()
-            results = run_release(instance, dates=week)  # the default: a year of weeks fits its person cap
-            ended = time.time()
-            after = published_files(published)
-            records = instance.fetch_materializations(dg.AssetRecordsFilter(
-                asset_key=dg.AssetKey("ingested_trips"), asset_partitions=week), limit=len(week)).records
-            trips = sum(r.asset_materialization.metadata["rows_accepted"].value for r in records)
-            with open(progress, "a") as handle:
-                handle.write(json.dumps({"week": number, "first": week[0], "last": week[-1], "trips": trips,
-                                         "runs": sum(len(r) for r in results.values()), "started": started,
-                                         "ended": ended, "wall_s": ended - started,
-                                         "job_s": {job: sum(_run_seconds(instance, r.run_id) for r in runs)
-                                                   for job, runs in results.items()},
-                                         "publish_s": sum(_step_seconds(instance, r.run_id, PUBLISH_STEP)
-                                                          for r in results.get("rollup", [])),
-                                         "bytes_written": bytes_written(files, after),
-                                         "published_bytes": sum(size for size, _, _ in after.values())}) + "\n")
-            print(f"week {number} ({week[0]}..{week[-1]}): {ended - started:.1f} s, {trips:,} trips", flush=True)
+        files = published_files(published)
+        started = time.time()
+        results = run_release(instance, dates=week)  # the default: a year of weeks fits its person cap
+        ended = time.time()
+        after = published_files(published)
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("ingested_trips"), asset_partitions=week), limit=len(week)).records
+        trips = sum(r.asset_materialization.metadata["rows_accepted"].value for r in records)
+        with open(progress, "a") as handle:
+            handle.write(json.dumps({"week": number, "first": week[0], "last": week[-1], "trips": trips,
+                                     "runs": sum(len(r) for r in results.values()), "started": started,
+                                     "ended": ended, "wall_s": ended - started,
+                                     "job_s": {job: sum(_run_seconds(instance, r.run_id) for r in runs)
+                                               for job, runs in results.items()},
+                                     "publish_s": sum(_step_seconds(instance, r.run_id, PUBLISH_STEP)
+                                                      for r in results.get("rollup", [])),
+                                     "bytes_written": bytes_written(files, after),
+                                     "published_bytes": sum(size for size, _, _ in after.values())}) + "\n")
+        print(f"week {number} ({week[0]}..{week[-1]}): {ended - started:.1f} s, {trips:,} trips", flush=True)
 
 
 def published_files(root: Path) -> dict[str, tuple[int, int, int]]:
@@ -201,7 +205,7 @@ def _report(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
-        _child(Path(argv[1]), Path(argv[2]), int(argv[3]))
+        _child(Path(argv[1]), Path(argv[2]), int(argv[3]), int(argv[4]))
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quarter", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
