@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import (
+    MAX_SCALE,
     DiscreteLaplace,
     HistogramMechanism,
     PrivacyCost,
@@ -292,3 +293,41 @@ def test_sensitivity_must_be_consistent():
             Sensitivity(*args)
     with pytest.raises(ValueError, match="Sensitivity"):
         StabilityHistogram(1.0, DELTA, (2, 2, 2, 1))
+
+
+# --- the largest scale, and the refusals' reasons ------------------------------------------------
+
+
+def test_scale_up_to_max_scale_and_no_further():
+    """l1 = 2 at epsilon 2/1024 is a scale of exactly ``MAX_SCALE``: accepted (kills ``scale >= MAX_SCALE`` in the
+    constructor), with the threshold of the formula; an epsilon one float smaller is refused with its reason."""
+    epsilon = 2 / MAX_SCALE
+    m = StabilityHistogram(epsilon, DELTA, Sensitivity(2, 2, 2, 1))
+    assert m.scale == MAX_SCALE
+    assert m.min_released_count == math.ceil(1 + MAX_SCALE * math.log(2 / DELTA))
+    with pytest.raises(ValueError, match=r"^epsilon too small for l1 = 2: scale 1024\.0000000000002 exceeds 1024\.0$"):
+        StabilityHistogram(math.nextafter(epsilon, 0), DELTA, Sensitivity(2, 2, 2, 1))
+
+
+@pytest.mark.parametrize(
+    "epsilon, delta, sensitivity, reason",
+    [
+        (0.0, DELTA, Sensitivity(2, 2, 2, 1), "^epsilon must be finite and > 0, got 0.0$"),
+        (True, DELTA, Sensitivity(2, 2, 2, 1), "^epsilon must be finite and > 0, got True$"),
+        (1.0, 1.0, Sensitivity(2, 2, 2, 1), "^delta must satisfy 0 < delta < 1, got 1.0$"),
+        (1.0, DELTA, (2, 2, 2, 1), r"^sensitivity must be a Sensitivity, got \(2, 2, 2, 1\)$"),
+    ],
+)
+def test_refusals_state_their_reason(epsilon, delta, sensitivity, reason):
+    """Kills each refusal of the constructor without its reason (``ValueError(None)``)."""
+    with pytest.raises(ValueError, match=reason):
+        StabilityHistogram(epsilon, delta, sensitivity)
+
+
+def test_error_bound_and_counts_refusals_state_their_reason():
+    """Kills ``error_bound``'s and ``checked_counts``' first refusal without its reason."""
+    with pytest.raises(ValueError, match=r"^confidence must be in \(0, 1\), got 1$"):
+        error_bound(2.0, 1)
+    with pytest.raises(ValueError, match=r"^counts must be a 1-D integer array castable to int64, got float64 "
+                                         r"with shape \(2,\)$"):
+        seeded().release(np.array([1.0, 2.0]))
