@@ -331,3 +331,34 @@ def test_error_bound_and_counts_refusals_state_their_reason():
     with pytest.raises(ValueError, match=r"^counts must be a 1-D integer array castable to int64, got float64 "
                                          r"with shape \(2,\)$"):
         seeded().release(np.array([1.0, 2.0]))
+
+
+def test_a_threshold_that_float_rounding_puts_on_an_integer_is_refused():
+    """At scale 1/40 (q = e^-40) the bound has almost no slack (the factor 1/(1 + q)), so the float threshold
+    ``1 + ln(1/delta)/40`` can round down onto an integer the exact threshold lies just above: here it is 2.0, so
+    ``min_released_count`` would be 2 where the delta bound needs 3. The rigorous check must refuse. Kills the check
+    fed ``min_released_count + linf`` (it then passes) and the refusal without its reason."""
+    delta = 4.2483542552915465e-18
+    assert 1 + (1 / 40) * math.log(1 / delta) == 2.0  # what the constructor computes in float
+    with localcontext() as ctx:  # exactly: the released share of a bin of count linf = 1 at threshold 2 exceeds delta
+        ctx.prec = 50
+        q = Decimal(-40).exp()
+        assert q / (1 + q) > Decimal(delta)
+    with pytest.raises(ValueError, match="^float rounding of the threshold breaks the delta bound; adjust epsilon or "
+                                         "delta$"):
+        StabilityHistogram(40.0, delta, Sensitivity(1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("scale, t, k", [(2.0, 34, 2), (1.0, 3, 1), (0.025, 1, 1), (7.3, 100, 2)])
+def test_tail_check_is_rigorous_to_its_last_digit(scale, t, k):
+    """A delta 1e-45 (relative) below ``k * P(Z >= t)`` is refused and one 1e-36 above accepted. No float lies that
+    close, so delta is given as a 60-digit Decimal (the check reads it with ``Decimal(delta)``, exactly as a float).
+    Kills the numerator's widening turned inward (``/ (1 + rel)``, ``* (1 - rel)``), which puts the bound 1e-39
+    below the tail."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        inv = 1 / Decimal(scale)
+        exact = k * (-t * inv).exp() / (1 + (-inv).exp())
+        below, above = exact * (1 - Decimal("1e-45")), exact * (1 + Decimal("1e-36"))
+    assert not _tail_within(scale, t, below, k)
+    assert _tail_within(scale, t, above, k)
