@@ -20,6 +20,7 @@ from opal_dp.core import (
     error_bound,
     release_probability,
 )
+from opal_dp.core import sbh
 from opal_dp.core.noise import laplace_scale
 from opal_dp.core.sbh import _tail_within
 from opal_dp_tests.core.helpers import Z_TWO_SIDED, binomial_interval, trip_sbh
@@ -325,12 +326,35 @@ def test_refusals_state_their_reason(epsilon, delta, sensitivity, reason):
 
 
 def test_error_bound_and_counts_refusals_state_their_reason():
-    """Kills ``error_bound``'s and ``checked_counts``' first refusal without its reason."""
+    """Kills ``error_bound``'s and ``checked_counts``' refusals without their reason, or with it in other words
+    (``XX...XX``, upper case: the "> 0" the older test matches survives both)."""
     with pytest.raises(ValueError, match=r"^confidence must be in \(0, 1\), got 1$"):
         error_bound(2.0, 1)
     with pytest.raises(ValueError, match=r"^counts must be a 1-D integer array castable to int64, got float64 "
                                          r"with shape \(2,\)$"):
         seeded().release(np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="^counts must all be > 0: only bins present in the data may be released$"):
+        seeded().release(np.array([3, 0]))
+
+
+def test_error_bound_defaults_to_95_percent():
+    """The module function's default confidence is 0.95, like the method's (kills a default of 1.95, which refuses)."""
+    assert error_bound(2.0) == error_bound(2.0, 0.95) == 6
+
+
+@pytest.mark.parametrize("scale", [0.25, 1.0, 2.0, 7.3])
+def test_pmf_is_the_centred_mass_with_under_1e_17_left_out(scale):
+    """``pmf(scale)`` gives ``k0`` and the mass from ``k0`` to ``-k0``: centred (the mass at index ``-k0`` is
+    ``P(Z = 0)``), and what it leaves out is below 1e-17, as documented. Kills the support cut to
+    ``ceil(40 scale) - 10`` (it leaves out 5e-16 at scale 2, and all but 0 at scale 0.25) and ``k0`` returned as
+    ``+k``. The page's error bounds of sums are built from this mass."""
+    k0, mass = sbh.pmf(scale)
+    q = math.exp(-1 / scale)
+    assert k0 < 0 and mass.shape == (1 - 2 * k0,)
+    assert mass[-k0] == pytest.approx((1 - q) / (1 + q), rel=1e-15)
+    assert mass[-k0 + 3] == pytest.approx((1 - q) / (1 + q) * q**3, rel=1e-12)
+    assert 2 * q ** (1 - k0) / (1 + q) < 1e-17  # the mass left out
+    assert math.fsum(mass) == pytest.approx(1, abs=1e-15)
 
 
 def test_a_threshold_that_float_rounding_puts_on_an_integer_is_refused():
