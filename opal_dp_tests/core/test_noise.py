@@ -1,4 +1,6 @@
 import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
 
 import numpy as np
 import opendp.prelude as dp
@@ -6,7 +8,7 @@ import pytest
 from scipy import stats
 
 from opal_dp.core import MAX_SCALE, DiscreteLaplace, SecureBits, SeededBits
-from opal_dp.core.noise import _table
+from opal_dp.core.noise import _table, floor_exp_neg
 from opal_dp_tests.core.helpers import (
     ALPHA,
     OS_ALPHA,
@@ -188,3 +190,64 @@ def test_matches_opendp_discrete_laplace(scale):
         a += 1
     table = np.stack([np.bincount(np.clip(x, -a, a) + a, minlength=2 * a + 1) for x in (ours, theirs)])
     assert stats.chi2_contingency(table).pvalue > ALPHA
+
+
+# --- floor_exp_neg where exp(-x) * 2**bits lies within 1e-45 of an integer -----------------------
+
+
+def _x_near(value: int, offset: str, bits: int = 64) -> Fraction:
+    """A rational ``x`` with ``exp(-x) * 2**bits`` within 1e-120 of ``value + offset``."""
+    with localcontext() as ctx:
+        ctx.prec = 150
+        return Fraction((Decimal(2) ** bits / (Decimal(value) + Decimal(offset))).ln())
+
+
+@pytest.mark.parametrize("offset", ["-1e-45", "1e-45"])
+def test_floor_exp_neg_is_exact_within_a_hair_of_an_integer(offset):
+    """``exp(-x) * 2**64`` 1e-45 below or above an integer near 2**63: the first enclosure (61 digits, widened by
+    1e-60 relative, about 9e-42 here, 9 units of the last digit) straddles the integer, so the precision must be
+    raised before the floor is known.
+    Kills the enclosure turned inward (``lo = ... * (1 + rel)`` returns one too many below the integer,
+    ``hi = ... * (1 - rel)`` one too few above it) and a precision that does not grow (``prec /= 2``)."""
+    n = 2**63 - 1  # leading digits 9.2 (and 0.49 for exp(-x)): the widening is many units of the last digit
+    value = n + 1 if offset.startswith("-") else n
+    x = _x_near(value, offset)
+    with localcontext() as ctx:  # the reference, at 300 digits
+        ctx.prec = 300
+        exact = (-(Decimal(x.numerator) / Decimal(x.denominator))).exp() * Decimal(2) ** 64
+    assert int(exact) == n and Decimal("1e-46") < abs(exact - value) < Decimal("1e-44")
+    assert floor_exp_neg(x, 64) == n
+
+
+@pytest.mark.parametrize("x", [Fraction(0), Fraction(-1, 3), Fraction(-5)])
+def test_floor_exp_neg_refuses_x_that_is_not_positive(x):
+    """``exp(0) * 2**bits`` is an integer, so the enclosure never settles (the loop would never end); a negative
+    ``x`` is outside the contract. Kills ``not x >= 0`` and the refusal without its reason."""
+    with pytest.raises(ValueError, match="^x must be a positive rational, got "):
+        floor_exp_neg(x, 64)
+
+
+# --- the accepted scales and sizes, and the refusals' reasons -----------------------------------
+
+
+def test_scale_up_to_max_scale_and_no_further():
+    """``MAX_SCALE`` itself is accepted (kills ``scale < MAX_SCALE``), the next float above it is refused."""
+    assert DiscreteLaplace(SeededBits(0)).sample(MAX_SCALE, 3).shape == (3,)
+    with pytest.raises(ValueError, match=r"^scale must be finite with 0 < scale <= 1024\.0, got "):
+        DiscreteLaplace(SeededBits(0)).sample(math.nextafter(MAX_SCALE, math.inf), 3)
+
+
+@pytest.mark.parametrize("scale", ["2", True, None])
+def test_a_scale_that_is_not_a_number_is_refused_with_its_reason(scale):
+    """Kills the refusal without its reason (``ValueError(None)``) in ``_check_scale``."""
+    with pytest.raises(ValueError, match="^scale must be a real number, got "):
+        DiscreteLaplace(SeededBits(0)).sample(scale, 3)
+
+
+@pytest.mark.parametrize("size", [-1, 2.0, True])
+@pytest.mark.parametrize("draw", ["sample", "geometric"])
+def test_a_size_that_is_not_a_count_is_refused_with_its_reason(size, draw):
+    """``geometric`` is called directly by the sparse sampler, so its own check matters: kills a float or bool size
+    accepted there (``and`` for ``or``) and either refusal without its reason."""
+    with pytest.raises(ValueError, match="^size must be a non-negative integer, got "):
+        getattr(DiscreteLaplace(SeededBits(0)), draw)(1.0, size)

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import (
+    MAX_SCALE,
     DiscreteLaplace,
     HistogramMechanism,
     PrivacyCost,
@@ -19,6 +20,7 @@ from opal_dp.core import (
     error_bound,
     release_probability,
 )
+from opal_dp.core import sbh
 from opal_dp.core.noise import laplace_scale
 from opal_dp.core.sbh import _tail_within
 from opal_dp_tests.core.helpers import Z_TWO_SIDED, binomial_interval, trip_sbh
@@ -292,3 +294,95 @@ def test_sensitivity_must_be_consistent():
             Sensitivity(*args)
     with pytest.raises(ValueError, match="Sensitivity"):
         StabilityHistogram(1.0, DELTA, (2, 2, 2, 1))
+
+
+# --- the largest scale, and the refusals' reasons ------------------------------------------------
+
+
+def test_scale_up_to_max_scale_and_no_further():
+    """l1 = 2 at epsilon 2/1024 is a scale of exactly ``MAX_SCALE``: accepted (kills ``scale >= MAX_SCALE`` in the
+    constructor), with the threshold of the formula; an epsilon one float smaller is refused with its reason."""
+    epsilon = 2 / MAX_SCALE
+    m = StabilityHistogram(epsilon, DELTA, Sensitivity(2, 2, 2, 1))
+    assert m.scale == MAX_SCALE
+    assert m.min_released_count == math.ceil(1 + MAX_SCALE * math.log(2 / DELTA))
+    with pytest.raises(ValueError, match=r"^epsilon too small for l1 = 2: scale 1024\.0000000000002 exceeds 1024\.0$"):
+        StabilityHistogram(math.nextafter(epsilon, 0), DELTA, Sensitivity(2, 2, 2, 1))
+
+
+@pytest.mark.parametrize(
+    "epsilon, delta, sensitivity, reason",
+    [
+        (0.0, DELTA, Sensitivity(2, 2, 2, 1), "^epsilon must be finite and > 0, got 0.0$"),
+        (True, DELTA, Sensitivity(2, 2, 2, 1), "^epsilon must be finite and > 0, got True$"),
+        (1.0, 1.0, Sensitivity(2, 2, 2, 1), "^delta must satisfy 0 < delta < 1, got 1.0$"),
+        (1.0, DELTA, (2, 2, 2, 1), r"^sensitivity must be a Sensitivity, got \(2, 2, 2, 1\)$"),
+    ],
+)
+def test_refusals_state_their_reason(epsilon, delta, sensitivity, reason):
+    """Kills each refusal of the constructor without its reason (``ValueError(None)``)."""
+    with pytest.raises(ValueError, match=reason):
+        StabilityHistogram(epsilon, delta, sensitivity)
+
+
+def test_error_bound_and_counts_refusals_state_their_reason():
+    """Kills ``error_bound``'s and ``checked_counts``' refusals without their reason, or with it in other words
+    (``XX...XX``, upper case: the "> 0" the older test matches survives both)."""
+    with pytest.raises(ValueError, match=r"^confidence must be in \(0, 1\), got 1$"):
+        error_bound(2.0, 1)
+    with pytest.raises(ValueError, match=r"^counts must be a 1-D integer array castable to int64, got float64 "
+                                         r"with shape \(2,\)$"):
+        seeded().release(np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="^counts must all be > 0: only bins present in the data may be released$"):
+        seeded().release(np.array([3, 0]))
+
+
+def test_error_bound_defaults_to_95_percent():
+    """The module function's default confidence is 0.95, like the method's (kills a default of 1.95, which refuses)."""
+    assert error_bound(2.0) == error_bound(2.0, 0.95) == 6
+
+
+@pytest.mark.parametrize("scale", [0.25, 1.0, 2.0, 7.3])
+def test_pmf_is_the_centred_mass_with_under_1e_17_left_out(scale):
+    """``pmf(scale)`` gives ``k0`` and the mass from ``k0`` to ``-k0``: centred (the mass at index ``-k0`` is
+    ``P(Z = 0)``), and what it leaves out is below 1e-17, as documented. Kills the support cut to
+    ``ceil(40 scale) - 10`` (it leaves out 5e-16 at scale 2, and all but 0 at scale 0.25) and ``k0`` returned as
+    ``+k``. The page's error bounds of sums are built from this mass."""
+    k0, mass = sbh.pmf(scale)
+    q = math.exp(-1 / scale)
+    assert k0 < 0 and mass.shape == (1 - 2 * k0,)
+    assert mass[-k0] == pytest.approx((1 - q) / (1 + q), rel=1e-15)
+    assert mass[-k0 + 3] == pytest.approx((1 - q) / (1 + q) * q**3, rel=1e-12)
+    assert 2 * q ** (1 - k0) / (1 + q) < 1e-17  # the mass left out
+    assert math.fsum(mass) == pytest.approx(1, abs=1e-15)
+
+
+def test_a_threshold_that_float_rounding_puts_on_an_integer_is_refused():
+    """At scale 1/40 (q = e^-40) the bound has almost no slack (the factor 1/(1 + q)), so the float threshold
+    ``1 + ln(1/delta)/40`` can round down onto an integer the exact threshold lies just above: here it is 2.0, so
+    ``min_released_count`` would be 2 where the delta bound needs 3. The rigorous check must refuse. Kills the check
+    fed ``min_released_count + linf`` (it then passes) and the refusal without its reason."""
+    delta = 4.2483542552915465e-18
+    assert 1 + (1 / 40) * math.log(1 / delta) == 2.0  # what the constructor computes in float
+    with localcontext() as ctx:  # exactly: the released share of a bin of count linf = 1 at threshold 2 exceeds delta
+        ctx.prec = 50
+        q = Decimal(-40).exp()
+        assert q / (1 + q) > Decimal(delta)
+    with pytest.raises(ValueError, match="^float rounding of the threshold breaks the delta bound; adjust epsilon or "
+                                         "delta$"):
+        StabilityHistogram(40.0, delta, Sensitivity(1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("scale, t, k", [(2.0, 34, 2), (1.0, 3, 1), (0.025, 1, 1), (7.3, 100, 2)])
+def test_tail_check_is_rigorous_to_its_last_digit(scale, t, k):
+    """A delta 1e-45 (relative) below ``k * P(Z >= t)`` is refused and one 1e-36 above accepted. No float lies that
+    close, so delta is given as a 60-digit Decimal (the check reads it with ``Decimal(delta)``, exactly as a float).
+    Kills the numerator's widening turned inward (``/ (1 + rel)``, ``* (1 - rel)``), which puts the bound 1e-39
+    below the tail."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        inv = 1 / Decimal(scale)
+        exact = k * (-t * inv).exp() / (1 + (-inv).exp())
+        below, above = exact * (1 - Decimal("1e-45")), exact * (1 + Decimal("1e-36"))
+    assert not _tail_within(scale, t, below, k)
+    assert _tail_within(scale, t, above, k)
