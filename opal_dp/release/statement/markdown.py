@@ -172,7 +172,7 @@ def _scope_rows(scopes: Sequence[Mapping]) -> list[str]:
 
 def _partition_lines(section: Mapping) -> list[str]:
     """One line per mode: its published dates as runs of consecutive days."""
-    return [f"- {mode}: {len(dates_of(runs))} date{'s' * (len(dates_of(runs)) > 1)}, {_shown(runs, _iso, ' to ')}"
+    return [f"- {mode}: {_date_runs([date.fromisoformat(_iso(d)) for d in dates_of(runs)])}"
             for mode, runs in section["date_runs_by_mode"].items()]
 
 
