@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -412,21 +412,22 @@ class PrivacyLedger(PersonAccount):
         with self._connect() as conn:
             return self._spend(conn, PrivacyUnit(unit).value, _name("scope", scope))
 
-    def charges(self, unit: str | None = None, scope: str | None = None) -> list[Charge]:
+    def charges(self, unit: str | None = None, scope: str | None = None,
+                ids: Collection[int] | None = None) -> list[Charge]:
+        """The charges (by id), all of them or those of ``unit``, ``scope`` or with the given ``ids``: a reader that
+        needs a few charges asks for them, so its cost does not grow with the ledger's history."""
         with self._connect() as conn:
             where, params = self._filter(unit, scope)
-            return self._charges(conn, f"{where} ORDER BY id", params)
+            if ids is None:
+                return self._charges(conn, f"{where} ORDER BY id", params)
+            return _by_ids(ids, lambda chunk, marks: self._charges(conn, f"{where} AND id IN ({marks}) ORDER BY id",
+                                                                   params + chunk))
 
     def draws(self, ids: Collection[int] | None = None) -> list[Draw]:
         with self._connect() as conn:
             if ids is None:
                 return self._draws(conn, "1 = 1 ORDER BY id", ())
-            wanted = sorted({int(i) for i in ids})
-            found = []
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                found += self._draws(conn, f"id IN ({', '.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
-            return found
+            return _by_ids(ids, lambda chunk, marks: self._draws(conn, f"id IN ({marks}) ORDER BY id", chunk))
 
     def draws_on(self, dates: Collection[str]) -> list[tuple[Draw, Charge]]:
         """Every draw of the given dates, with its charge (whatever the unit)."""
@@ -450,16 +451,21 @@ class PrivacyLedger(PersonAccount):
             params.append(_name("scope", scope))
         return " AND ".join(clauses), tuple(params)
 
-    def summary(self, unit: str | None = None) -> list[ScopeSpend]:
-        """Per (unit, scope), sorted: what it costs one unit, its cap, charges, draws, pending draws."""
+    def summary(self, unit: str | None = None, scopes: Collection[tuple[str, str]] | None = None) -> list[ScopeSpend]:
+        """Per (unit, scope), sorted: what it costs one unit, its cap, charges, draws, pending draws; of every scope,
+        of ``unit``'s, or of the (unit, scope) pairs in ``scopes`` only (what a date's gate needs, whatever the
+        history)."""
+        wanted = None if scopes is None else {(PrivacyUnit(u).value, s) for u, s in scopes}
         with self._connect() as conn:
             where, params = self._filter(unit, None)
-            scopes = conn.execute(
+            found = conn.execute(
                 f"SELECT unit, scope, COUNT(*), MAX(created_at) FROM charges WHERE {where} GROUP BY unit, scope"
                 " ORDER BY unit, scope", params,
             ).fetchall()
             rows = []
-            for u, scope, n_charges, last in scopes:
+            for u, scope, n_charges, last in found:
+                if wanted is not None and (u, scope) not in wanted:
+                    continue
                 n_draws, pending = conn.execute(
                     "SELECT COUNT(*), CAST(COALESCE(SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END), 0) AS INTEGER) FROM draws WHERE charge_id IN"
                     " (SELECT id FROM charges WHERE unit = ? AND scope = ?)", (u, scope),
@@ -467,3 +473,14 @@ class PrivacyLedger(PersonAccount):
                 rows.append(ScopeSpend(u, scope, self._spend(conn, u, scope), self._cap(conn, u), n_charges,
                                        n_draws, pending, last))
             return rows
+
+
+def _by_ids(ids: Collection[int], read: Callable[[tuple, str], list]) -> list:
+    """``read(chunk, placeholders)`` over the distinct ``ids`` in sorted chunks of 500 (a statement's parameter
+    limit), concatenated."""
+    wanted = sorted({int(i) for i in ids})
+    out: list = []
+    for start in range(0, len(wanted), 500):
+        chunk = tuple(wanted[start : start + 500])
+        out += read(chunk, ", ".join("?" * len(chunk)))
+    return out

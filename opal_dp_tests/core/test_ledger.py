@@ -236,6 +236,24 @@ def test_scopes_have_separate_budgets(ledger: PrivacyLedger) -> None:
     assert ledger.spend("trip", "2016-07-26|bus").epsilon == 0.0
 
 
+def test_targeted_reads_return_exactly_what_the_full_reads_hold_for_those_ids_and_scopes(ledger: PrivacyLedger) -> None:
+    """The publish gate reads a date's charges and scopes by id and pair, so its cost stays flat as the history grows:
+    the answer must be the full read's, restricted (more than one chunk of ids, an id that does not exist, none)."""
+    for day in ("2016-07-25", "2016-07-26", "2016-07-27"):
+        for mode in ("bus", "train"):
+            release(ledger, *all_marginals(day=day, mode=mode))
+    everything = ledger.charges()
+    some = [c.id for c in everything[::3]]
+    assert ledger.charges(ids=[*some, *some, 10_000]) == [c for c in everything if c.id in some]
+    assert ledger.charges(ids=range(1, 1200)) == everything and ledger.charges(ids=[]) == []
+    assert ledger.charges("trip", "2016-07-26|bus", ids=some) == [
+        c for c in everything if c.id in some and c.scope == "2016-07-26|bus"]
+    pairs = {("trip", "2016-07-25|train"), ("trip", "2016-07-27|bus"), ("trip", "2017-01-01|bus")}
+    assert ledger.summary(scopes=pairs) == [s for s in ledger.summary() if (s.unit, s.scope) in pairs]
+    assert [s.scope for s in ledger.summary(scopes=pairs)] == ["2016-07-25|train", "2016-07-27|bus"]
+    assert ledger.summary(scopes=set()) == []
+
+
 def test_the_cap_is_ledger_state_fixed_at_creation(where) -> None:
     """Opening the ledger again with another cap (as a changed configuration would) changes nothing."""
     path = where()

@@ -13,6 +13,7 @@ from opal_dp.release.od.hierarchy import HierarchyPlan, OdDomain, release_od_hie
 from opal_dp.release.od.hierarchy_publish import (
     OD_HIERARCHY_COLUMNS,
     hierarchy_gate,
+    hierarchy_draw_ids,
     hierarchy_statement,
     hierarchy_table,
     validate_hierarchy_csv,
@@ -61,7 +62,7 @@ def test_od_csv_holds_every_level_exactly_and_validates(released, tmp_path):
     assert all(r.is_monotonic_increasing for _, r in rank.groupby([table["date"], table["mode"]]))
     assert (table.loc[table["level"] != "mode", "count"] > 0).all()
     assert sum_problems(table) == []
-    section = hierarchy_statement(frames, ledger)
+    section = hierarchy_statement(hierarchy_draw_ids(frames), ledger)
     assert section["rho_per_date"] == BUDGET.rho and section["listing_threshold"] == plan.tau
     assert section["date_runs"] == [["20160725", "20160725"]] and section["draws"]["count"] == len(plan.domain.modes)
     table.to_csv(tmp_path / "od.csv", index=False)

@@ -200,8 +200,8 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
                pending: list[str], ledger: PrivacyLedger, storage: OpalStorage, release_id: str, created_at: str) -> dict:
     """The statement of everything published, from the ledger's evidence of its draws and the publication's
     summary (the public-domain totals); the OD section from the trees' and the hierarchy's draws."""
-    od = {day: pd.DataFrame({"draw_id": [e["od"]]}) for day, e in dates.items() if e["od"] is not None}
-    rows = {day: pd.DataFrame(e["hierarchy"]) for day, e in dates.items() if e["hierarchy"]}
+    od = {day: e["od"] for day, e in dates.items() if e["od"] is not None}
+    rows = {(day, row["mode"]): row["draw_id"] for day, e in dates.items() for row in e["hierarchy"]}
     try:
         evidence = ledger_evidence(ledger, draw_ids, with_person=not (od or rows))
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
@@ -212,7 +212,7 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
         statement["od"] = od_statement(od, ledger, rows)
         trees = {d.charge_id for d in ledger.draws(draws_of(statement["od"]["draws"]))}
         statement["person"] = person_section(ledger, list(dates), [*evidence.charges.values(),
-                                                                   *(c for c in ledger.charges() if c.id in trees)])
+                                                                   *ledger.charges(ids=trees)])
     return statement
 
 

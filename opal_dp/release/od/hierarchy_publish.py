@@ -46,7 +46,8 @@ DESCRIPTION = (
 )
 
 
-def _draw_ids(frames: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], int]:
+def hierarchy_draw_ids(frames: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], int]:
+    """(date, mode) -> the draw id of the rows of ``{date: rows with draw_id}``."""
     return {(day, mode): int(part["draw_id"].iloc[0]) for day, frame in frames.items()
             for mode, part in frame.groupby("mode", sort=True)}
 
@@ -57,9 +58,9 @@ def hierarchy_gate(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, ro
     must come from a completed ledger draw of that date whose stored measurement fits to exactly these rows, add up
     level by level, and hold only labels of the public domain."""
     problems = []
-    ids = _draw_ids(frames)
+    ids = hierarchy_draw_ids(frames)
     draws = {d.id: d for d in ledger.draws(ids.values())}
-    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws.values()}}
+    charges = {c.id: c for c in ledger.charges(ids={d.charge_id for d in draws.values()})}
     for (day, mode), draw_id in ids.items():
         draw = draws.get(draw_id)
         if draw is None or draw.status != "complete" or draw.date != day:
@@ -88,10 +89,11 @@ def hierarchy_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return frame.sort_values(keys, ignore_index=True)[OD_HIERARCHY_COLUMNS]
 
 
-def hierarchy_statement(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> dict:
-    """The statement's ``od.hierarchy`` section, from the ledger records of the rows' draws."""
-    draws = ledger.draws(_draw_ids(frames).values())
-    charges = {c.id: c for c in ledger.charges() if c.id in {d.charge_id for d in draws}}
+def hierarchy_statement(draw_ids: Mapping[tuple[str, str], int], ledger: PrivacyLedger) -> dict:
+    """The statement's ``od.hierarchy`` section, from the ledger records of the published draws, (date, mode) ->
+    draw id (``hierarchy_draw_ids``)."""
+    draws = ledger.draws(draw_ids.values())
+    charges = {c.id: c for c in ledger.charges(ids={d.charge_id for d in draws})}
     params = {c.mechanism for c in charges.values()}
     if len(params) != 1:
         raise ValueError("the published OD hierarchies were drawn with different parameters")
@@ -107,7 +109,7 @@ def hierarchy_statement(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedge
         "listing_threshold": mechanism["tau"],
         "parameters": mechanism,
         "columns": list(OD_HIERARCHY_COLUMNS),
-        "date_runs": date_runs(day.replace("-", "") for day in frames),
+        "date_runs": date_runs(day.replace("-", "") for day, _ in draw_ids),
         "draws": draws_section(d.id for d in draws),
         "charges": sorted(charges),
     }

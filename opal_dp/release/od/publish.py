@@ -85,23 +85,23 @@ def od_tables(trees: Mapping[str, pd.DataFrame], alphabet: TripAlphabet, top: in
     return out
 
 
-def od_statement(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger,
-                 hierarchy: Mapping[str, pd.DataFrame] | None = None) -> dict:
-    """The statement's ``od`` section, from the ledger records of the draws: the trees' fields (when there are
-    trees) and the ``hierarchy`` section (when there are hierarchy rows); ``draws``, ``scopes`` and ``dates`` cover
-    both, ``files`` lists what is published."""
-    draws = ledger.draws([int(t["draw_id"].iloc[0]) for t in trees.values()])
+def od_statement(trees: Mapping[str, int], ledger: PrivacyLedger,
+                 hierarchy: Mapping[tuple[str, str], int] | None = None) -> dict:
+    """The statement's ``od`` section, from the ledger records of the published draws (``trees``: date -> the tree's
+    draw id; ``hierarchy``: (date, mode) -> the hierarchy's): the trees' fields (when there are trees) and the
+    ``hierarchy`` section (when there are hierarchy draws); ``draws``, ``scopes`` and ``dates`` cover both, ``files``
+    lists what is published."""
+    draws = ledger.draws(trees.values())
     section = hierarchy_statement(hierarchy, ledger) if hierarchy else None
     ids = {d.charge_id for d in draws} | set(section["charges"] if section else ())
-    charges = {c.id: c for c in ledger.charges() if c.id in ids}
-    scopes = {(c.unit, c.scope) for c in charges.values()}
-    spend = [s for s in ledger.summary() if (s.unit, s.scope) in scopes]
+    charges = {c.id: c for c in ledger.charges(ids=ids)}
+    spend = ledger.summary(scopes={(c.unit, c.scope) for c in charges.values()})
     out = {
         "description": (section["description"] + (" " + SEQUENCES_DESCRIPTION if trees else "")) if section
         else DESCRIPTION,
         "protects": "all trips of one card on one service day (its whole sequence), added or removed",
         "delta": 0.0,
-        "date_runs": date_runs(_compact(d) for d in [*trees, *(hierarchy or {})]),
+        "date_runs": date_runs(_compact(d) for d in [*trees, *(day for day, _ in hierarchy or {})]),
         "draws": draws_section({d.id for d in draws} | set(draws_of(section["draws"]) if section else ())),
         "composition": (
             "Each tree and each date's hierarchy is one more charge on the ledger scope of its date (card_day unit) "

@@ -74,7 +74,7 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int],
     if missing:
         raise StatementError(f"the ledger has no draws {missing[:5]}: the release assets do not come from this ledger")
     wanted = {d.charge_id for d in draws.values()}
-    charges = {c.id: c for c in ledger.charges() if c.id in wanted}
+    charges = {c.id: c for c in ledger.charges(ids=wanted)}
     units = {c.unit for c in charges.values()}
     scopes = {(c.unit, c.scope) for c in charges.values()}
     dates = {d.date for d in draws.values()}
@@ -90,7 +90,7 @@ def ledger_evidence(ledger: PrivacyLedger, draw_ids: dict[tuple[str, str], int],
         ledger_id=ledger.ledger_id,
         draws={pair: draws[i] for pair, i in draw_ids.items()},
         charges=charges,
-        scopes=[s for s in ledger.summary() if (s.unit, s.scope) in scopes],
+        scopes=ledger.summary(scopes=scopes),
         cap_history=ledger.cap_history(unit),
         other_units={u: sorted(d) for u, d in other.items()},
         resets=ledger.resets(),
