@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from opal_dp.core.accounting import PrivacyCost, compose
 from opal_dp.core.ledger import (
@@ -114,6 +116,41 @@ def test_every_window_touching_a_charge_is_checked_not_only_the_first(where) -> 
     with pytest.raises(PersonBudgetExceeded) as info:
         begin(ledger, request(unit="card_day", day=day(20), cost=PrivacyCost.approx_dp(2.0, 0.0)))
     assert info.value.window == (day(20), day(49))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(charges=st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0.5, 1.0, 2.0, 3.0])), min_size=1, max_size=14),
+       span=st.tuples(st.integers(0, 40), st.integers(0, 12)))
+def test_the_windows_agree_with_brute_force_over_every_start_day(tmp_path, charges, span) -> None:
+    """Against brute force over every start day of a 10-day horizon: each charge, in turn, is refused exactly when
+    some window touching its date would pass the person cap with it, and ``person_spend`` is the worst window's
+    composition. Guards the pruning of windows whose charges another window holds (``_windows``)."""
+    horizon, cap, made = 10, 6.0, iter(range(1_000_000))
+
+    def ledger(person_epsilon: float) -> PrivacyLedger:
+        return PrivacyLedger(str(tmp_path / f"{len(list(tmp_path.iterdir()))}-{next(made)}.sqlite"), WIDE,
+                             person_cap=(person_epsilon, 1e-6), horizon_days=horizon)
+
+    def worst(first: int, last: int, held: list[tuple[int, float]]) -> float:
+        return max(compose([PrivacyCost.approx_dp(e, 0.0) for d, e in held if s <= d < s + horizon],
+                           delta_target=1e-6).epsilon
+                   for s in range(first - horizon + 1, last + 1))
+
+    checked, kept = ledger(cap), []
+    for n, (d, epsilon) in enumerate(charges):
+        refused = worst(d, d, [*kept, (d, epsilon)]) > cap * (1 + 1e-9)
+        try:
+            release(checked, request(f"m{n}", unit="card_day", day=day(d), cost=PrivacyCost.approx_dp(epsilon, 0.0)))
+            kept.append((d, epsilon))
+            assert not refused
+        except PersonBudgetExceeded:
+            assert refused
+    wide = ledger(1e6)
+    for n, (d, epsilon) in enumerate(charges):
+        release(wide, request(f"m{n}", unit="card_day", day=day(d), cost=PrivacyCost.approx_dp(epsilon, 0.0)))
+    first, last = span[0], span[0] + span[1]
+    assert wide.person_spend(day(first), day(last)).guarantee.epsilon == pytest.approx(worst(first, last, charges),
+                                                                                        rel=1e-12)
 
 
 def test_the_person_delta_cap_holds_however_small(where) -> None:
