@@ -15,7 +15,14 @@ from opal_dp.definitions import defs
 from opal_dp.defs.shared.automation import RAW_FILES, raw_file_sensor
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.jobs import run_plan
-from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ranges, date_mode, service_dates
+from opal_dp.defs.shared.partitions import (
+    RANGE_END,
+    RANGE_START,
+    contiguous_ranges,
+    date_and_mode,
+    date_mode,
+    service_dates,
+)
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES
 from opal_dp.release.statement.runs import draws_of, partition_keys
@@ -69,6 +76,21 @@ def test_the_cli_makes_the_runs_of_a_ui_backfill():
     box = date_mode.get_partition_keys_in_range(dg.PartitionKeyRange("2016-07-25|ferry", "2016-07-27|ferry"),
                                                 dynamic_partitions_store=instance)
     assert sorted(map(str, box)) == [f"2016-07-2{d}|ferry" for d in (5, 6, 7)]
+
+
+def test_a_partition_key_splits_into_date_and_mode_as_dagster_parses_it():
+    """``date_and_mode`` reads keys directly (a roll-up splits every key of the history): it must agree with Dagster's
+    own parse of every key it hands over, and refuse what is not a date x mode key."""
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("service_date", ["2016-07-25", "2016-12-31"])
+    keys = date_mode.get_partition_keys(dynamic_partitions_store=instance)
+    assert len(keys) == 2 * len(MODES)
+    for key in keys:
+        parsed = date_mode.get_partition_key_from_str(str(key)).keys_by_dimension
+        assert date_and_mode(key) == date_and_mode(str(key)) == (parsed["date"], parsed["mode"])
+    for bad in ("2016-07-25", "2016-07-25|tram", "|bus", "2016-07-25|bus|x", "bus|2016-07-25"):
+        with pytest.raises(ValueError, match="date x mode|<date>"):
+            date_and_mode(bad)
 
 
 def apply_sensor_result(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:

@@ -37,7 +37,7 @@ def stored(releases: dict, root: Path) -> dict[str, PartitionFrames]:
         for key, frame in frames.items():
             paths[key].parent.mkdir(parents=True, exist_ok=True)
             frame.to_parquet(paths[key], index=False)
-        out[name] = PartitionFrames(paths)
+        out[name] = PartitionFrames.of_paths(paths)
     return out
 
 

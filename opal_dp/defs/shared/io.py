@@ -12,7 +12,9 @@ until the step ends, and memory does not grow with the number of days.
 """
 
 
-from collections.abc import Iterator, Mapping
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -23,27 +25,46 @@ from opal_dp.private_files import PartitionStore
 
 
 class PartitionFrames(Mapping[str, pd.DataFrame]):
-    """Read-only, lazily loaded {partition key: DataFrame}."""
+    """Read-only {partition key: DataFrame}: a frame is read when asked for, and the registered keys are listed only
+    when the mapping is iterated or counted. A roll-up takes ten partitioned inputs and iterates one of them; Dagster
+    lists every (date, mode) key of the history at a cost that grows with it, so the other nine are never listed.
+    A partition is "in" the mapping when its file is materialised."""
 
-    def __init__(self, paths: Mapping[str, Path]):
-        self._paths = dict(paths)
+    def __init__(self, path_of: Callable[[str], Path], keys: Callable[[], Iterable[str]]):
+        self._path_of, self._list, self._keys = path_of, keys, None
+
+    @classmethod
+    def of_paths(cls, paths: Mapping[str, Path]) -> PartitionFrames:
+        """The frames stored at ``paths`` (partition key -> file)."""
+        known = {str(k): Path(p) for k, p in paths.items()}
+        return cls(known.__getitem__, known.keys)
 
     def __getitem__(self, key: str) -> pd.DataFrame:
-        return pd.read_parquet(self._paths[str(key)])
+        if key not in self:
+            raise KeyError(key)
+        return pd.read_parquet(self.path(key))
 
     def path(self, key: str) -> Path:
         """Where the partition is stored (for a worker process that reads it itself)."""
-        return self._paths[str(key)]
+        return self._path_of(str(key))
 
     def __contains__(self, key: object) -> bool:
-        """Registered and materialised (a partition that was never written is not "in" the mapping)."""
-        return str(key) in self._paths and self._paths[str(key)].exists()
+        """Materialised: a partition that was never written is not "in" the mapping."""
+        try:
+            return self.path(str(key)).exists()
+        except KeyError:
+            return False
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._paths)
+        return iter(self._registered())
 
     def __len__(self) -> int:
-        return len(self._paths)
+        return len(self._registered())
+
+    def _registered(self) -> list[str]:
+        if self._keys is None:
+            self._keys = sorted(map(str, self._list()))
+        return self._keys
 
 
 class StoredPartitions(dict):
@@ -95,7 +116,7 @@ class PartitionedParquetIOManager(dg.IOManager):
         key = context.asset_key.path
         if not context.has_asset_partitions:
             return pd.read_parquet(self.store.path(key, None))
-        return PartitionFrames({k: self.store.path(key, k) for k in sorted(map(str, context.asset_partition_keys))})
+        return PartitionFrames(lambda k: self.store.path(key, k), lambda: context.asset_partition_keys)
 
 
 @dg.io_manager(required_resource_keys={"storage"},

@@ -16,9 +16,12 @@ date_mode = dg.MultiPartitionsDefinition({"date": service_dates, "mode": modes})
 
 
 def date_and_mode(key: str | dg.MultiPartitionKey) -> tuple[str, str]:
-    """(date, mode) of a date x mode key, whether Dagster hands it over as a key or a plain string."""
-    parsed = date_mode.get_partition_key_from_str(str(key))
-    return parsed.keys_by_dimension["date"], parsed.keys_by_dimension["mode"]
+    """(date, mode) of a date x mode key, whether Dagster hands it over as a key or a plain string (``date|mode``:
+    Dagster joins the dimensions in name order); read directly, since a roll-up splits every key of the history."""
+    day, sep, mode = str(key).partition("|")
+    if not (sep and day and mode in MODES):
+        raise ValueError(f"a partition key is '<date>|<mode>' with mode in {MODES}, got {str(key)!r}")
+    return day, mode
 
 
 def contiguous_ranges(ordered: Sequence[str], wanted: Iterable[str]) -> list[tuple[str, str]]:

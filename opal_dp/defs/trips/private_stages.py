@@ -111,7 +111,7 @@ def private_day_stages(context: dg.AssetExecutionContext, reference: ReferenceNe
             metadata={"failed_days": dg.MetadataValue.json(failed)},
         )
     if day_cap:
-        card_days = PartitionFrames(stored(storage, CARD_DAYS, sorted({d for period in periods for d in period})))
+        card_days = PartitionFrames.of_paths(stored(storage, CARD_DAYS, sorted({d for period in periods for d in period})))
         kept_days = _card_period_days(privacy_budget.max_days_per_card, periods, card_days, key)
         calls = [(paths[day].binned, day, unit, bounds, key, kept_days.get(day, np.zeros(0, np.int64)),
                   paths[day].kept, paths[day].over_bound) for day in days]
