@@ -29,3 +29,29 @@ def test_the_ledger_url_must_be_postgres(tmp_path):
     assert OpalStorage(data_dir=str(tmp_path), ledger_url=url).ledger_location == url
     with pytest.raises(Exception, match="ledger_url must be a postgresql:// URI"):
         OpalStorage(data_dir=str(tmp_path), ledger_url="sqlite:///x.db")
+
+
+def test_partition_frames_list_their_keys_only_when_iterated_and_hold_only_what_is_materialised(tmp_path):
+    """A roll-up's partitioned inputs must not ask Dagster for every key of the history unless iterated (its cost
+    grows with the history), and a registered partition without a file is not "in" the frames."""
+    import pandas as pd
+
+    from opal_dp.defs.shared.io import PartitionFrames, materialised
+
+    for key in ("2016-07-25|bus", "2016-07-26|bus"):
+        pd.DataFrame({"n": [1]}).to_parquet(tmp_path / f"{key.replace('|', '_')}.parquet")
+    listed = []
+
+    def keys():
+        listed.append(1)
+        return ["2016-07-26|bus", "2016-07-25|bus", "2016-07-27|bus"]
+
+    frames = PartitionFrames(lambda k: tmp_path / f"{k.replace('|', '_')}.parquet", keys)
+    assert "2016-07-25|bus" in frames and "2016-07-27|bus" not in frames
+    assert frames["2016-07-26|bus"]["n"].tolist() == [1] and not listed
+    with pytest.raises(KeyError):
+        frames["2016-07-27|bus"]
+    assert list(frames) == ["2016-07-25|bus", "2016-07-26|bus", "2016-07-27|bus"] and len(frames) == 3
+    assert listed == [1]
+    other = PartitionFrames.of_paths({"2016-07-25|bus": tmp_path / "2016-07-25_bus.parquet"})
+    assert materialised(frames, other) == ["2016-07-25|bus"] and "2016-07-26|bus" not in other
