@@ -18,7 +18,7 @@ def test_overlapping_steps_are_counted_once():
 
 @dg.op
 def slow_source() -> int:
-    time.sleep(0.2)
+    time.sleep(0.6)  # far above the sink's 0.1 s plus Dagster's own time on a loaded machine
     return 1
 
 
@@ -55,7 +55,7 @@ def test_the_phases_of_a_run_add_up_to_the_end_to_end():
     assert profile["events"]["RUN_START"] == 2 and profile["events"]["STEP_SUCCESS"] == 4
     assert sum(run["events"]["STEP_START"] for run in runs) == 4
     assert list(profile["steps"]) == ["slow_source", "slow_sink"]  # slowest first, summed over both runs
-    assert profile["steps"]["slow_source"] >= 0.4 and profile["steps"]["slow_sink"] >= 0.2
+    assert profile["steps"]["slow_source"] >= 1.2 and profile["steps"]["slow_sink"] >= 0.2
     assert profile["steps_s"] == pytest.approx(sum(profile["steps"].values()))  # sequential steps: no overlap
     assert (profile["interpreter_start_s"], profile["imports_s"], profile["before_release_s"],
             profile["after_release_s"]) == pytest.approx((0.5, 1.5, 1.0, 0.5))
