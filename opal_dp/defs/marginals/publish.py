@@ -10,6 +10,7 @@ import pandas as pd
 from opal_dp.core import PrivacyLedger
 from opal_dp.defs.marginals.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.heap import earlier_objects_frozen
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
 from opal_dp.defs.shared.partitions import date_and_mode
@@ -244,6 +245,16 @@ def published_release(
 ) -> dg.MaterializeResult:
     """Publish the dates whose draws are new or changed (gated one date at a time), then the combined files, the
     statement and the page over everything published; a run with nothing new writes nothing."""
+    with earlier_objects_frozen():  # it reads the whole history: its cost must not include re-scanning the heap
+        return _publish_release(context, true_cells, release_draws, od_prefix_tree, od_hierarchy, privacy_budget,
+                                reference, storage, releases)
+
+
+def _publish_release(
+    context: dg.AssetExecutionContext, true_cells: PartitionFrames, release_draws: PartitionFrames,
+    od_prefix_tree: PartitionFrames, od_hierarchy: PartitionFrames, privacy_budget: PrivacyBudget,
+    reference: ReferenceNetwork, storage: OpalStorage, releases: dict[str, PartitionFrames],
+) -> dg.MaterializeResult:
     ledger = privacy_budget.ledger(storage)
     state = storage.private_dir / PUBLICATION_STATE
     draw_ids, pending = complete_partitions(releases, true_cells, release_draws, ledger,
