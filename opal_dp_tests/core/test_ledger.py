@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core.accounting import PrivacyCost, compose
@@ -28,6 +28,7 @@ from opal_dp.core.ledger import (
     LedgerResetRefused,
     PrivacyLedger,
     Request,
+    _by_ids,
 )
 from opal_dp.core.ledger_backends import open_backend
 
@@ -252,6 +253,22 @@ def test_targeted_reads_return_exactly_what_the_full_reads_hold_for_those_ids_an
     assert ledger.summary(scopes=pairs) == [s for s in ledger.summary() if (s.unit, s.scope) in pairs]
     assert [s.scope for s in ledger.summary(scopes=pairs)] == ["2016-07-25|train", "2016-07-27|bus"]
     assert ledger.summary(scopes=set()) == []
+
+
+@given(st.lists(st.integers(0, 1600), max_size=1400))
+@example(list(range(1234, 0, -1)) * 2)
+def test_ids_are_read_once_each_in_sorted_chunks_within_the_parameter_limit(ids: list[int]) -> None:
+    """Kills a chunk that overlaps the next (an id read twice, so a draw counted twice), drops its last id, exceeds
+    500 parameters, or has as many placeholders as ids only by chance."""
+    chunks: list[tuple] = []
+
+    def read(chunk: tuple, marks: str) -> list:
+        assert marks.split(", ") == ["?"] * len(chunk) and 0 < len(chunk) <= 500
+        chunks.append(chunk)
+        return list(chunk)
+
+    assert _by_ids(ids, read) == sorted(set(ids))
+    assert all(len(chunk) == 500 for chunk in chunks[:-1])
 
 
 def test_the_cap_is_ledger_state_fixed_at_creation(where) -> None:
