@@ -255,6 +255,20 @@ def test_targeted_reads_return_exactly_what_the_full_reads_hold_for_those_ids_an
     assert ledger.summary(scopes=set()) == []
 
 
+def test_a_scope_summary_counts_its_own_charges_draws_and_pending_draws(ledger: PrivacyLedger) -> None:
+    """The ledger report and the statement state each scope's counts, cap and last charge: kills a summary that ignores
+    its unit, counts no pending draw (a case-changed status literal), or drops the cap, a count or the time."""
+    release(ledger, request("tap_on_time"), request("tap_on_loc"))
+    begin(ledger, request("tap_off_time"), run_id="run-2")  # charged, drawn, not yet stored
+    release(ledger, request("tap_on_time", unit="card_day"))
+    trip = {(x.unit, x.scope): x for x in ledger.summary()}["trip", "2016-07-25|bus"]
+    assert (trip.charges, trip.draws, trip.pending) == (3, 3, 1)
+    assert trip.cap == ledger.cap("trip") and trip.guarantee == ledger.spend("trip", "2016-07-25|bus")
+    assert trip.last_charge_at == max(c.created_at for c in ledger.charges("trip", "2016-07-25|bus"))
+    assert [(x.unit, x.scope) for x in ledger.summary("card_day")] == [("card_day", "2016-07-25")]
+    assert ledger.summary("trip", scopes={("card_day", "2016-07-25")}) == []
+
+
 @given(st.lists(st.integers(0, 1600), max_size=1400))
 @example(list(range(1234, 0, -1)) * 2)
 def test_ids_are_read_once_each_in_sorted_chunks_within_the_parameter_limit(ids: list[int]) -> None:
