@@ -390,6 +390,17 @@ def test_completion_is_first_wins_and_never_twice_by_one_run(ledger: PrivacyLedg
         ledger.complete_many([42], run_id="run-a")
 
 
+@pytest.mark.parametrize("draw_id", ["1", True, 1.0])
+def test_only_an_int_draw_id_completes_a_draw(ledger: PrivacyLedger, draw_id: object) -> None:
+    """A draw is marked stored only by its own id: kills the id check weakened to ``and`` (SQLite would then match the
+    string "1" or the float 1.0 to draw 1 and complete it) and the refusal without its reason."""
+    (decision,) = begin(ledger)
+    assert decision.draw.id == 1
+    with pytest.raises(LedgerError, match=r"^draw id must be an int, got "):
+        ledger.complete_many([draw_id], run_id="run-1")
+    assert [d.status for d in ledger.draws()] == ["pending"]
+
+
 def test_fresh_draw_is_a_new_charge_and_supersedes(where) -> None:
     ledger = PrivacyLedger(where(), {"trip": (2.0, 1e-6)})
     (d1,) = release(ledger)
