@@ -76,10 +76,13 @@ def test_all_approx_without_a_target_is_basic_composition() -> None:
         compose(GAUSS)
 
 
-def test_within_takes_the_cheap_route_first_and_the_tight_one_when_needed() -> None:
-    assert within(SBH, 8.0, 6 / 8e6)
-    assert not within(SBH, 7.99, 1.0e-6)
+def test_within_takes_the_cheap_route_first_and_the_tight_one_when_needed(monkeypatch) -> None:
+    """The ledger checks a cap on every charge: plain sums decide it when they fit, and the accountants run only when
+    they do not. Kills the mutant that never takes the cheap route (``compose`` called for pure sums that fit)."""
     assert within(PERIOD, 21.0, 7.5e-7) and not within(PERIOD, 20.0, 7.5e-7)
+    assert not within(SBH, 7.99, 1.0e-6)
+    monkeypatch.setattr(accounting, "compose", lambda *args, **kwargs: pytest.fail("compose called"))
+    assert within(SBH, 8.0, 6 / 8e6)
 
 
 @pytest.mark.parametrize("bug", ["drops a piece", "under-converts the trees"])
@@ -106,16 +109,19 @@ def test_a_huge_epsilon_drops_the_routes_that_overflow_and_keeps_basic_compositi
 def test_the_pld_route_matches_dp_accounting_fed_directly() -> None:
     """The pld route, recomputed from the libraries: each (epsilon, delta) piece's PLD with its delta, composed, at
     a share of the delta left after the zCDP pieces' own deltas, plus the zCDP total converted at the rest. Kills a
-    route that drops a piece's delta, miscounts the zCDP pieces' deltas or gives up on every mixed composition
-    (mutants of ``_pld_epsilon`` that the tests of ``compose`` could not see: it only wins when tightest)."""
+    route that drops a piece's delta, miscounts the zCDP pieces' deltas, gives up on every mixed composition or
+    discretises at the library's default instead of ``PLD_INTERVAL`` (mutants of ``_pld_epsilon`` that the tests of
+    ``compose`` could not see: it only wins when tightest)."""
     from dp_accounting.pld import common
 
-    approx = ((PrivacyCost.approx_dp(1.0, 1 / 8e6), 8), (PrivacyCost.approx_dp(2.0, 1 / 8e6), 4))
+    approx = ((PrivacyCost.approx_dp(1.0, 1 / 8e6), 8), (PrivacyCost.approx_dp(2.0, 1 / 8e6), 4),
+              (PrivacyCost.approx_dp(0.3337, 0.0), 1))  # off every discretisation grid: PLD_INTERVAL matters
     zcdp = ((PrivacyCost.zcdp(0.12390919568099434, 6.25e-08), 4), (PrivacyCost.zcdp(0.2478183913619887, 6.25e-08), 2))
     composed = None
     for cost, n in approx:
         one = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(cost.epsilon, cost.delta),
-                                          value_discretization_interval=1e-3).self_compose(n)
+                                          value_discretization_interval=1e-3)
+        one = one.self_compose(n) if n > 1 else one
         composed = one if composed is None else composed.compose(one)
     room, rho = 1e-5 - 6 * 6.25e-08, 4 * 0.12390919568099434 + 2 * 0.2478183913619887
     mixed = min(composed.get_epsilon_for_delta(room * s) + zcdp_epsilon(rho, room * (1 - s)) for s in accounting._SPLITS)

@@ -88,9 +88,16 @@ def test_rho_for_is_the_largest_rho_within_epsilon(epsilon, delta):
     assert cks_delta(epsilon, rho) == pytest.approx(delta, rel=1e-5)
 
 
+def test_rho_for_refuses_an_epsilon_that_no_rho_reaches():
+    """At epsilon 0 the search has nowhere to go: it must refuse rather than return rho 0 (a mechanism of infinite
+    noise). Kills the mutants that move the ``lo == 0`` check or drop its reason."""
+    with pytest.raises(ValueError, match="no rho > 0 reaches epsilon 0.0 at delta 1e-06"):
+        zcdp_rho_for(0.0, 1e-6)
+
+
 @pytest.mark.parametrize("rho, delta", [(0.0, 1e-6), (-1.0, 1e-6), (0.1, 0.0), (0.1, 1.0)])
 def test_conversion_refuses_bad_arguments(rho, delta):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"need rho > 0 and 0 < delta < 1, got rho={rho!r}, delta={delta!r}"):
         zcdp_epsilon(rho, delta)
 
 
