@@ -14,8 +14,10 @@ from opal_dp.core import SecureBits, SeededBits
 from opal_dp.core.sparse_noise import (
     GaussianNoise,
     LaplaceNoise,
+    _bernoulli,
     _exact_failures,
     _failures,
+    _floor_word,
     naive_threshold_cells,
     sparse_threshold_cells,
     tail_probability,
@@ -141,6 +143,75 @@ def test_exact_skip_reads_further_words_where_the_first_straddles_a_power(side, 
     bits = ScriptedBits([w])
     assert _exact_failures(bits, u, bounds, 10**9) == expected and bits.remaining == 0
 
+@pytest.mark.parametrize("side", [-1, 1])
+def test_exact_skip_counts_right_from_either_side_of_its_guess(side):
+    """The exact fallback guesses ``N`` from floats and walks to the count its enclosures make certain. Whether the
+    guess lands on ``N`` or one below depends on float rounding; at ``p = 0.15`` (given exactly), first words
+    straddling ``a**n`` for ``n`` in 1..40 meet both (36 below, 4 on it). Kills the mutants that walk the wrong way
+    (``n -= 1`` for ``n += 1``), restart the walk at 1, or compare with ``below(n + 2)``: each returns a wrong count
+    or never ends."""
+    p = Decimal("0.15")
+    guessed_low = 0
+    for n in range(1, 41):
+        with localcontext() as ctx:
+            ctx.prec = 200
+            power = (1 - p) ** n * Decimal(2) ** 64
+            u = int(power)
+            w = int((power - u) * Decimal(2) ** 64) + side
+            ctx.prec = 60  # the first guess of ``_exact_failures``, as it computes it
+            slack = Decimal(10) ** -55
+            r_hi, a_hi = (u + 1) / Decimal(2) ** 64 * (1 + slack), (1 - p) * (1 + slack)
+            guessed_low += math.floor(math.log(float(r_hi)) / math.log(float(a_hi))) < n
+        bits = ScriptedBits([w])
+        assert _exact_failures(bits, u, lambda prec: (p, p), 10**9) == (n if side < 0 else n - 1)
+        assert bits.remaining == 0
+    assert 0 < guessed_low < 40  # both kinds of guess were met
+
+
+def test_bernoulli_keeps_reading_words_while_they_tie_with_their_keys_digits():
+    """Two keys, each tied with its own first and second digits, decided by the third word. Kills the mutants that
+    read a tied key's digits without its key, or go to the wrong next digit (``j = 1``, ``j -= 1``, ``j += 2``)."""
+    digits = {5: [0, 2**40, 2**41, 2**42, 1], 9: [0, 2**50, 2**51, 2**52, UINT64_MAX]}
+    asked = []
+
+    def digit(key: int, j: int) -> int:
+        asked.append(key)
+        return digits[key][j]
+
+    words = [2**40, 2**50, 2**41, 2**42 - 1, 2**51, 2**52 + 1]  # first words of 5 and 9; 5's next two; 9's next two
+    bits = ScriptedBits(words)
+    out = _bernoulli(bits, np.array([5, 9]), digit)
+    assert out.tolist() == [True, False] and bits.remaining == 0 and set(asked) == {5, 9}
+
+
+def test_floor_word_raises_the_precision_until_the_floor_is_certain():
+    """``p = 1/2 + 1e-50``: ``floor(p 2**64) = 2**63``, but an enclosure ``p +- 10**-(prec/4)`` straddles ``1/2`` until
+    ``prec >= 200``. Kills a precision that does not grow (``prec = 2``: the loop never ends; ``prec /= 2``)."""
+    asked = []
+
+    def bounds(prec: int) -> tuple[Decimal, Decimal]:
+        asked.append(prec)
+        assert len(asked) < 10, f"precisions asked: {asked}"
+        with localcontext() as ctx:
+            ctx.prec = 100 + prec
+            p, width = Decimal(1) / 2 + Decimal(10) ** -50, Decimal(10) ** -(prec // 4)
+            return p - width, p + width
+
+    assert _floor_word(bounds, 1) == 2**63
+    assert len(asked) > 1 and asked == sorted(asked) and asked[-1] // 4 > 50
+
+
+def test_floor_word_refuses_a_tail_it_cannot_resolve():
+    """An enclosure of 1/2 that never shuts: ``floor(p 2**64)`` is ``2**63 - 1`` or ``2**63`` at every precision."""
+    def bounds(prec: int) -> tuple[Decimal, Decimal]:
+        with localcontext() as ctx:
+            ctx.prec = 10 + prec
+            return Decimal(1) / 2 - Decimal(10) ** -prec, Decimal(1) / 2 + Decimal(10) ** -prec
+
+    with pytest.raises(ArithmeticError, match="^tail probability not resolved: it may have a finite binary expansion$"):
+        _floor_word(bounds, 1)
+
+
 def test_bernoulli_compares_words_and_settles_ties_with_further_digits():
     first, second = LaplaceNoise(2.0).tail_digit(3, 1), LaplaceNoise(2.0).tail_digit(3, 2)
     # one word per cell (below, above, tie, tie), then the ties' next words; the kept cells' geometrics
@@ -179,11 +250,38 @@ def test_bad_arguments_are_refused(sampler, k, t):
         sampler(LaplaceNoise(1.0), k, t)
 
 
+@pytest.mark.parametrize("sampler", [threshold_cells, sparse_threshold_cells])
+def test_a_bad_cell_count_is_refused_with_its_reason(sampler):
+    with pytest.raises(ValueError, match="^k must be a non-negative integer, got -1$"):
+        sampler(LaplaceNoise(1.0), -1, 3)
+
+
 def test_no_cells_and_a_proposal_out_of_range():
+    """``sigma²/t`` is the conditional sampler's proposal scale: up to the geometric sampler's ``MAX_SCALE`` and no
+    further (kills ``>=`` for ``>`` and the refusal without its reason)."""
     positions, values = threshold_cells(LaplaceNoise(1.0), 0, 3)
     assert positions.size == 0 and values.size == 0
-    with pytest.raises(ValueError):
-        GaussianNoise(40.0).draw_at_least(1, 1)  # sigma²/t beyond the geometric sampler's range
+    assert (GaussianNoise(32.0, SeededBits(3)).draw_at_least(1, 50) >= 1).all()  # 32**2 / 1 = MAX_SCALE
+    with pytest.raises(ValueError, match=r"^sigma²/t = 1056.25 exceeds the geometric sampler's MAX_SCALE 1024.0$"):
+        GaussianNoise(32.5).draw_at_least(1, 1)
+
+
+def test_a_proposal_scale_that_float_rounds_down_is_rounded_up():
+    """Where ``float(sigma²/t)`` lies below ``sigma²/t``, the proposal scale is the next float up (a scale below
+    ``sigma²/t`` could make an acceptance probability exceed 1). Kills the mutants of that branch, which it reaches
+    only for such (sigma, t)."""
+    sigma, t = next((s, t) for s in (3.0, 5.0, 7.0, 11.0) for t in range(2, 40)
+                    if Fraction(float(Fraction(s) ** 2 / t)) < Fraction(s) ** 2 / t)
+    assert (GaussianNoise(sigma, SeededBits(4)).draw_at_least(t, 200) >= t).all()
+
+
+def test_a_seeded_gaussian_law_draws_only_from_its_seed():
+    """Every draw of a Gaussian law (its values and the conditional sampler's proposals) comes from the source it
+    was given. Kills the mutants that build its samplers on the OS source instead: audits would no longer be
+    reproducible."""
+    a, b = GaussianNoise(3.0, SeededBits(8)), GaussianNoise(3.0, SeededBits(8))
+    assert np.array_equal(a.draw(100), b.draw(100))
+    assert np.array_equal(a.draw_at_least(2, 100), b.draw_at_least(2, 100))
 
 
 def test_the_float_skip_is_never_sure_of_a_count_the_word_rounding_can_change():
