@@ -290,7 +290,7 @@ def sparse_threshold_cells(law: ThresholdNoise, k: int, t: int) -> tuple[np.ndar
         pos = end + np.cumsum(gaps + 1)
         found.append(pos[pos < k])
         end = int(pos[-1])
-    positions = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    positions = np.concatenate(found)  # the loop runs at least once: end starts at -1 < k
     return positions, law.draw_at_least(t, positions.size)
 
 

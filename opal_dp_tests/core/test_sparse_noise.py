@@ -168,6 +168,68 @@ def test_exact_skip_counts_right_from_either_side_of_its_guess(side):
     assert 0 < guessed_low < 40  # both kinds of guess were met
 
 
+def test_the_float_skip_is_sure_only_of_the_exact_count_near_every_power():
+    """Words at 1 to 10**8 units of ``2**-64`` on either side of ``a**n`` for ``n`` in 1..150 (``p = 0.15`` given
+    exactly): the float path must give the exact count ``#{j : u < floor(a**j 2**64)}`` and, where unsure, the exact
+    path must settle it without further words (none of these words straddles a power). The relative margin decides
+    near the larger powers, the word's own slack near the smaller ones (``a**n < 3e-5``). Kills the mutants that
+    narrow ``R``'s interval (``u - 2**12`` for the top) or the relative margin on either end (``x_lo / (1 - 1e-12)``,
+    ``x_lo (1 + 1e-12)``, ``x_hi / (1 + 1e-12)``, ``x_hi (1 - 1e-12)``): each is sure of a wrong count next to a
+    power."""
+    p = Decimal("0.15")
+    with localcontext() as ctx:
+        ctx.prec = 200
+        floors = [int((1 - p) ** j * Decimal(2) ** 64) for j in range(1, 300)]
+    offsets = (1, 2, 3, 100, 4095, 4096, 4097, 8193, 10**5, 10**6, 5 * 10**6, 10**7, 10**8)
+    words = sorted({floors[n - 1] + side * d for n in range(1, 151) for d in offsets for side in (-1, 1)})
+    expected = [sum(u < f for f in floors) for u in words]
+    n = _failures(ScriptedBits([]), np.array(words, dtype=np.uint64), math.log1p(-0.15), lambda prec: (p, p), 10**9)
+    assert n.tolist() == expected
+
+
+def test_the_word_zero_is_never_taken_as_sure():
+    """``u = 0`` leaves ``R`` in ``[0, 2**-64)``, where the count has no upper bound: the exact path must read further
+    words. At ``a = 1e-10`` the float path's interval for ``u = 0`` would claim a count of 1; the next words
+    ``0, 2**63`` put ``R`` in ``[2**-129, 2**-128)``, between ``a**4`` and ``a**3``: the count is 3. Kills ``u >= 0``
+    for ``u > 0``."""
+    p = 1 - Decimal("1e-10")
+    bits = ScriptedBits([0, 2**63])
+    n = _failures(bits, np.zeros(1, dtype=np.uint64), math.log1p(-float(p)), lambda prec: (p, p), 10**9)
+    assert n.tolist() == [3] and bits.remaining == 0
+
+
+def test_sparse_cells_pass_one_after_another_across_batches():
+    """Words of all ones make every cell pass (``R >= a``: no failure before each success), so ``k = 100`` cells at
+    ``p = 0.45`` take two batches of words: the positions are 0..99, each once, and their values ``t`` (geometric 0).
+    Kills the mutant that starts the second batch at the first batch's second-to-last success (a cell twice)."""
+    law = LaplaceNoise(5.0, ScriptedBits([UINT64_MAX] * 1000))
+    positions, values = sparse_threshold_cells(law, 100, 1)
+    assert positions.tolist() == list(range(100)) and values.tolist() == [1] * 100
+
+
+def test_sparse_cells_settle_a_straddling_word_with_the_laws_own_bits_and_tail():
+    """A first word straddling ``a**5`` sends the sparse sampler to its exact path, which must read the next word from
+    the law's own source and narrow the law's own tail bounds. With ``k = 8`` the batch is 17 words: the straddling
+    one, then all ones (no failures); the word after the batch settles the count at 5, so cells 5, 6 and 7 pass and
+    their values read three more words (all ones: geometric 0, value ``t``). Kills the mutants that hand the exact
+    path no source, no bounds, or bounds of another threshold or precision."""
+    law = LaplaceNoise(3.0)
+    with localcontext() as ctx:
+        ctx.prec = 120
+        lo, hi = law.tail_bounds(4, 110)
+        power = (1 - (lo + hi) / 2) ** 5 * Decimal(2) ** 64
+        u = int(power)
+        w = int((power - u) * Decimal(2) ** 64) - 1
+    bits = ScriptedBits([u] + [UINT64_MAX] * 16 + [w] + [UINT64_MAX] * 3)
+    positions, values = sparse_threshold_cells(LaplaceNoise(3.0, bits), 8, 4)
+    assert positions.tolist() == [5, 6, 7] and values.tolist() == [4, 4, 4] and bits.remaining == 0
+
+
+def test_a_bad_threshold_is_refused_with_its_reason():
+    with pytest.raises(ValueError, match="^threshold t must be an integer >= 1, got 0$"):
+        threshold_cells(LaplaceNoise(1.0), 4, 0)
+
+
 def test_bernoulli_keeps_reading_words_while_they_tie_with_their_keys_digits():
     """Two keys, each tied with its own first and second digits, decided by the third word. Kills the mutants that
     read a tied key's digits without its key, or go to the wrong next digit (``j = 1``, ``j -= 1``, ``j += 2``)."""
