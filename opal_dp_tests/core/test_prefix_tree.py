@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -32,6 +33,47 @@ def test_budget_split_adds_up_to_epsilon(hybrid):
         assert p["epsilon_generalised"] == pytest.approx(2 * 0.25 / f)
         assert p["scale_generalised"] >= 1 / p["epsilon_generalised"]
         assert p["theta_generalised"] >= 4 * math.sqrt(2) * p["scale_generalised"]
+
+
+def _smallest_scale(epsilon: float) -> float:
+    scale = float(1 / Fraction(epsilon))
+    return scale if Fraction(scale) >= 1 / Fraction(epsilon) else math.nextafter(scale, math.inf)
+
+
+def _smallest_threshold(scale: float, sds: float, cells: int) -> int:
+    """The least integer theta >= 1 with theta >= sds sqrt(2) scale and cells q**theta/(1+q) <= 0.2, by counting up."""
+    q, theta = math.exp(-1 / scale), 1
+    while theta < sds * math.sqrt(2) * scale or cells * q**theta / (1 + q) > 0.2:
+        theta += 1
+    return theta
+
+
+@pytest.mark.parametrize("taxonomy", [TAXONOMY, Taxonomy(np.array([0, 2]), np.array([2, 3])),
+                                      Taxonomy(np.arange(0, 160_000, 8), np.full(20_000, 8))])
+@pytest.mark.parametrize("epsilon, height, hybrid", [(1.0, 4, True), (1.0, 4, False), (3.0, 3, True), (0.5, 2, True)])
+def test_calibration_is_the_papers_split_with_the_least_safe_scales_and_thresholds(taxonomy, epsilon, height, hybrid):
+    """Every public parameter recomputed here from its definition (the paper's split 2/f and (f-2)/f of each level's
+    epsilon, the least float scale >= 1/epsilon, the least threshold above sds standard deviations that keeps the
+    expected false children <= 0.2, counted up one by one): kills a doubled scale, another number of standard
+    deviations, a tail bound that is not ``q**theta/(1+q)``, renamed keys, and a fan-out between 2 and 3 refused."""
+    f, eps_bar = taxonomy.fan_out, epsilon / height
+    eps_1, eps_2 = (2 * eps_bar / f, (f - 2) * eps_bar / f) if hybrid else (0.0, eps_bar)
+    expected = {"epsilon": epsilon, "height": height, "hybrid": hybrid, "fan_out": f, "epsilon_generalised": eps_1,
+                "epsilon_location": eps_2, "scale_location": _smallest_scale(eps_2)}
+    if hybrid:
+        expected |= {"scale_generalised": _smallest_scale(eps_1),
+                     "theta_generalised": _smallest_threshold(_smallest_scale(eps_1), 4, taxonomy.generalised),
+                     "theta_location": _smallest_threshold(_smallest_scale(eps_2), 2, int(taxonomy.size.max()))}
+    else:
+        expected |= {"theta_location": _smallest_threshold(_smallest_scale(eps_2), 2, taxonomy.symbols)}
+    assert TreeBudget(epsilon, height, hybrid).calibrate(taxonomy) == expected
+
+
+def test_a_scale_up_to_max_scale_and_no_further():
+    assert TreeBudget(2.0**-10, 1, hybrid=False).calibrate(TAXONOMY)["scale_location"] == 1024.0
+    with pytest.raises(ValueError, match=r"^noise scale 1025.0 exceeds the sampler's MAX_SCALE 1024.0: raise epsilon, "
+                                         r"or lower the height or the fan-out$"):
+        TreeBudget(1 / 1025, 1, hybrid=False).calibrate(TAXONOMY)
 
 
 def test_thresholds_bound_the_expected_false_children():
@@ -73,7 +115,9 @@ def test_node_noise_has_the_calibrated_scale(hybrid):
     seqs = np.array([[0, 1, -1]] * 5000 + [[4, 5, 9]] * 3000 + [[7, -1, -1]] * 2000)
     truth = {(1, 0): 5000, (1, 4): 3000, (1, 7): 2000, (2, 1): 5000, (2, 5): 3000, (3, 9): 3000}
     budget = TreeBudget(3.0, 3, hybrid)
-    q = math.exp(-1 / budget.calibrate(TAXONOMY)["scale_location"])
+    scale = 2.5 if hybrid else 1.0  # 1 / eps_2, eps_2 = (f - 2)/f * 3/3 with f = 10/3, or 3/3: not read from the code
+    assert budget.calibrate(TAXONOMY)["scale_location"] == pytest.approx(scale, rel=1e-15)
+    q = math.exp(-1 / scale)
     off = 0
     for seed in range(300):
         tree = build_noisy_prefix_tree(seqs, TAXONOMY, budget, SeededBits(seed))
