@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from opal_dp.core.bits import BitSource, SecureBits
+from opal_dp.core.bits import BitSource
 from opal_dp.core.noise import MAX_SCALE, laplace_scale
 from opal_dp.core.sparse_noise import LaplaceNoise, sparse_threshold_cells
 
@@ -184,13 +184,13 @@ def _measure(keys: np.ndarray, line: int, law: LaplaceNoise, theta: int) -> tupl
 def build_noisy_prefix_tree(
     sequences: np.ndarray, taxonomy: Taxonomy, budget: TreeBudget, bits: BitSource | None = None
 ) -> NoisyTree:
-    """The noisy hybrid-granularity (or, with ``budget.hybrid = False``, plain) prefix tree of ``sequences``."""
+    """The noisy hybrid-granularity (or, with ``budget.hybrid = False``, plain) prefix tree of ``sequences``; noise
+    from ``bits``, or from the OS source when it is None (each law's own ``SecureBits``)."""
     sequences = np.asarray(sequences)
     if sequences.ndim != 2 or sequences.shape[1] < budget.height:
         raise ValueError(f"sequences must be an (n, h >= {budget.height}) array, got shape {sequences.shape}")
     if sequences.size and (sequences.max() >= taxonomy.symbols or sequences.min() < -1):
         raise ValueError("a sequence symbol is outside the taxonomy's alphabet")
-    bits = SecureBits() if bits is None else bits
     params = budget.calibrate(taxonomy)
     taxonomy = taxonomy if budget.hybrid else Taxonomy.flat(taxonomy.symbols)
     law_2 = LaplaceNoise(params["scale_location"], bits)
@@ -202,7 +202,6 @@ def build_noisy_prefix_tree(
     for i in range(budget.height):
         symbol = sequences[:, i].astype(np.int64)
         alive = (node >= 0) & (symbol >= 0)
-        node[~alive] = -1
         gen = taxonomy.of(symbol[alive])
         if budget.hybrid:
             g_points, _ = _measure(node[alive] * taxonomy.generalised + gen, parents * taxonomy.generalised, law_1,
@@ -218,7 +217,7 @@ def build_noisy_prefix_tree(
         points, noisy = _measure(line_keys, int(starts[-1]), law_2, params["theta_location"])
         owner = np.searchsorted(starts, points, side="right") - 1
         levels.append((np.full(len(points), i + 1, dtype=np.int64),
-                       g_parent[owner] + first_row if i else np.full(len(points), -1, dtype=np.int64),
+                       g_parent[owner] + first_row,  # the root's children: 0 + -1
                        taxonomy.first[g_sym[owner]] + points - starts[owner], noisy.astype(np.int64)))
         new = np.full(len(sequences), -1, dtype=np.int64)
         where = np.flatnonzero(alive)[found]

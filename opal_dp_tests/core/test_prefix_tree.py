@@ -4,7 +4,7 @@ recovery with little noise, bad input, and a planted-bug privacy audit."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from opal_dp_tests.audit.prefix_tree_audit import audit_tree
-from opal_dp.core import SeededBits
+from opal_dp.core import SecureBits, SeededBits
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, _measure, build_noisy_prefix_tree
 from opal_dp.core.sparse_noise import LaplaceNoise
 from opal_dp_tests.core.helpers import ALPHA
@@ -88,9 +88,36 @@ def test_fan_out_two_or_less_is_refused():
         TreeBudget(1.0, 2).calibrate(Taxonomy(np.array([0, 2]), np.array([2, 2])))
 
 
+@pytest.mark.parametrize("first, size", [([], []), ([0, 0], [0, 3]), ([1], [3]), ([0, 3], [2, 2])])
+def test_a_taxonomy_that_does_not_cover_the_alphabet_in_order_is_refused(first, size):
+    """Each case breaks one condition alone (no group; an empty group; not starting at 0; a gap): kills the mutants
+    that join two of the conditions with ``and``."""
+    with pytest.raises(ValueError, match=r"^a taxonomy's generalised symbols must cover the symbols 0\.\.\|L\|-1 in "
+                                         r"consecutive ranges$"):
+        Taxonomy(np.array(first, dtype=np.int64), np.array(size, dtype=np.int64))
+
+
+def test_a_taxonomy_holds_integer_arrays_whatever_it_was_given():
+    taxonomy = Taxonomy([0.0, 3.0], [3.0, 4.0])
+    assert taxonomy.first.dtype == taxonomy.size.dtype == np.int64 and taxonomy.first.tolist() == [0, 3]
+
+
+@pytest.mark.parametrize("hybrid", [True, False])
+def test_a_seeded_tree_draws_only_from_its_seed(hybrid, monkeypatch):
+    """Both levels' noise comes from the source given: the OS source is never read, and the same seed gives the same
+    tree, counts as integers. Kills the mutants that build either law on the OS source instead (audits would not be
+    reproducible)."""
+    monkeypatch.setattr(SecureBits, "words", lambda self, n: pytest.fail("the OS source was read"))
+    seqs = np.array([[0, 1, -1]] * 50 + [[4, 5, 9]] * 30 + [[7, -1, -1]] * 20)
+    a, b = (build_noisy_prefix_tree(seqs, TAXONOMY, TreeBudget(1.0, 3, hybrid), SeededBits(12)) for _ in range(2))
+    assert all(np.array_equal(x, y) for x, y in zip(astuple(a), astuple(b)))
+    assert a.noisy.dtype == np.int64
+
+
 def test_bad_sequences_are_refused():
-    with pytest.raises(ValueError, match="outside"):
-        build_noisy_prefix_tree(np.array([[10, -1]]), TAXONOMY, TreeBudget(1.0, 2))
+    for bad in ([[10, -1]], [[1, -2]]):
+        with pytest.raises(ValueError, match="^a sequence symbol is outside the taxonomy's alphabet$"):
+            build_noisy_prefix_tree(np.array(bad), TAXONOMY, TreeBudget(1.0, 2))
     with pytest.raises(ValueError, match="shape"):
         build_noisy_prefix_tree(np.array([[1]]), TAXONOMY, TreeBudget(1.0, 2))
 
@@ -123,6 +150,8 @@ def test_node_noise_has_the_calibrated_scale(hybrid):
         tree = build_noisy_prefix_tree(seqs, TAXONOMY, budget, SeededBits(seed))
         got = {(int(lv), int(s)): int(c) for lv, s, c in zip(tree.level, tree.symbol, tree.noisy)}
         off += sum(got[k] != n for k, n in truth.items())  # busy nodes: always present
+        nodes = list(zip(tree.level.tolist(), tree.parent.tolist(), tree.symbol.tolist()))
+        assert len(set(nodes)) == len(nodes) and set(tree.parent[tree.level == 1].tolist()) == {-1}
     assert stats.binomtest(off, 6 * 300, 2 * q / (1 + q)).pvalue > ALPHA
 
 
