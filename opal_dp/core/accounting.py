@@ -118,8 +118,6 @@ def within(costs: Sequence[PrivacyCost], epsilon: float, delta: float, rel_tol: 
     if all(c.measure == "approx_dp" for c in costs):
         if math.fsum(c.epsilon for c in costs) <= epsilon * slack and math.fsum(c.delta for c in costs) <= delta * slack:
             return True
-    if not costs:
-        return True
     spent = compose(costs, delta_target=delta)
     return spent.epsilon <= epsilon * slack and spent.delta <= delta * slack
 

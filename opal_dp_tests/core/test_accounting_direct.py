@@ -4,6 +4,7 @@ composition and its conversion, checked against the Canonne-Kamath-Steinke bound
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -19,26 +20,27 @@ def cks_delta(epsilon: float, rho: float) -> float:
     return float(np.exp(log_delta.min()))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"measure": "pure", "epsilon": 1.0, "rho": 0.0, "delta": 0.0},
-    {"measure": "approx_dp", "epsilon": -1.0, "rho": 0.0, "delta": 0.0},
-    {"measure": "approx_dp", "epsilon": math.nan, "rho": 0.0, "delta": 0.0},
-    {"measure": "approx_dp", "epsilon": math.inf, "rho": 0.0, "delta": 0.0},
-    {"measure": "approx_dp", "epsilon": True, "rho": 0.0, "delta": 0.0},
-    {"measure": "approx_dp", "epsilon": 1.0, "rho": 0.0, "delta": 1.0},
-    {"measure": "approx_dp", "epsilon": 0.0, "rho": 0.0, "delta": 0.1},
-    {"measure": "approx_dp", "epsilon": 1.0, "rho": 0.5, "delta": 0.0},
-    {"measure": "zcdp", "epsilon": 1.0, "rho": 0.5, "delta": 0.0},
-    {"measure": "zcdp", "epsilon": 0.0, "rho": 0.0, "delta": 0.0},
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"measure": "pure", "epsilon": 1.0, "rho": 0.0, "delta": 0.0}, "measure must be approx_dp or zcdp, got 'pure'"),
+    ({"measure": "approx_dp", "epsilon": -1.0, "rho": 0.0, "delta": 0.0}, "epsilon must be a finite number >= 0, got -1.0"),
+    ({"measure": "approx_dp", "epsilon": math.nan, "rho": 0.0, "delta": 0.0}, "epsilon must be a finite number >= 0, got nan"),
+    ({"measure": "approx_dp", "epsilon": math.inf, "rho": 0.0, "delta": 0.0}, "epsilon must be a finite number >= 0, got inf"),
+    ({"measure": "approx_dp", "epsilon": True, "rho": 0.0, "delta": 0.0}, "epsilon must be a finite number >= 0, got True"),
+    ({"measure": "approx_dp", "epsilon": 1.0, "rho": 0.0, "delta": 1.0}, "delta must be < 1, got 1.0"),
+    ({"measure": "approx_dp", "epsilon": 0.0, "rho": 0.0, "delta": 0.1}, "an approx_dp cost has epsilon > 0 and rho = 0"),
+    ({"measure": "approx_dp", "epsilon": 1.0, "rho": 0.5, "delta": 0.0}, "an approx_dp cost has epsilon > 0 and rho = 0"),
+    ({"measure": "zcdp", "epsilon": 1.0, "rho": 0.5, "delta": 0.0}, "a zcdp cost has rho > 0 and epsilon = 0"),
+    ({"measure": "zcdp", "epsilon": 0.0, "rho": 0.0, "delta": 0.0}, "a zcdp cost has rho > 0 and epsilon = 0"),
 ])
-def test_invalid_costs_are_refused(kwargs):
-    with pytest.raises(ValueError):
+def test_invalid_costs_are_refused_with_their_reason(kwargs, reason):
+    with pytest.raises(ValueError, match=f"^{re.escape(reason)}$"):
         PrivacyCost(**kwargs)
 
 
 def test_nothing_composed_costs_nothing():
     g = compose([])
-    assert (g.epsilon, g.delta, g.rho) == (0.0, 0.0, None)
+    assert (g.epsilon, g.delta, g.rho, g.composition) == (0.0, 0.0, None, "nothing released")
+    assert within([], 0.0, 0.0)
 
 
 def test_approx_dp_costs_add_up():
@@ -51,8 +53,10 @@ def test_approx_dp_costs_add_up():
 
 
 def test_zcdp_needs_a_delta_target():
-    for target in (None, 0.0, 1.0):
-        with pytest.raises(ValueError, match="delta_target"):
+    with pytest.raises(ValueError, match=r"^composing zCDP needs a delta_target in \(0, 1\), got None$"):
+        compose([PrivacyCost.zcdp(0.1, 0.0)])
+    for target in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^delta_target must lie in \(0, 1\), got {target}$"):
             compose([PrivacyCost.zcdp(0.1, 0.0)], delta_target=target)
 
 
@@ -113,4 +117,5 @@ def test_within_holds_both_coordinates_of_the_cap():
     assert within(mixed, 100.0, 3e-7)
     assert not within(mixed, 100.0, 2e-7)  # the pieces' own deltas use the whole target: epsilon is infinite
     assert not within(mixed, compose(mixed, 3e-7).epsilon * 0.999, 3e-7)
+    assert within(mixed, compose(mixed, 3e-7).epsilon, 3e-7)  # equality fits through compose too
     assert within([], 1e-9, 1e-12)
