@@ -230,6 +230,24 @@ def test_a_bad_threshold_is_refused_with_its_reason():
         threshold_cells(LaplaceNoise(1.0), 4, 0)
 
 
+@pytest.mark.parametrize("side", [-1, 1])
+def test_exact_skip_is_not_fooled_by_a_power_a_hair_from_a_words_end(side):
+    """``a**20`` placed ``1e-57`` (relative) below (``side = -1``) or above a multiple ``W 2**-64``, with ``p`` given
+    exactly (to 200 digits): the first word's interval ends on that multiple, on the far side of ``a**20`` from where
+    ``R`` lies, and further words (all ones, or all zeros) must carry ``R`` past the hair before the count is sure.
+    The enclosure of ``a`` is widened once and then raised to the 20th power: turned inward, the error grows 20-fold
+    and outweighs the two other widenings (of ``R`` and of the comparison), so the count is wrongly sure at the first
+    word. Kills the mutants that turn ``a``'s widening inward on either end."""
+    with localcontext() as ctx:
+        ctx.prec = 200
+        w = int(Decimal("0.85") ** 20 * Decimal(2) ** 64)
+        power = Decimal(w) / Decimal(2) ** 64 * (1 + side * Decimal("1e-57"))
+        p = 1 - power ** (Decimal(1) / 20)
+    word, after, expected = (w - 1, UINT64_MAX, 19) if side < 0 else (w, 0, 20)
+    bits = ScriptedBits([after] * 3)
+    assert _exact_failures(bits, word, lambda prec: (p, p), 10**9) == expected and bits.remaining == 0
+
+
 def test_bernoulli_keeps_reading_words_while_they_tie_with_their_keys_digits():
     """Two keys, each tied with its own first and second digits, decided by the third word. Kills the mutants that
     read a tied key's digits without its key, or go to the wrong next digit (``j = 1``, ``j -= 1``, ``j += 2``)."""
