@@ -152,7 +152,7 @@ def release_probability(true_count: int, sigma: float, min_released_count: int) 
     first = int(min_released_count) - int(true_count) - k0  # index of the smallest noise value that releases
     if first <= 0:
         return 1.0
-    return float(mass[first:].sum()) if first < len(mass) else 0.0
+    return float(mass[first:].sum())  # 0.0 beyond the support
 
 
 def error_bound(sigma: float, confidence: float = 0.95) -> int:
