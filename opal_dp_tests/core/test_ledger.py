@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -427,7 +428,10 @@ def test_reuse_is_decided_by_the_input_version_and_one_version_must_give_one_inp
     change; a different input under the same version is an integrity failure, not a silent new charge."""
     ledger = PrivacyLedger(where(), {"trip": (8.0, 1e-6)})
     release(ledger)
-    with pytest.raises(InputVersionMismatch, match="raw-v1"):
+    reason = ("input version 'raw-v1' was already released from a different mechanism input (another bounding key, "
+              "code or configuration?). Nothing was drawn. Release it with a fresh draw (privacy_budget.fresh_draw), "
+              "which is charged anew.")
+    with pytest.raises(InputVersionMismatch, match=re.escape(reason) + "$"):
         begin(ledger, request(fingerprint="other-input"), run_id="run-2")
     assert begin(ledger, request(), run_id="run-2")[0].kind == "reuse"
     assert len(ledger.charges()) == 1
