@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from opal_dp_tests.audit.prefix_tree_audit import audit_tree
-from opal_dp.core import SecureBits, SeededBits
+from opal_dp.core import SecureBits, SeededBits, prefix_tree
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, _measure, build_noisy_prefix_tree
 from opal_dp.core.sparse_noise import LaplaceNoise
 from opal_dp_tests.core.helpers import ALPHA
@@ -112,6 +112,25 @@ def test_a_seeded_tree_draws_only_from_its_seed(hybrid, monkeypatch):
     a, b = (build_noisy_prefix_tree(seqs, TAXONOMY, TreeBudget(1.0, 3, hybrid), SeededBits(12)) for _ in range(2))
     assert all(np.array_equal(x, y) for x, y in zip(astuple(a), astuple(b)))
     assert a.noisy.dtype == np.int64
+
+
+def test_without_noise_the_tree_keeps_exactly_the_prefixes_both_sub_levels_pass(monkeypatch):
+    """The tree's structure with the noise taken out (every measurement exact): at epsilon 3, height 2 the thresholds
+    are 7 (generalised) and 5 (location). Symbol 7 has 6 sequences: enough for its own node, not for its group's, so
+    the hybrid tree drops it; symbol 3 has 4: its group passes (with symbol 4's), it does not, so its continuation
+    ``[3, 5]`` must vanish with it. Kills the mutants that build a hybrid tree on the flat taxonomy (7 kept) or give
+    a sequence whose prefix was dropped another node (``[3, 5]`` counted under ``[4]``)."""
+    def exact(keys, line, law, theta):
+        points, counts = np.unique(keys, return_counts=True)
+        return points[counts >= theta], counts[counts >= theta]
+
+    monkeypatch.setattr(prefix_tree, "_measure", exact)
+    budget = TreeBudget(3.0, 2, hybrid=True)
+    assert (budget.calibrate(TAXONOMY)["theta_generalised"], budget.calibrate(TAXONOMY)["theta_location"]) == (7, 5)
+    seqs = np.array([[0, 1]] * 20 + [[4, 5]] * 20 + [[7, -1]] * 6 + [[3, 5]] * 4)
+    tree = build_noisy_prefix_tree(seqs, TAXONOMY, budget, SeededBits(0))
+    nodes = list(zip(tree.level.tolist(), tree.parent.tolist(), tree.symbol.tolist(), tree.noisy.tolist()))
+    assert nodes == [(1, -1, 0, 20), (1, -1, 4, 20), (2, 0, 1, 20), (2, 1, 5, 20)]
 
 
 def test_bad_sequences_are_refused():
