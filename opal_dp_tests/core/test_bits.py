@@ -1,4 +1,5 @@
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def test_words_shape_dtype(source: BitSource):
 @pytest.mark.parametrize("source", [SecureBits(), SeededBits(1)], ids=["secure", "seeded"])
 @pytest.mark.parametrize("n", [-1, 1.5, True, "3"])
 def test_words_rejects_bad_n(source: BitSource, n):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^n must be a non-negative integer, got {re.escape(repr(n))}$"):
         source.words(n)
 
 
