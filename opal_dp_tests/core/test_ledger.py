@@ -391,6 +391,21 @@ def test_completion_is_first_wins_and_never_twice_by_one_run(ledger: PrivacyLedg
         ledger.complete_many([42], run_id="run-a")
 
 
+def test_a_draw_another_run_completed_does_not_stop_the_rest_of_the_list(ledger: PrivacyLedger) -> None:
+    """Run b resumes two draws, one of which run a completes first: b's completion skips that one and still marks the
+    other stored (kills ``break`` for ``continue``: the second draw would stay pending, and a later run would draw its
+    noise again). A run id that is not a name is refused, naming the argument."""
+    first, second = request("tap_on_time"), request("tap_off_time")
+    a = begin(ledger, first, second, run_id="run-a")
+    b = begin(ledger, first, second, run_id="run-b")
+    assert [d.kind for d in b] == ["resume", "resume"]
+    ledger.complete_many([a[0].draw.id], run_id="run-a")
+    ledger.complete_many([d.draw.id for d in b], run_id="run-b")
+    assert sorted((d.status, d.completed_by) for d in ledger.draws()) == [("complete", "run-a"), ("complete", "run-b")]
+    with pytest.raises(LedgerError, match="^run_id must be a non-empty string, got ' '$"):
+        ledger.complete_many([], run_id=" ")
+
+
 @pytest.mark.parametrize("draw_id", ["1", True, 1.0])
 def test_only_an_int_draw_id_completes_a_draw(ledger: PrivacyLedger, draw_id: object) -> None:
     """A draw is marked stored only by its own id: kills the id check weakened to ``and`` (SQLite would then match the
