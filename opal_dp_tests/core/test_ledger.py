@@ -391,6 +391,17 @@ def test_completion_is_first_wins_and_never_twice_by_one_run(ledger: PrivacyLedg
         ledger.complete_many([42], run_id="run-a")
 
 
+def test_begin_many_reuses_by_default_and_names_a_bad_run_id(ledger: PrivacyLedger) -> None:
+    """Called as the release steps call it (no ``fresh``), a stored draw of the same release is reused, never charged
+    again (kills a default of ``fresh=True``: every rerun would charge anew); a run id that is not a name is refused,
+    naming the argument."""
+    release(ledger)
+    (again,) = ledger.begin_many([request()], run_id="run-2")
+    assert again.kind == "reuse" and len(ledger.charges()) == 1
+    with pytest.raises(LedgerError, match="^run_id must be a non-empty string, got ''$"):
+        ledger.begin_many([request()], run_id="")
+
+
 def test_a_draw_another_run_completed_does_not_stop_the_rest_of_the_list(ledger: PrivacyLedger) -> None:
     """Run b resumes two draws, one of which run a completes first: b's completion skips that one and still marks the
     other stored (kills ``break`` for ``continue``: the second draw would stay pending, and a later run would draw its
