@@ -109,7 +109,7 @@ def test_a_window_reaches_the_last_day_of_the_horizon_after_the_charge(where) ->
 
 def test_every_window_touching_a_charge_is_checked_not_only_the_first(where) -> None:
     """Day 0 costs 1 and day 40 costs 3; a charge of 2 on day 20 fits the window day 0..29 (3) but not day 20..49
-    (5 > 4.5). Kills the ``_windows`` mutant ``key = None``, which checks only the earliest window."""
+    (5 > 4.5): the refusal must come from the later window."""
     ledger = PrivacyLedger(where(), WIDE, person_cap=(4.5, 1e-6), horizon_days=30)
     release(ledger, request(unit="card_day", day=day(0), cost=PrivacyCost.approx_dp(1.0, 0.0)),
             request(unit="card_day", day=day(40), cost=PrivacyCost.approx_dp(3.0, 0.0)))
@@ -272,3 +272,20 @@ def _make_schema_2(location: str) -> None:
     with backend.connect() as conn:
         for statement in statements:
             conn.execute(statement)
+
+
+def test_a_releases_person_window_spans_its_first_to_its_last_date(where) -> None:
+    """``person_window`` is ``person_spend`` from the earliest to the latest of a release's dates, whatever their order:
+    charges on days 0, 30, 60 and 90 cost 2, 1, 3 and 2 under a 10-day horizon, so the worst window over days 60..90
+    is 3 but over 75..90 only 2, and over 0..60 it is 3 but over 0..15 only 2. Kills the mutants that take the
+    second date as the first, or the second or the last but one as the last."""
+    ledger = PrivacyLedger(where(), WIDE, person_cap=(10.0, 1e-6), horizon_days=10)
+    release(ledger, *(request(unit="card_day", day=day(n), cost=PrivacyCost.approx_dp(e, 0.0))
+                      for n, e in ((0, 2.0), (30, 1.0), (60, 3.0), (90, 2.0))))
+    for dates in ([day(90), day(60), day(75)], [day(15), day(0), day(60)]):
+        spend = ledger.person_window(dates)
+        assert spend == ledger.person_spend(min(dates), max(dates)) and spend.guarantee.epsilon == 3.0
+    with pytest.raises(LedgerError, match="^person_window needs at least one date$"):
+        ledger.person_window([])
+    with pytest.raises(LedgerError, match=f"^empty date range {day(5)}..{day(4)}$"):
+        ledger.person_spend(day(5), day(4))
