@@ -529,7 +529,9 @@ def test_a_missing_ledger_beside_published_releases_is_a_refused_reset(where) ->
     assert not open_backend(path).exists()
     ledger = PrivacyLedger(path, CAPS, published={"cafe" * 8: {1, 2}}, acknowledge_reset="disk lost, budget restarted")
     (reset,) = ledger.resets()
+    assert set(reset) == {"acknowledged_at", "reason", "ledger_ids", "missing_draws"}  # as the statement prints them
     assert reset["reason"] == "disk lost, budget restarted" and reset["ledger_ids"] == ["cafe" * 8]
+    assert reset["missing_draws"] == 0 and reset["acknowledged_at"][:2] == "20"
     assert PrivacyLedger(path, CAPS, published={"cafe" * 8: {1, 2}}).resets() == [reset]  # acknowledged once
 
 
