@@ -143,8 +143,23 @@ def test_the_threshold_follows_the_noise_scale_and_the_domain():
 
 
 def test_a_tree_rejects_a_cell_without_a_parent():
-    with pytest.raises(ValueError):
-        Tree((np.zeros(2, np.int64), np.array([0, 2])))
+    reason = "^every level-1 cell's parent must be the root, every finest cell's a level-1 cell$"
+    for parents in ((np.zeros(2, np.int64), np.array([0, 2])), (np.array([0, 1]), np.array([0, 1]))):
+        with pytest.raises(ValueError, match=reason):
+            Tree(parents)
+
+
+def test_level_counts_are_integer_sums_also_for_an_empty_last_cell():
+    """A level-1 cell with no finest cells (the last one here) counts 0, and every level holds integers whatever the
+    input's type. Kills the count without ``minlength`` (the last cell lost) and the levels left as floats; a count
+    vector of the wrong length is refused, naming the length needed."""
+    tree = Tree(([0.0, 0.0, 0.0], [0.0, 0.0, 1.0]))
+    assert all(p.dtype == np.int64 for p in tree.parents)
+    levels = tree.level_counts([1.0, 2.0, 3.0])
+    assert [level.tolist() for level in levels] == [[6], [3, 3, 0], [1, 2, 3]]
+    assert all(level.dtype == np.int64 for level in levels)
+    with pytest.raises(ValueError, match=r"^need one count per finest cell \(3\), got shape \(4,\)$"):
+        tree.level_counts([1, 2, 3, 4])
 
 
 def _noise_shares(measure_fn, runs: int, seed: int) -> list[tuple[float, float, int]]:
