@@ -236,6 +236,8 @@ def test_scopes_have_separate_budgets(ledger: PrivacyLedger) -> None:
     release(ledger, *all_marginals(mode="train"))
     assert ledger.spend("trip", "2016-07-25|train") == ledger.spend("trip", "2016-07-25|bus")
     assert ledger.spend("trip", "2016-07-26|bus").epsilon == 0.0
+    with pytest.raises(LedgerError, match="^scope must be a non-empty string, got ''$"):
+        ledger.spend("trip", "")
 
 
 def test_targeted_reads_return_exactly_what_the_full_reads_hold_for_those_ids_and_scopes(ledger: PrivacyLedger) -> None:
