@@ -535,6 +535,8 @@ def test_a_missing_ledger_beside_published_releases_is_a_refused_reset(where) ->
     assert reset["reason"] == "disk lost, budget restarted" and reset["ledger_ids"] == ["cafe" * 8]
     assert reset["missing_draws"] == 0 and reset["acknowledged_at"][:2] == "20"
     assert PrivacyLedger(path, CAPS, published={"cafe" * 8: {1, 2}}).resets() == [reset]  # acknowledged once
+    with pytest.raises(LedgerResetRefused, match=f"releases published under other ledger\\(s\\) {'beef' * 8}, {'dead' * 8}\\."):
+        PrivacyLedger(path, CAPS, published={"dead" * 8: {1}, "beef" * 8: {2}})  # each named, in order
 
 
 def test_an_emptied_or_replaced_ledger_is_a_refused_reset(where) -> None:
