@@ -535,7 +535,10 @@ def test_a_missing_ledger_beside_published_releases_is_a_refused_reset(where) ->
     assert reset["reason"] == "disk lost, budget restarted" and reset["ledger_ids"] == ["cafe" * 8]
     assert reset["missing_draws"] == 0 and reset["acknowledged_at"][:2] == "20"
     assert PrivacyLedger(path, CAPS, published={"cafe" * 8: {1, 2}}).resets() == [reset]  # acknowledged once
-    with pytest.raises(LedgerResetRefused, match=f"releases published under other ledger\\(s\\) {'beef' * 8}, {'dead' * 8}\\."):
+    refusal = (f"the privacy ledger {ledger.location} does not account for what was published: releases published "
+               f"under other ledger(s) {'beef' * 8}, {'dead' * 8}. Using it would reset the budget of those releases. "
+               "Restore the right ledger, or acknowledge the reset explicitly with a reason.")
+    with pytest.raises(LedgerResetRefused, match=f"^{re.escape(refusal)}$"):
         PrivacyLedger(path, CAPS, published={"dead" * 8: {1}, "beef" * 8: {2}})  # each named, in order
 
 
