@@ -126,6 +126,12 @@ def test_exact_skip_agrees_with_the_floor_of_the_logarithm():
 
 
 
+def _first_two_words(power: Decimal) -> tuple[int, int]:
+    """The integer part of ``power`` (a value times 2**64) and the next 64 bits of its fraction."""
+    u = int(power)
+    return u, int((power - u) * Decimal(2) ** 64)
+
+
 @pytest.mark.parametrize("side, expected", [(-1, 5), (1, 4)])
 def test_exact_skip_reads_further_words_where_the_first_straddles_a_power(side, expected):
     """A first word ``u = floor(a**5 * 2**64)`` leaves ``R`` on either side of ``a**5`` (``a = 1 - p``): the next word,
@@ -138,8 +144,8 @@ def test_exact_skip_reads_further_words_where_the_first_straddles_a_power(side, 
         ctx.prec = 120
         lo, hi = law.tail_bounds(4, 110)
         power = (1 - (lo + hi) / 2) ** 5 * Decimal(2) ** 64
-        u = int(power)
-        w = int((power - u) * Decimal(2) ** 64) + side
+        u, w = _first_two_words(power)
+        w += side
     bits = ScriptedBits([w])
     assert _exact_failures(bits, u, bounds, 10**9) == expected and bits.remaining == 0
 
@@ -156,8 +162,8 @@ def test_exact_skip_counts_right_from_either_side_of_its_guess(side):
         with localcontext() as ctx:
             ctx.prec = 200
             power = (1 - p) ** n * Decimal(2) ** 64
-            u = int(power)
-            w = int((power - u) * Decimal(2) ** 64) + side
+            u, w = _first_two_words(power)
+            w += side
             ctx.prec = 60  # the first guess of ``_exact_failures``, as it computes it
             slack = Decimal(10) ** -55
             r_hi, a_hi = (u + 1) / Decimal(2) ** 64 * (1 + slack), (1 - p) * (1 + slack)
@@ -218,8 +224,8 @@ def test_sparse_cells_settle_a_straddling_word_with_the_laws_own_bits_and_tail()
         ctx.prec = 120
         lo, hi = law.tail_bounds(4, 110)
         power = (1 - (lo + hi) / 2) ** 5 * Decimal(2) ** 64
-        u = int(power)
-        w = int((power - u) * Decimal(2) ** 64) - 1
+        u, w = _first_two_words(power)
+        w -= 1
     bits = ScriptedBits([u] + [UINT64_MAX] * 16 + [w] + [UINT64_MAX] * 3)
     positions, values = sparse_threshold_cells(LaplaceNoise(3.0, bits), 8, 4)
     assert positions.tolist() == [5, 6, 7] and values.tolist() == [4, 4, 4] and bits.remaining == 0
