@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.core import SecureBits
-from opal_dp.network import MODES
+from opal_dp.network import MODES, per_stop_list
 from opal_dp.prep.binning import stop_labels
 from opal_dp.prep.schemas import UNKNOWN_LABEL
 
@@ -116,6 +116,12 @@ class TripAlphabet:
             raise ValueError(f"trip ({np.asarray(mode)[i]}, {np.asarray(origin)[i]}, {np.asarray(destination)[i]}) "
                              "is outside the public OD alphabet of the reference stop list")
         return ids
+
+
+@per_stop_list
+def trip_alphabet(stops: pd.DataFrame) -> TripAlphabet:
+    """``TripAlphabet.from_stops``, built once per stop list in a process (shared: read-only)."""
+    return TripAlphabet.from_stops(stops)
 
 
 def card_day_sequences(binned: pd.DataFrame, alphabet: TripAlphabet, height: int) -> np.ndarray:

@@ -50,7 +50,7 @@ from pandas.api.types import union_categoricals
 from opal_dp.network import MODES, load_stops
 from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs, reserve_private
 from opal_dp.prep.binning import window_label
-from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.private_files import fsync_folder
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
@@ -519,7 +519,7 @@ def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od:
         hierarchy = "hierarchy" in od if od is not None else "level" in _header(folder / "od.csv").rstrip("\n").split(",")
         runs = [[day, day]]
         section = {"date_runs": runs, "files": sorted(extra), **({"hierarchy": {"date_runs": runs}} if hierarchy else {})}
-        problems = validate_od(folder, section, TripAlphabet.from_stops(load_stops()))
+        problems = validate_od(folder, section, trip_alphabet(load_stops()))
         if problems:
             raise PublishedFormatError(f"{folder}: " + "; ".join(problems))
 

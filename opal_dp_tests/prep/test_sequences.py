@@ -7,12 +7,31 @@ import pandas as pd
 import pytest
 
 from opal_dp.network import MODES, load_stops
-from opal_dp.prep.sequences import PAD, TripAlphabet, card_day_sequences, from_frame, to_frame
+from opal_dp.prep.sequences import PAD, TripAlphabet, card_day_sequences, from_frame, to_frame, trip_alphabet
 
 
 @pytest.fixture(scope="module")
 def alphabet() -> TripAlphabet:
     return TripAlphabet.from_stops(load_stops())
+
+
+def test_the_alphabet_is_built_once_per_stop_list_and_again_for_an_edited_one():
+    """``trip_alphabet`` (``network.per_stop_list``) keys on the stop list's content: an equal copy gets the
+    same alphabet without a rebuild; a renamed stop gets its own, equal to a fresh ``from_stops``."""
+    stops = load_stops()
+    trip_alphabet.cache_clear()
+    first = trip_alphabet(stops)
+    assert trip_alphabet(stops.copy()) is first
+    assert first.symbols.equals(TripAlphabet.from_stops(stops).symbols)
+    edited = stops.copy()
+    edited.loc[edited["mode"] == "train", "name"] = edited.loc[edited["mode"] == "train", "name"] + " (new)"
+    other = trip_alphabet(edited)
+    assert other is not first
+    assert other.symbols.equals(TripAlphabet.from_stops(edited).symbols)
+    assert not other.symbols.equals(first.symbols)
+    assert trip_alphabet(edited[["mode", "name", "postcode", "stop_id", "lat", "lon"]]) is not other  # columns count
+    trip_alphabet.cache_clear()
+    assert trip_alphabet(stops) is not first
 
 
 def binned(rows):

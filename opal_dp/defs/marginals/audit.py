@@ -14,8 +14,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.prep.sequences import TripAlphabet
-from opal_dp.release.od.hierarchy import OD_HIERARCHY, OdDomain, hierarchy_plan
+from opal_dp.release.od.hierarchy import OD_HIERARCHY, hierarchy_plan, od_domain
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.settings import audit_false_alarm_from_env
 
@@ -24,7 +23,7 @@ def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, refere
                      alpha: float) -> tuple[bool, dict]:
     """The OD hierarchy's measurement against every hierarchy charge the ledger holds (``audit.hierarchy``)."""
     stops = reference.stops()
-    plan = hierarchy_plan(privacy_budget, OdDomain.from_stops(stops, TripAlphabet.from_stops(stops)))
+    plan = hierarchy_plan(privacy_budget, od_domain(stops))
     charges = [c for c in privacy_budget.ledger(storage).charges() if c.marginal.split(" ")[0] == OD_HIERARCHY]
     reports = audit_charges(charges, plan.budget, alpha=alpha)
     return all(r.passed for r in reports.values()), {"od_hierarchy_audit": dg.MetadataValue.json(

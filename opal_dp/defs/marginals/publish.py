@@ -18,10 +18,10 @@ from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.prep.binning import location_labels
 from opal_dp.prep.failed_days import failed_days
-from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
-from opal_dp.release.od.hierarchy import OdDomain, hierarchy_plan
+from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
 from opal_dp.release.od.hierarchy_publish import hierarchy_gate
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_section
@@ -171,8 +171,8 @@ def _date_files(changed: list[str], dates: dict[str, dict], releases: dict[str, 
     """Each changed date, gated (its marginals against the ledger, every blocking check, its OD tree and hierarchy),
     in published form, one date at a time."""
     stops = reference.stops()
-    alphabet = TripAlphabet.from_stops(stops)
-    plan = hierarchy_plan(privacy_budget, OdDomain.from_stops(stops, alphabet)) \
+    alphabet = trip_alphabet(stops)
+    plan = hierarchy_plan(privacy_budget, od_domain(stops)) \
         if privacy_budget.releases_od_hierarchy else None
     for day in changed:
         entry = dates[day]

@@ -17,12 +17,11 @@ from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.versions import raw_input_versions
-from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.hierarchy import (
     ROW_COLUMNS,
-    OdDomain,
     domain_problems,
     hierarchy_plan,
+    od_domain,
     release_od_hierarchy,
     sum_problems,
 )
@@ -52,7 +51,7 @@ def od_hierarchy(context: dg.AssetExecutionContext, trip_sequences: PartitionFra
     destination, count`` plus the ledger ``draw_id`` of each (date, mode)), at ``od_hierarchy_budget`` (rho) per
     date."""
     stops = reference.stops()
-    domain = OdDomain.from_stops(stops, TripAlphabet.from_stops(stops))
+    domain = od_domain(stops)
     plan = hierarchy_plan(privacy_budget, domain)
     days = list(context.partition_keys)
     parts: dict[str, list[pd.DataFrame]] = {day: [] for day in days}

@@ -11,8 +11,8 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import ReferenceNetwork
-from opal_dp.prep.sequences import TripAlphabet, from_frame
-from opal_dp.release.od.hierarchy import OdDomain, hierarchy_plan
+from opal_dp.prep.sequences import from_frame, trip_alphabet
+from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
 from opal_dp.reports.od_hierarchy_evaluation import (
     evaluate,
     hierarchy_counts,
@@ -38,8 +38,8 @@ def od_hierarchy_evaluation(trip_sequences: PartitionFrames, privacy_budget: Pri
     if not days:
         raise dg.Failure(description="no trip_sequences materialised yet")
     stops = reference.stops()
-    alphabet = TripAlphabet.from_stops(stops)
-    domain = OdDomain.from_stops(stops, alphabet)
+    alphabet = trip_alphabet(stops)
+    domain = od_domain(stops)
     plan = hierarchy_plan(privacy_budget, domain)
     sequences = from_frame(trip_sequences[days[0]])
     truth = truth_counts(domain, sequences)

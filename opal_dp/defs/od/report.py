@@ -9,7 +9,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import ReferenceNetwork
-from opal_dp.prep.sequences import TripAlphabet, from_frame
+from opal_dp.prep.sequences import from_frame, trip_alphabet
 from opal_dp.reports.od_evaluation import evaluate, evaluation_plot
 
 QUERIES = 2_000  # per (epsilon, tree, query length); the benchmark runs the paper's 40,000
@@ -29,7 +29,7 @@ def od_evaluation(trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget
     days = materialised(trip_sequences)
     if not days:
         raise dg.Failure(description="no trip_sequences materialised yet")
-    alphabet = TripAlphabet.from_stops(reference.stops())
+    alphabet = trip_alphabet(reference.stops())
     plan = privacy_budget.od_plan(alphabet.groups)
     table = evaluate(from_frame(trip_sequences[days[0]]), plan.taxonomy, heights=(privacy_budget.od_height,),
                      queries=QUERIES, k=20)

@@ -16,7 +16,7 @@ from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.versions import raw_input_versions
-from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents
 from opal_dp.release.od.engine import release_od_days
 
@@ -46,7 +46,7 @@ def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionF
     """The noisy hybrid-granularity prefix tree of each date's card-day sequences, charged to the ledger before
     any noise is drawn, then made consistent (``level, parent, symbol, count, terminal``, plus the ledger
     ``draw_id``). Empty when ``od_release`` is off (nothing charged)."""
-    alphabet = TripAlphabet.from_stops(reference.stops())
+    alphabet = trip_alphabet(reference.stops())
     plan = privacy_budget.od_plan(alphabet.groups)
     out, bad = {}, {name: 0 for name in TREE_CHECKS}
     try:

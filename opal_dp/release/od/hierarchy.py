@@ -41,10 +41,10 @@ from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.hierarchy import Fitted, HierarchyBudget, Measurement, Tree, fit, listing_threshold, measure
 from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger import Charge, Draw, Request
-from opal_dp.network import MODES
+from opal_dp.network import MODES, per_stop_list
 from opal_dp.prep.binning import stop_labels
 from opal_dp.prep.schemas import UNKNOWN_LABEL
-from opal_dp.prep.sequences import PAD, TripAlphabet, district_of, from_frame
+from opal_dp.prep.sequences import PAD, TripAlphabet, district_of, from_frame, trip_alphabet
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 from opal_dp.release.charged import Pending, release_charged
 from opal_dp.release.periods import Periods
@@ -152,6 +152,13 @@ class OdDomain:
             mine = self.symbol_mode == MODES.index(m)
             out[m] = np.bincount(self.symbol_cell[mine], weights=per_symbol[mine], minlength=dom.cells).astype(np.int64)
         return out
+
+
+@per_stop_list
+def od_domain(stops: pd.DataFrame) -> OdDomain:
+    """``OdDomain.from_stops`` with the stop list's alphabet, built once per stop list in a process (shared:
+    read-only)."""
+    return OdDomain.from_stops(stops, trip_alphabet(stops))
 
 
 def tau_for(domain: OdDomain, budget: HierarchyBudget) -> int:

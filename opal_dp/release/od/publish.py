@@ -21,7 +21,7 @@ from opal_dp.core import PrivacyLedger
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents, od_counts, top_sequences
-from opal_dp.release.od.hierarchy import OdDomain
+from opal_dp.release.od.hierarchy import od_domain
 from opal_dp.release.od.hierarchy_publish import (
     hierarchy_markdown,
     hierarchy_statement,
@@ -146,7 +146,7 @@ def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
     """Problems with the published OD files: columns, dates of the statement, locations and sequences inside the
     public alphabet, positive integer counts; a hierarchy ``od.csv`` also adds up level by level."""
     if "hierarchy" in od:
-        problems = validate_hierarchy_csv(folder, dates_of(od["hierarchy"]["date_runs"]), OdDomain.from_stops(load_stops(), alphabet))
+        problems = validate_hierarchy_csv(folder, dates_of(od["hierarchy"]["date_runs"]), od_domain(load_stops()))
     else:
         problems = _validate_tree_od(folder, od, alphabet)
     if "od-sequences.csv" not in od["files"]:
