@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.network import load_stops

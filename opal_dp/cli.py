@@ -33,7 +33,6 @@ from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, priv
 from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.options import Design, Mechanism
-from opal_dp.release.page.catalogue import INDEX_JSON
 from opal_dp.release.publish import latest_release, read_index
 from opal_dp.release.statement.build import stated_design
 

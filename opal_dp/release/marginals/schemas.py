@@ -6,7 +6,6 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY, IngestedTrips
 from opal_dp.release.marginals.tables import Marginal
 from opal_dp.release.options import Design
