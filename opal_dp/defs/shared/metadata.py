@@ -43,6 +43,9 @@ def partition_table(rows: Sequence[dict]) -> dg.TableMetadataValue:
     )
 
 
+READS_OF_DATES = ("get_dynamic_partitions", "has_dynamic_partition")
+
+
 @contextmanager
 def dates_read_once(context: dg.AssetExecutionContext) -> Iterator[None]:
     """Inside it, the step reads the registered service dates from the instance once.
@@ -50,10 +53,14 @@ def dates_read_once(context: dg.AssetExecutionContext) -> Iterator[None]:
     Dagster checks each ``add_asset_metadata(partition_key=...)`` against the step's partition range, and for a
     dynamic partitions definition that reads every registered date from the instance: one query per call, whose
     cost grows with the dates registered (about 0.03 s a call with 98 dates; a weekly release step makes about
-    200 calls, so the step grew by seconds a quarter). No date is registered while a step records its metadata."""
+    200 calls, so the step grew by seconds a quarter). For a (date, mode) range it asks the instance, once per
+    key of the range and call, whether each date is registered (a query each: 0.6 s of a release step at 56
+    partitions). Both answers are read once here. No date is registered while a step records its metadata."""
     instance = context.instance
-    instance.get_dynamic_partitions = functools.cache(instance.get_dynamic_partitions)
+    for read in READS_OF_DATES:
+        setattr(instance, read, functools.cache(getattr(instance, read)))
     try:
         yield
     finally:
-        del instance.get_dynamic_partitions
+        for read in READS_OF_DATES:
+            delattr(instance, read)
