@@ -244,9 +244,9 @@ def fit(tree: Tree, measured: Measurement, sigmas: tuple[float, ...], tau: int) 
     v0, v1, v2 = (s * s for s in sigmas)
     up = tree.parents[1]
     children = np.bincount(up, minlength=tree.sizes[1])
-    z1, var1 = _combine(y1, v1, np.bincount(up, weights=y2, minlength=tree.sizes[1]), np.maximum(children, 1) * v2)
-    z1 = np.where(children > 0, z1, y1)
-    var1 = np.where(children > 0, var1, v1)
+    if (children == 0).any():  # its true count is 0 by construction, and step 2 would have no cell to give it to
+        raise ValueError("every level-1 cell needs at least one finest cell")
+    z1, var1 = _combine(y1, v1, np.bincount(up, weights=y2, minlength=tree.sizes[1]), children * v2)
     z0, _ = _combine(y0, v0, np.array([z1.sum()]), np.array([var1.sum()]))
     total = max(0, int(np.rint(z0[0])))
     root = np.zeros(tree.sizes[1], dtype=np.int64)
