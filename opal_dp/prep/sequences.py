@@ -98,9 +98,23 @@ class TripAlphabet:
         table[(m * len(locs) + o) * len(locs) + d] = np.arange(len(self.symbols), dtype=np.int32)
         return modes, locs, table
 
+    @cached_property
+    def labels(self) -> np.ndarray:
+        """Symbol id -> ``mode:origin>destination``, the form a published sequence writes a trip in."""
+        return (self.symbols["mode"] + ":" + self.symbols["origin"] + ">" + self.symbols["destination"]).to_numpy()
+
     def encode(self, mode, origin, destination) -> np.ndarray:
         """Symbol ids of (mode, origin, destination) triples; a triple outside the public alphabet is an error.
         Categorical inputs are encoded through their categories (one lookup per category, not per row)."""
+        ids = self.lookup(mode, origin, destination)
+        if (ids < 0).any():
+            i = int(np.flatnonzero(ids < 0)[0])
+            raise ValueError(f"trip ({np.asarray(mode)[i]}, {np.asarray(origin)[i]}, {np.asarray(destination)[i]}) "
+                             "is outside the public OD alphabet of the reference stop list")
+        return ids
+
+    def lookup(self, mode, origin, destination) -> np.ndarray:
+        """``encode`` without the error: -1 for a triple outside the public alphabet."""
         modes, locs, table = self._lookup
         codes = []
         for values, labels in ((mode, modes), (origin, locs), (destination, locs)):
@@ -111,10 +125,6 @@ class TripAlphabet:
         known = np.min(codes, axis=0) >= 0
         ids = np.full(len(known), -1, dtype=np.int32)
         ids[known] = table[(codes[0][known] * len(locs) + codes[1][known]) * len(locs) + codes[2][known]]
-        if (ids < 0).any():
-            i = int(np.flatnonzero(ids < 0)[0])
-            raise ValueError(f"trip ({np.asarray(mode)[i]}, {np.asarray(origin)[i]}, {np.asarray(destination)[i]}) "
-                             "is outside the public OD alphabet of the reference stop list")
         return ids
 
 

@@ -77,7 +77,7 @@ def test_od_files_stay_in_the_public_domain(alphabet, tmp_path):
     od = od_counts(tree, alphabet.symbols, "20160725")
     assert set(zip(od["mode"], od["origin"], od["destination"])) >= {("train", "Central", "Town Hall"),
                                                                      ("bus", "2000", "-1")}
-    top = top_sequences(tree, alphabet.symbols, "20160725", 2)
+    top = top_sequences(tree, alphabet.labels, "20160725", 2)
     assert top["sequence"].iloc[0] == "train:Central>Town Hall | train:Town Hall>Central"
     tables = od_tables({"2016-07-25": tree.assign(draw_id=1)}, alphabet, 5)
     for name, frame in tables.items():
@@ -89,6 +89,15 @@ def test_od_files_stay_in_the_public_domain(alphabet, tmp_path):
     bad.loc[0, "origin"] = "Nowhere"
     bad.to_csv(tmp_path / "od.csv", index=False)
     assert any("public domain" in p for p in validate_od(tmp_path, statement, alphabet))
+    bad = tables["od"].copy()
+    bad.loc[bad["mode"] == "train", "mode"] = "ferry"  # train stations are no ferry wharves
+    bad.to_csv(tmp_path / "od.csv", index=False)
+    assert validate_od(tmp_path, statement, alphabet) == ["od.csv: a (mode, origin, destination) outside the public domain"]
+    tables["od"].to_csv(tmp_path / "od.csv", index=False)
+    seqs = tables["od-sequences"].copy()
+    seqs.loc[0, "sequence"] = seqs.loc[0, "sequence"].replace("train:Central>Town Hall", "train:Central>Nowhere")
+    seqs.to_csv(tmp_path / "od-sequences.csv", index=False)
+    assert validate_od(tmp_path, statement, alphabet) == ["od-sequences.csv: a trip outside the public domain"]
     assert any("date" in p for p in validate_od(tmp_path, {"date_runs": [["20160726", "20160726"]], "files": files}, alphabet))
 
 

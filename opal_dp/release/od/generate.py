@@ -134,13 +134,11 @@ def sequences_of(tree: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return out, tree["terminal"].to_numpy(np.int64)[ends]
 
 
-def top_sequences(tree: pd.DataFrame, symbols: pd.DataFrame, day: str, k: int) -> pd.DataFrame:
-    """The ``k`` most frequent sanitized sequences of one date (ties by tree order), trips written
-    ``mode:origin>destination`` and joined by `` | ``."""
+def top_sequences(tree: pd.DataFrame, labels: np.ndarray, day: str, k: int) -> pd.DataFrame:
+    """The ``k`` most frequent sanitized sequences of one date (ties by tree order), trips written as their
+    ``labels`` (``TripAlphabet.labels``: ``mode:origin>destination``) and joined by `` | ``."""
     seqs, counts = sequences_of(tree)
     order = np.argsort(-counts, kind="stable")[:k]
-    text = symbols["mode"] + ":" + symbols["origin"] + ">" + symbols["destination"]
-    labels = text.to_numpy()
     rendered = [" | ".join(labels[s] for s in seq if s >= 0) for seq in seqs[order]]
     return pd.DataFrame({"date": day, "rank": np.arange(1, len(order) + 1), "trips": (seqs[order] >= 0).sum(axis=1),
                          "sequence": rendered, "count": counts[order]})

@@ -80,7 +80,7 @@ def od_tables(trees: Mapping[str, pd.DataFrame], alphabet: TripAlphabet, top: in
         days = sorted(trees)
         od = pd.concat([od_counts(trees[d], alphabet.symbols, _compact(d)) for d in days], ignore_index=True)
         out.setdefault("od", od.sort_values(OD_COLUMNS[:4], ignore_index=True)[OD_COLUMNS])
-        out["od-sequences"] = pd.concat([top_sequences(trees[d], alphabet.symbols, _compact(d), top) for d in days],
+        out["od-sequences"] = pd.concat([top_sequences(trees[d], alphabet.labels, _compact(d), top) for d in days],
                                         ignore_index=True)
     return out
 
@@ -154,9 +154,8 @@ def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
     seqs = pd.read_csv(folder / "od-sequences.csv", dtype=str, keep_default_na=False)
     if list(seqs.columns) != SEQUENCE_COLUMNS:
         return [*problems, f"od-sequences.csv: columns must be {SEQUENCE_COLUMNS}"]
-    labels = set(alphabet.symbols["mode"] + ":" + alphabet.symbols["origin"] + ">" + alphabet.symbols["destination"])
-    trips = [t for s in seqs["sequence"] for t in s.split(" | ")]
-    if any(t not in labels for t in trips):
+    trips = pd.Index([t for s in seqs["sequence"] for t in s.split(" | ")])
+    if not trips.isin(alphabet.labels).all():
         problems.append("od-sequences.csv: a trip outside the public domain")
     return problems + _dates_and_counts("od-sequences.csv", seqs, dates_of(od["date_runs"]))
 
@@ -165,9 +164,8 @@ def _validate_tree_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list
     frame = pd.read_csv(folder / "od.csv", dtype=str, keep_default_na=False)
     if list(frame.columns) != OD_COLUMNS:
         return [f"od.csv: columns must be {OD_COLUMNS}"]
-    known = alphabet.symbols.set_index(["mode", "origin", "destination"]).index
     problems = []
-    if not pd.MultiIndex.from_frame(frame[["mode", "origin", "destination"]]).isin(known).all():
+    if (alphabet.lookup(frame["mode"], frame["origin"], frame["destination"]) < 0).any():
         problems.append("od.csv: a (mode, origin, destination) outside the public domain")
     return problems + _dates_and_counts("od.csv", frame, dates_of(od["date_runs"]))
 
