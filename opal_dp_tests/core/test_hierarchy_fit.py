@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opal_dp.core.hierarchy import Measurement, Tree, fit, round_exact
+from opal_dp.core.hierarchy import Measurement, Tree, fit, round_exact, weighted_projection
 
 CHILDREN = [1, 2, 3, 5]  # a level-1 cell with one child, and larger ones
 SIGMAS = (60.0, 25.0, 10.0)  # the root the noisiest: its estimate leans on the levels below
@@ -110,3 +110,11 @@ def test_an_even_spread_gives_the_extra_units_to_the_first_cells():
     group = np.zeros(3, np.int64)
     assert round_exact(np.zeros(3), group, np.array([5])).tolist() == [2, 2, 1]
     assert round_exact(np.zeros(3), group, np.array([7])).tolist() == [3, 2, 2]
+
+
+def test_the_projection_accepts_a_group_without_cells():
+    """A trailing group without cells and with target 0 leaves the others' projection as it is (kills a total per
+    group counted only up to the last occupied group)."""
+    x = weighted_projection(np.array([1.0, 2.0, 3.0]), np.array([1.0, 3.0, 1.0]), np.array([0, 0, 1]),
+                            np.array([7, 4, 0]))
+    assert np.allclose(x, [2.0, 5.0, 4.0])  # group 0's residual 4 split 1 : 3 by variance; group 1 takes its 1
