@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opal_dp.core.hierarchy import Measurement, Tree, fit, round_exact, weighted_projection
 
@@ -118,3 +120,21 @@ def test_the_projection_accepts_a_group_without_cells():
     x = weighted_projection(np.array([1.0, 2.0, 3.0]), np.array([1.0, 3.0, 1.0]), np.array([0, 0, 1]),
                             np.array([7, 4, 0]))
     assert np.allclose(x, [2.0, 5.0, 4.0])  # group 0's residual 4 split 1 : 3 by variance; group 1 takes its 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 1e6)), min_size=1, max_size=40),
+       st.lists(st.integers(0, 10**7), min_size=6, max_size=6))
+def test_rounding_is_exact_per_group_for_large_targets(cells, targets):
+    """Several groups, values and targets up to millions: each group sums exactly to its target (0 for a group
+    without cells), every count within 1 of its scaled value."""
+    group = np.array([g for g, _ in cells])
+    x = np.array([v for _, v in cells])
+    target = np.array([t if (group == g).any() else 0 for g, t in enumerate(targets)])
+    out = round_exact(x, group, target)
+    assert out.dtype == np.int64 and (out >= 0).all()
+    assert np.bincount(group, weights=out, minlength=6).astype(np.int64).tolist() == target.tolist()
+    mass = np.bincount(group, weights=x, minlength=6)[group]
+    size = np.bincount(group, minlength=6)[group]
+    scaled = np.where(mass > 0, x * target[group] / np.where(mass > 0, mass, 1), target[group] / size)
+    assert (np.abs(out - scaled) < 1 + 1e-6).all()
