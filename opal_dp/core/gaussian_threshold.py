@@ -14,7 +14,11 @@ from opal_dp.core.sensitivity import Sensitivity
 
 
 def sigma_for(rho: float, l2_squared: int) -> float:
-    """The smallest float sigma with ``l2_squared / (2 sigma²) <= rho``, checked in exact rationals."""
+    """The smallest float sigma with ``l2_squared / (2 sigma²) <= rho``, checked in exact rationals.
+
+    The correctly rounded quotient and root are within one float of the exact root: on the smallest such float or
+    one below it, never above, so raising it until the exact check holds ends on the smallest one. (Were the
+    estimate ever above, sigma would be a float too large: more noise, never less.)"""
 
     def within(sigma: float) -> bool:
         return Fraction(l2_squared) / (2 * Fraction(sigma) ** 2) <= Fraction(rho)
@@ -22,8 +26,6 @@ def sigma_for(rho: float, l2_squared: int) -> float:
     sigma = math.sqrt(l2_squared / (2 * rho))
     while not within(sigma):
         sigma = math.nextafter(sigma, math.inf)
-    while within(math.nextafter(sigma, 0.0)):
-        sigma = math.nextafter(sigma, 0.0)
     return sigma
 
 

@@ -77,6 +77,16 @@ def test_opendp_gaussian_threshold_understates_delta():
         4.8096e-5, rel=1e-3)
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.floats(1e-6, 100.0), st.integers(1, 10**6))
+def test_sigma_is_the_smallest_float_that_keeps_rho_for_any_parameters(rho, l2):
+    """The rounding argument of ``sigma_for``'s docstring, checked in exact rationals on arbitrary parameters: the
+    float below the answer breaks rho (kills an answer raised or left a float too high), the answer keeps it."""
+    sigma = sigma_for(rho, l2)
+    assert Fraction(l2) / (2 * Fraction(sigma) ** 2) <= Fraction(rho)
+    assert Fraction(l2) / (2 * Fraction(math.nextafter(sigma, 0)) ** 2) > Fraction(rho)
+
+
 def test_sigma_is_the_smallest_that_keeps_rho():
     for rho, l2 in [(0.25, 56), (0.123, 4), (1.0, 1), (0.01, 3)]:
         sigma = sigma_for(rho, l2)
