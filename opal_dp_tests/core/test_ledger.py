@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,19 @@ def test_delta_cap_is_enforced_too(where) -> None:
     begin(ledger, request(cost=PrivacyCost.approx_dp(1, 1e-7)), request("tap_on_loc", cost=PrivacyCost.approx_dp(1, 1e-7)))
     with pytest.raises(BudgetExceeded):
         begin(ledger, request("tap_off_time", cost=PrivacyCost.approx_dp(1, 1e-9)))
+
+
+def test_times_are_utc_and_a_bad_scope_or_date_is_refused_with_its_reason(tmp_path: Path) -> None:
+    """Kills a record time taken without a time zone (local, no offset), the refusal of an empty scope without the
+    name of what it refuses, and the refusal of a date that is not ISO without its reason."""
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", CAPS)
+    release(ledger)
+    (charge,) = ledger.charges()
+    assert datetime.fromisoformat(charge.created_at).utcoffset() == timedelta(0)
+    with pytest.raises(LedgerError, match=r"^scope must be a non-empty string, got ''$"):
+        ledger.charges(scope="")
+    with pytest.raises(LedgerError, match=r"^expected an ISO service date, got '25/07/2016'$"):
+        begin(ledger, request(day="25/07/2016"))
 
 
 def test_scopes_have_separate_budgets(ledger: PrivacyLedger) -> None:
