@@ -138,13 +138,31 @@ def test_begin_validates_unit_run_and_fresh(ledger: PrivacyLedger) -> None:
         begin(ledger, fresh=1)
 
 
-@pytest.mark.parametrize("caps, match", [({"trip": (0.0, 1e-6)}, "cap epsilon"), ({"trip": (8.0, 1.0)}, "cap delta"),
-                                         ({"trip": (True, 1e-6)}, "cap epsilon"), ({"trip": ("8", 1e-6)}, "cap epsilon")])
-def test_validates_caps(tmp_path: Path, caps: dict, match: str) -> None:
+@pytest.mark.parametrize("kw, refusal", [
+    ({"initial_caps": {"trip": (0.0, 1e-6)}}, "cap epsilon must be a finite number > 0, got 0.0"),
+    ({"initial_caps": {"trip": (8.0, 1.0)}}, "cap delta must be < 1, got 1.0"),
+    ({"initial_caps": {"trip": (True, 1e-6)}}, "cap epsilon must be a finite number > 0, got True"),
+    ({"initial_caps": {"trip": ("8", 1e-6)}}, "cap epsilon must be a finite number > 0, got '8'"),
+    ({"person_cap": (0.0, 1e-6)}, "person cap epsilon must be a finite number > 0, got 0.0"),
+    ({"person_cap": (4.0, 1.0)}, "person cap delta must be < 1, got 1.0"),
+    ({"horizon_days": 0}, "horizon_days must be an integer >= 1, got 0"),
+    ({"horizon_days": True}, "horizon_days must be an integer >= 1, got True"),
+    ({"published": {"": [1]}}, "published ledger id must be a non-empty string, got ''"),
+    ({"acknowledge_reset": " "}, "acknowledge_reset must be a non-empty string, got ' '"),
+])
+def test_validates_the_constructors_arguments_by_name(tmp_path: Path, kw: dict, refusal: str) -> None:
     """A cap is a finite positive number, not a bool or a string (kills the ``_positive`` mutants that let a bool
-    through, or fail on a string with a ``TypeError``)."""
-    with pytest.raises(LedgerError, match=match):
-        PrivacyLedger(tmp_path / "l.sqlite", caps)
+    through, or fail on a string with a ``TypeError``); every refusal names the argument it refuses, exactly (kills
+    the names mislabelled), and nothing is created."""
+    with pytest.raises(LedgerError, match=f"^{re.escape(refusal)}$"):
+        PrivacyLedger(tmp_path / "l.sqlite", **{"initial_caps": CAPS, **kw})
+    assert not (tmp_path / "l.sqlite").exists()
+
+
+def test_the_refusal_of_a_reset_names_the_missing_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "gone.sqlite"
+    with pytest.raises(LedgerResetRefused, match=f"^no privacy ledger at {re.escape(str(path))}, but 1 ledger"):
+        PrivacyLedger(path, CAPS, published={"a" * 32: [1]})
 
 
 # -- caps ----------------------------------------------------------------------------------
