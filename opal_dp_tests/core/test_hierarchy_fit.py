@@ -138,3 +138,15 @@ def test_rounding_is_exact_per_group_for_large_targets(cells, targets):
     size = np.bincount(group, minlength=6)[group]
     scaled = np.where(mass > 0, x * target[group] / np.where(mass > 0, mass, 1), target[group] / size)
     assert (np.abs(out - scaled) < 1 + 1e-6).all()
+
+
+def test_rounding_gives_the_extra_unit_to_the_largest_remainder():
+    """Not to the first or the smallest cell (kills a sort on ``out + x``): 1.1, 2.7, 4.2 of 8 round to 1, 3, 4."""
+    assert round_exact(np.array([1.1, 2.7, 4.2]), np.zeros(3, np.int64), np.array([8])).tolist() == [1, 3, 4]
+
+
+def test_the_projection_reaches_its_target_with_variances_below_one():
+    """The bisection's upper end must let some cell reach the target whatever the variances (kills
+    ``(target - y) * var``, too low an end when every variance is below 1)."""
+    x = weighted_projection(np.zeros(2), np.full(2, 0.25), np.zeros(2, np.int64), np.array([10]))
+    assert np.allclose(x, [5.0, 5.0])
