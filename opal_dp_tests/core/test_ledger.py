@@ -159,10 +159,19 @@ def test_validates_the_constructors_arguments_by_name(tmp_path: Path, kw: dict, 
     assert not (tmp_path / "l.sqlite").exists()
 
 
-def test_the_refusal_of_a_reset_names_the_missing_ledger(tmp_path: Path) -> None:
+def test_the_refusal_of_a_reset_names_the_missing_ledger_and_what_stands_on_it(tmp_path: Path) -> None:
+    """The whole refusal, with the path and both ledger ids (kills another separator and reworded advice)."""
     path = tmp_path / "gone.sqlite"
-    with pytest.raises(LedgerResetRefused, match=f"^no privacy ledger at {re.escape(str(path))}, but 1 ledger"):
-        PrivacyLedger(path, CAPS, published={"a" * 32: [1]})
+    refusal = (f"no privacy ledger at {path}, but 2 ledger(s) ({'a' * 32}, {'b' * 32}) stand behind releases already "
+               "published: starting a new ledger would reset their budget. Restore the ledger, or acknowledge the "
+               "reset explicitly (privacy_budget.acknowledge_ledger_reset / --acknowledge-ledger-reset) with a reason.")
+    with pytest.raises(LedgerResetRefused, match=f"^{re.escape(refusal)}$"):
+        PrivacyLedger(path, CAPS, published={"b" * 32: [1], "a" * 32: [2]})
+
+
+def test_a_horizon_of_one_day_is_accepted(tmp_path: Path) -> None:
+    """The smallest horizon is a day (kills ``<= 1`` and ``< 2``)."""
+    PrivacyLedger(tmp_path / "l.sqlite", CAPS, horizon_days=1)
 
 
 # -- caps ----------------------------------------------------------------------------------
