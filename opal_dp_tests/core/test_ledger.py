@@ -99,14 +99,30 @@ def test_creates_versioned_wal_database_with_an_id(tmp_path: Path) -> None:
     assert PrivacyLedger(tmp_path / "other.sqlite", CAPS).ledger_id != first.ledger_id
 
 
-@pytest.mark.parametrize("version, match", [(99, "schema version 99"), (1, "version-1 ledger")])
-def test_refuses_other_schema_versions(tmp_path: Path, version: int, match: str) -> None:
+@pytest.mark.parametrize("version", [99, 1])
+def test_refuses_other_schema_versions(tmp_path: Path, version: int) -> None:
+    """The whole refusal, with its advice (kills the advice reworded)."""
     path = tmp_path / "ledger.sqlite"
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA user_version = {version}")
     conn.close()
-    with pytest.raises(LedgerError, match=match):
+    refusal = (f"ledger {path} has schema version {version}; this code reads version {SCHEMA_VERSION} (and migrates "
+               "version 2). A version-1 ledger (trip unit, unkeyed fingerprints) cannot be carried forward: keep it "
+               "as the record of the releases it made, move it aside, and start a new ledger with an acknowledged "
+               "reset.")
+    with pytest.raises(LedgerError, match=f"^{re.escape(refusal)}$"):
         PrivacyLedger(path, CAPS)
+
+
+def test_a_new_ledger_records_each_cap_and_why(tmp_path: Path) -> None:
+    """The cap history's first entries, which the statement and `ledger show` print (kills their reasons
+    reworded)."""
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", CAPS)
+    (cap,) = ledger.cap_history("card_day")
+    assert (cap.epsilon, cap.delta, cap.action, cap.reason) == (8.0, 6 * DELTA, "create",
+                                                                "cap at ledger creation (first use of the unit)")
+    (person,) = ledger.person_cap_history()
+    assert (person.action, person.reason) == ("create", "person cap at ledger creation")
 
 
 # -- validation --------------------------------------------------------------------------
