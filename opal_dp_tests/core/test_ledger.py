@@ -159,6 +159,8 @@ def test_begin_validates_unit_run_and_fresh(ledger: PrivacyLedger) -> None:
     ({"initial_caps": {"trip": (8.0, 1.0)}}, "cap delta must be < 1, got 1.0"),
     ({"initial_caps": {"trip": (True, 1e-6)}}, "cap epsilon must be a finite number > 0, got True"),
     ({"initial_caps": {"trip": ("8", 1e-6)}}, "cap epsilon must be a finite number > 0, got '8'"),
+    ({"initial_caps": {"trip": (math.inf, 1e-6)}}, "cap epsilon must be a finite number > 0, got inf"),
+    ({"initial_caps": {"trip": (8.0, math.nan)}}, "cap delta must be a finite number > 0, got nan"),
     ({"person_cap": (0.0, 1e-6)}, "person cap epsilon must be a finite number > 0, got 0.0"),
     ({"person_cap": (4.0, 1.0)}, "person cap delta must be < 1, got 1.0"),
     ({"horizon_days": 0}, "horizon_days must be an integer >= 1, got 0"),
@@ -183,6 +185,14 @@ def test_the_refusal_of_a_reset_names_the_missing_ledger_and_what_stands_on_it(t
                "reset explicitly (privacy_budget.acknowledge_ledger_reset / --acknowledge-ledger-reset) with a reason.")
     with pytest.raises(LedgerResetRefused, match=f"^{re.escape(refusal)}$"):
         PrivacyLedger(path, CAPS, published={"b" * 32: [1], "a" * 32: [2]})
+
+
+def test_a_unit_without_a_cap_is_refused_by_name(tmp_path: Path) -> None:
+    """Nothing is released for a unit the ledger has no cap for (kills the check inverted and its reason dropped)."""
+    ledger = PrivacyLedger(tmp_path / "l.sqlite", {"trip": CAPS["trip"]})
+    with pytest.raises(LedgerError, match="^the ledger has no cap for unit 'card_day'$"):
+        begin(ledger, request(unit="card_day"))
+    assert ledger.charges() == []
 
 
 def test_a_horizon_of_one_day_is_accepted(tmp_path: Path) -> None:
