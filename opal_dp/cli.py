@@ -29,6 +29,7 @@ from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.core.ledger_backends import open_backend
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.locations import DataLocation, normalise_data_dir
+from opal_dp.parallel import start_in_background
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.ingest import scan_raw_files
@@ -83,6 +84,8 @@ def run_release(
     """
     from opal_dp.definitions import defs as load_defs
 
+    if not distributed:
+        start_in_background()  # the per-day workers start while the definitions load
     defs = load_defs()
     storage = OpalStorage(data_dir=normalise_data_dir(data_dir) if data_dir else settings.data_dir_from_env(),
                           ledger_url=settings.ledger_url_from_env())

@@ -5,14 +5,19 @@ only small summaries, so the caller never holds a day's trips: memory is bounded
 the number of days. ``$OPAL_DP_WORKERS`` (``opal_dp.settings``) says how many processes; with one, or one call,
 everything runs in the calling process, in order, as it does in a daemonic process (a Celery worker's
 child: there the executor spreads the steps). Workers fork from a forkserver that has imported the prep
-modules, and the pool lives as long as the process, so a run pays its start once. As with any forkserver or spawn
-pool, a *script* that releases at top level needs the ``if __name__ == "__main__":`` guard (a worker re-imports
-the script's ``__main__``); the CLI, the benchmarks and Dagster's entry points have it.
+modules and the program's main module (a worker re-runs the main module, which then finds its imports done), and
+the pool lives as long as the process, so a run pays its start once; ``start_in_background`` pays it while the
+caller does other work. As with any forkserver or spawn pool, a *script* that releases at top level needs the
+``if __name__ == "__main__":`` guard (a worker re-imports the script's ``__main__``); the CLI, the benchmarks and
+Dagster's entry points have it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -25,11 +30,41 @@ R = TypeVar("R")
 PRELOAD = ["opal_dp.prep.day_files"]
 
 
-@cache
+_POOL_LOCK = threading.Lock()
+
+
+def _preload() -> list[str]:
+    """The prep modules and, when the program was started as ``python -m NAME``, NAME: imported once in the
+    forkserver instead of in every worker (a ``__main__`` module is never re-run in a worker, so it is left out)."""
+    name = getattr(sys.modules["__main__"].__spec__, "name", None)
+    return PRELOAD + ([name] if name and not name.endswith("__main__") else [])
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
+    with _POOL_LOCK:  # one pool per size, also when a background start races the first calls
+        return _new_pool(workers)
+
+
+@cache
+def _new_pool(workers: int) -> ProcessPoolExecutor:
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context.set_forkserver_preload(_preload())
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def start_in_background(workers: int | None = None) -> None:
+    """Start the worker processes of ``map_calls`` in a background thread, so that their imports overlap the
+    caller's own start (e.g. loading the Dagster definitions) instead of delaying the first per-day call."""
+    workers = workers or settings.workers_from_env()
+    if workers <= 1 or multiprocessing.current_process().daemon:
+        return
+
+    def start() -> None:
+        pool = _pool(workers)
+        for future in [pool.submit(os.getpid) for _ in range(workers)]:
+            future.result()
+
+    threading.Thread(target=start, name="opal_dp-workers-start", daemon=True).start()
 
 
 def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None = None) -> Iterator[R]:
@@ -45,7 +80,7 @@ def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None 
         for future in futures:
             yield future.result()
     except BrokenProcessPool:
-        _pool.cache_clear()  # a worker died (killed, out of memory): the next call starts a fresh pool
+        _new_pool.cache_clear()  # a worker died (killed, out of memory): the next call starts a fresh pool
         raise
     finally:
         for future in futures:

@@ -4,6 +4,9 @@ caller; and the private stages' file-to-file functions give the same partitions 
 from __future__ import annotations
 
 import os
+import sys
+import time
+import types
 from collections import Counter
 from pathlib import Path
 
@@ -12,9 +15,8 @@ import pandas as pd
 import pytest
 
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
-from opal_dp.parallel import map_calls
+from opal_dp.parallel import PRELOAD, _pool, _preload, map_calls, start_in_background
 from opal_dp.prep.day_files import Bounding, DayFailure, DayPaths, day_pass, split_day
-from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.settings import WORKERS_ENV, workers_from_env
 from opal_dp_tests.conftest import write_csv
 
@@ -35,6 +37,23 @@ def test_results_come_back_in_call_order_from_other_processes():
     results = list(map_calls(square_and_pid, [(x,) for x in range(20)], workers=2))
     assert [r for r, _ in results] == [x * x for x in range(20)]
     assert {pid for _, pid in results} - {os.getpid()}  # the work ran elsewhere
+
+
+def test_workers_started_in_the_background_serve_the_calls():
+    start_in_background(3)  # a pool size no other test uses
+    deadline = time.monotonic() + 60
+    while len(_pool(3)._processes) < 3:
+        assert time.monotonic() < deadline, "the background start never started the workers"
+        time.sleep(0.05)
+    started = set(_pool(3)._processes)
+    assert {pid for _, pid in map_calls(square_and_pid, [(x,) for x in range(9)], workers=3)} <= started
+
+
+@pytest.mark.parametrize("main, extra", [("opal_dp.cli", ["opal_dp.cli"]), ("pytest.__main__", []), (None, [])])
+def test_the_forkserver_preloads_the_main_module_a_worker_would_import(monkeypatch, main, extra):
+    spec = types.SimpleNamespace(name=main) if main else None
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=spec))
+    assert _preload() == PRELOAD + extra
 
 
 def test_one_worker_runs_in_this_process():
@@ -76,10 +95,9 @@ def _stages(tmp: Path, raw: list[Path], stops: pd.DataFrame, workers: int) -> di
     p = {name: [tmp / name / f"{d}.parquet" for d in DAYS] for name in
          ("accepted", "rejected", "binned", "cards", "sequences", "kept", "over", "bus")}
     bounding = Bounding(PrivacyUnit.CARD_DAY, ContributionBounds(max_trips_per_card_day=2, max_per_bin=1), b"k" * 32)
-    alphabet = TripAlphabet.from_stops(stops)
     paths = [DayPaths(*(p[name][i] for name in ("accepted", "rejected", "binned", "cards", "sequences", "kept",
                                                 "over"))) for i in range(len(DAYS))]
-    summaries = list(map_calls(day_pass, [(raw[0].parent, d, stops, alphabet, 3, bounding, paths[i])
+    summaries = list(map_calls(day_pass, [(raw[0].parent, d, stops, 3, bounding, paths[i])
                                           for i, d in enumerate(DAYS)], workers))
     assert all(s.ingest.rows_read == s.ingest.rows_accepted + s.ingest.rows_rejected == 401
                and s.ingest.rows_rejected >= 1 for s in summaries)
@@ -108,7 +126,7 @@ def test_a_raw_file_error_in_a_worker_names_the_file(tmp_path, stops):
     bad = tmp_path / "trips_2016-07-25.csv"
     bad.write_text("card_id,mode\n1,bus\n")
     paths = DayPaths(*(tmp_path / f"{i}.parquet" for i in range(7)))
-    results = list(map_calls(day_pass, [(tmp_path, "2016-07-25", stops, TripAlphabet.from_stops(stops), 3, None,
+    results = list(map_calls(day_pass, [(tmp_path, "2016-07-25", stops, 3, None,
                                          paths)] * 2, workers=2))
     assert all(isinstance(r, DayFailure) and "trips_2016-07-25.csv" in r.reason
                and "missing required column" in r.reason for r in results)

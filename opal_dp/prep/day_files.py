@@ -20,7 +20,7 @@ from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
 from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.ingest import IngestResult, RawInputError, ingest_file, raw_file_for
-from opal_dp.prep.sequences import TripAlphabet, card_day_sequences, to_frame
+from opal_dp.prep.sequences import card_day_sequences, to_frame, trip_alphabet
 from opal_dp.private_files import write_parquet_atomic
 
 
@@ -92,13 +92,14 @@ class DaySummary:
     bound: BoundSummary | None
 
 
-def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, alphabet: TripAlphabet, height: int,
-             bounding: Bounding | None, paths: DayPaths) -> DaySummary | DayFailure:
+def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, height: int, bounding: Bounding | None,
+             paths: DayPaths) -> DaySummary | DayFailure:
     """One read of the day's raw file; from memory: the accepted and rejected rows (``ingest_file``), the binned
     trips and the day's cards (``bin_trips``), the card-day sequences (``card_day_sequences``) and, given
     ``bounding``, the bounded and over-the-bound trips without card id (``bound_day``), each stored. Without
     ``bounding`` (a card_period day cap, chosen over the whole period once every day is binned) the step bounds
-    later with ``bound_day_file``. A bad raw file returns why (``DayFailure``) and stores nothing."""
+    later with ``bound_day_file``. A bad raw file returns why (``DayFailure``) and stores nothing. The OD alphabet
+    comes from ``stops`` in the worker (``trip_alphabet``: built once per worker process, not once per day)."""
     result = _ingest_or_failure(raw_dir, day, stops)
     if isinstance(result, DayFailure):
         return result
@@ -110,7 +111,7 @@ def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, alphabet: TripAlphabe
     cards = card_days_of(binned)
     _store(binned, paths.binned)
     _store(cards, paths.cards)
-    sequences = card_day_sequences(binned, alphabet, height)
+    sequences = card_day_sequences(binned, trip_alphabet(stops), height)
     _store(to_frame(sequences), paths.sequences)
     bound = None
     if bounding is not None:

@@ -87,7 +87,7 @@ def test_one_pass_stores_what_the_stages_stored(tmp_path, stops, unit):
     bounding = BOUNDINGS[unit]
     staged = _staged(raw, stops, bounding, tmp_path / "staged")
     (tmp_path / "pass").mkdir()
-    summary = day_pass(tmp_path / "raw", DAY, stops, TripAlphabet.from_stops(stops), HEIGHT, bounding,
+    summary = day_pass(tmp_path / "raw", DAY, stops, HEIGHT, bounding,
                        _paths(tmp_path / "pass"))
     one_pass = _read(_paths(tmp_path / "pass"))
     for name in ("accepted", "rejected", "binned", "cards"):  # deterministic: equal frames, same rejection reasons
@@ -109,7 +109,7 @@ def test_under_a_day_cap_the_pass_leaves_bounding_to_the_period_and_bounds_the_s
     raw_dir = tmp_path / "raw"
     _raw_day(raw_dir)
     paths = _paths(tmp_path)
-    summary = day_pass(raw_dir, DAY, stops, TripAlphabet.from_stops(stops), HEIGHT, None, paths)
+    summary = day_pass(raw_dir, DAY, stops, HEIGHT, None, paths)
     assert summary.bound is None and not paths.kept.exists() and not paths.over_bound.exists()
     binned = pd.read_parquet(paths.binned)
     cards = np.sort(binned["card_id"].unique())[::2].astype(np.int64)  # the cards whose day this is one of the kept
@@ -126,8 +126,8 @@ def test_a_day_without_a_usable_raw_file_stores_nothing_and_says_why(tmp_path, s
     raw_dir.mkdir()
     (raw_dir / f"trips_{DAY}.csv").write_text("card_id,mode\n1,bus\n")
     paths = _paths(tmp_path)
-    failure = day_pass(raw_dir, DAY, stops, TripAlphabet.from_stops(stops), HEIGHT, BOUNDINGS["trip"], paths)
+    failure = day_pass(raw_dir, DAY, stops, HEIGHT, BOUNDINGS["trip"], paths)
     assert isinstance(failure, DayFailure) and "missing required column" in failure.reason
     assert not any(path.exists() for path in vars(paths).values())
-    missing = day_pass(raw_dir, "2016-07-26", stops, TripAlphabet.from_stops(stops), HEIGHT, None, paths)
+    missing = day_pass(raw_dir, "2016-07-26", stops, HEIGHT, None, paths)
     assert isinstance(missing, DayFailure)

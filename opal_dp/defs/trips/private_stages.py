@@ -28,7 +28,6 @@ from opal_dp.parallel import map_calls
 from opal_dp.prep.bounding import select_card_days
 from opal_dp.prep.day_files import Bounding, BoundSummary, DayFailure, DayPaths, bound_day_file, day_pass, split_day
 from opal_dp.prep.failed_days import clear_failure, record_failure
-from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.periods import name
 from opal_dp.prep.schemas import (
     BinnedTrips,
@@ -93,8 +92,7 @@ def private_day_stages(context: dg.AssetExecutionContext, reference: ReferenceNe
     paths = {day: DayPaths(out[INGESTED][day], out[REJECTED][day], out[BINNED][day], out[CARD_DAYS][day],
                            out[SEQUENCES][day], out[BOUNDED][day], out[OVER_BOUND][day]) for day in days}
     bounding = None if day_cap else Bounding(unit, bounds, key)
-    alphabet = trip_alphabet(stops)
-    calls = [(storage.raw_dir, day, stops, alphabet, privacy_budget.od_height, bounding, paths[day]) for day in days]
+    calls = [(storage.raw_dir, day, stops, privacy_budget.od_height, bounding, paths[day]) for day in days]
     failed = {}
     with dates_read_once(context):
         for day, result in zip(days, map_calls(day_pass, calls)):
