@@ -13,20 +13,47 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 _DOMAIN = b"opal_dp/raw-file-version/v1\0"
 _CHUNK = 1 << 20
+RACY_SECONDS = 2.0
+"""A file changed less than this before it was hashed is hashed again next time (see ``file_version``)."""
+_versions: dict[tuple, str] = {}
 
 
 def file_version(path: Path, key: bytes) -> str:
-    """Keyed HMAC-SHA256 of the file's bytes (read in chunks)."""
+    """Keyed HMAC-SHA256 of the file's bytes (read in chunks).
+
+    A process hashes a file once while it stays the same file: the version is kept under the file's identity
+    (device, inode, size, modification and change times in ns) and the key, and used again only if all of them
+    are unchanged. Any write to a file, a rename onto it or a new file in its place changes its change time
+    (set by the kernel, not settable from user space) or its inode, so a changed file is always hashed again.
+    The one gap, a second write within the file system's clock tick of the first, is closed as git closes it:
+    a file whose times are less than ``RACY_SECONDS`` before the hashing began, or whose identity moved while
+    it was read, is not kept."""
+    started = time.time()
+    before = _identity(path)
+    cached = _versions.get((before, key))
+    if cached is not None:
+        return cached
     digest = hmac.new(key, _DOMAIN, hashlib.sha256)
     with path.open("rb") as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
-    return digest.hexdigest()
+    version = digest.hexdigest()
+    settled = max(before[3], before[4]) / 1e9 < started - RACY_SECONDS
+    if settled and _identity(path) == before:
+        _versions[before, key] = version
+    return version
+
+
+def _identity(path: Path) -> tuple[str, int, int, int, int, int]:
+    st = os.stat(path)
+    return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def combined(versions: Mapping[str, str], dates: Iterable[str]) -> str:

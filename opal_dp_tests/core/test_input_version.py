@@ -64,3 +64,46 @@ def test_versions_are_the_documented_digests_recomputed_here(raw) -> None:
     assert input_versions(raw, days, KEY, period_of={d: days for d in days}.__getitem__) == {d: scope for d in days}
     batch = "batch:" + hashlib.sha256("a=1\nb=2".encode()).hexdigest()
     assert stand_ins({"b": "s", "a": "s"}, {"a": "1", "b": "2"}) == {"a": batch, "b": batch}
+
+
+def test_a_settled_file_is_hashed_once_per_process(raw, monkeypatch) -> None:
+    import opal_dp.core.input_version as iv
+
+    monkeypatch.setattr(iv, "_versions", {})
+    monkeypatch.setattr(iv, "RACY_SECONDS", -60.0)  # every file counts as settled
+    path = raw["2016-07-25"]
+    first = file_version(path, KEY)
+    monkeypatch.setattr(iv.hmac, "new", lambda *a: pytest.fail("a settled, unchanged file was hashed again"))
+    assert file_version(path, KEY) == first
+
+
+@pytest.mark.parametrize("how", ["in_place", "replaced"])
+def test_a_changed_file_is_hashed_again_even_with_its_size_and_mtime_put_back(raw, monkeypatch, how) -> None:
+    """What the process cache keys on: a same-size change whose modification time is forged back still moves the
+    change time (in place) or the inode (a new file renamed onto it)."""
+    import os
+
+    import opal_dp.core.input_version as iv
+
+    monkeypatch.setattr(iv, "_versions", {})
+    monkeypatch.setattr(iv, "RACY_SECONDS", -60.0)
+    path = raw["2016-07-25"]
+    before, stat = file_version(path, KEY), os.stat(path)
+    changed = path.read_bytes().replace(b"1,bus", b"2,bus")
+    if how == "in_place":
+        path.write_bytes(changed)
+    else:
+        (path.parent / "new").write_bytes(changed)
+        os.replace(path.parent / "new", path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.stat(path).st_size == stat.st_size and os.stat(path).st_mtime_ns == stat.st_mtime_ns
+    assert file_version(path, KEY) != before
+
+
+def test_a_file_written_just_before_it_is_hashed_is_not_kept(raw, monkeypatch) -> None:
+    """Within the racy window a second same-size write could keep every time stamp: such a file is hashed anew."""
+    import opal_dp.core.input_version as iv
+
+    monkeypatch.setattr(iv, "_versions", {})
+    file_version(raw["2016-07-25"], KEY)  # written by the fixture a moment ago
+    assert iv._versions == {}
