@@ -345,11 +345,9 @@ def _duplicates(keys: list[np.ndarray], sound: np.ndarray) -> np.ndarray:
     mixed = np.zeros(len(rows), dtype=np.uint64)
     for i, key in enumerate(keys):
         mixed = (mixed ^ key[rows].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15 + 2 * i)
-    order = np.argsort(mixed)
-    repeated = mixed[order][1:] == mixed[order][:-1]
-    shared = np.zeros(len(rows), dtype=bool)
-    shared[order[1:][repeated]] = shared[order[:-1][repeated]] = True
-    maybe = rows[shared]
+    ordered = np.sort(mixed)  # a sort of values, several times faster than an argsort
+    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])  # few: duplicates and rare collisions
+    maybe = rows[np.isin(mixed, repeated)] if len(repeated) else rows[:0]
     duplicate = np.zeros(len(sound), dtype=bool)
     if len(maybe):
         frame = pd.DataFrame({f"k{i}": key[maybe] for i, key in enumerate(keys)})
