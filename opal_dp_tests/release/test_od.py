@@ -3,9 +3,14 @@ compose with the marginals on one scope."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, PrivacyCost, PrivacyLedger, SecureBits, SeededBits
 from opal_dp.core.ledger import Request
@@ -16,7 +21,7 @@ from opal_dp.prep.sequences import TripAlphabet, to_frame
 from opal_dp.private_files import write_parquet_atomic
 from opal_dp.release.od.generate import _isotonic, consistent_tree, inconsistent_parents, od_counts, sequences_of, top_sequences
 from opal_dp.release.periods import Periods
-from opal_dp.release.od.engine import OdPlan, release_od_days
+from opal_dp.release.od.engine import OdPlan, fingerprint, release_od_days, sorted_rows
 from opal_dp.release.od.publish import od_tables, validate_od
 
 TAXONOMY = Taxonomy(np.array([0, 3, 6]), np.array([3, 3, 4]))
@@ -153,3 +158,30 @@ def test_card_period_dates_released_together_are_charged_one_tree_each(tmp_path)
     assert [drawn[day].decision for day in days] == ["charge", "charge"]
     assert sorted(c.marginal for c in ledger.charges()) == ["od 2016-07-25", "od 2016-07-26"]
     assert ledger.spend("card_period", "2016-07-25..2016-07-26").epsilon == pytest.approx(2.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 5), st.sampled_from([(-1, 3), (-1, 161_424), (-(2**31), 2**31 - 1)]),
+       st.integers(0, 2**32 - 1))
+def test_sorted_rows_is_the_lexicographic_order(n, height, bounds, seed):
+    """The packed sort (ranks in 64 bits) and its fallback (wide columns) both give ``lexsort``'s order, so the
+    tree's input fingerprint is the same whatever the route."""
+    rows = np.random.default_rng(seed).integers(bounds[0], bounds[1], size=(n, height), endpoint=True, dtype=np.int64)
+    rows = rows.astype(np.int32)
+    expected = rows[np.lexsort(rows.T[::-1])]
+    got = sorted_rows(rows)
+    assert got.dtype == rows.dtype and np.array_equal(got, expected)
+
+
+def test_the_fingerprint_is_of_the_multiset_of_sequences():
+    rows = np.array([[3, 1, -1], [0, 7, 2], [3, 1, -1], [3, 0, 9]], dtype=np.int32)
+    key = b"k" * 32
+    expected = hmac.new(key, rows[np.lexsort(rows.T[::-1])].tobytes() + b"(4, 3)", hashlib.sha256).hexdigest()
+    assert fingerprint(rows, key) == fingerprint(rows[::-1], key) == expected
+    assert fingerprint(rows[:3], key) != expected != fingerprint(rows, b"x" * 32)
+
+
+def test_sorted_rows_with_more_than_64_bits_of_ranks_falls_back_to_lexsort():
+    rng = np.random.default_rng(7)  # 70,000 distinct values a column: 17 bits each, 68 in all
+    rows = np.stack([rng.permutation(70_000) * 2 for _ in range(4)], axis=1).astype(np.int32)
+    assert np.array_equal(sorted_rows(rows), rows[np.lexsort(rows.T[::-1])])
