@@ -64,6 +64,7 @@ from opal_dp.core.noise import DiscreteLaplace
 from opal_dp.core.sbh import StabilityHistogram, release_probability
 from opal_dp.core.sensitivity import Sensitivity
 from opal_dp.core.units import ContributionBounds, PrivacyUnit, sensitivity
+from opal_dp.parallel import map_calls
 
 
 def trip_sensitivity(relation: Relation) -> Sensitivity:
@@ -266,6 +267,15 @@ def _direction(
     ]
 
 
+def _pair_bounds(sample: Sampler, pair: NeighbouringPair, runs: int, selection_runs: int, epsilon: float,
+                 delta: float, level: float) -> tuple[list[EventBound], list[EventBound]]:
+    """The candidate events' bounds of one pair, ``D`` vs ``D'`` then ``D'`` vs ``D`` (fresh samples)."""
+    d_sel, d_prime_sel = (sample(c, selection_runs) for c in (pair.d, pair.d_prime))
+    d_run, d_prime_run = (sample(c, runs) for c in (pair.d, pair.d_prime))
+    return (_direction(pair, False, d_sel, d_prime_sel, d_run, d_prime_run, runs, epsilon, delta, level),
+            _direction(pair, True, d_prime_sel, d_sel, d_prime_run, d_run, runs, epsilon, delta, level))
+
+
 def audit_mechanism(
     factory: MechanismFactory = StabilityHistogram,
     relation: Relation = Relation.REPLACE_ONE,
@@ -312,9 +322,21 @@ def audit_pairs(
     ``runs`` fresh releases per input for the bounds (default 10^6), after ``selection_runs`` (default
     ``runs // 10``) to choose the events.
     """
-    return audit_samples(lambda counts, n: _sample(mech, counts, order, n), pairs, mech.describe(),
-                         epsilon=epsilon, delta=delta, runs=runs, selection_runs=selection_runs, alpha=alpha,
-                         relation=relation)
+    description = mech.describe()
+    return audit_samples(MechanismSampler(mech, order), pairs, description, epsilon=epsilon, delta=delta, runs=runs,
+                         selection_runs=selection_runs, alpha=alpha, relation=relation,
+                         workers=1 if description.get("seeded", True) else None)
+
+
+@dataclass(frozen=True)
+class MechanismSampler:
+    """``_sample`` of ``mech`` as a picklable sampler (``audit_samples`` may draw pairs in worker processes)."""
+
+    mech: HistogramMechanism
+    order: Order
+
+    def __call__(self, counts: tuple[int, ...], n: int) -> Sample:
+        return _sample(self.mech, counts, self.order, n)
 
 
 Sampler = Callable[[tuple[int, ...], int], Sample]
@@ -332,9 +354,15 @@ def audit_samples(
     selection_runs: int | None = None,
     alpha: float = 1e-6,
     relation: Relation = Relation.ADD_REMOVE,
+    workers: int | None = 1,
 ) -> AuditReport:
     """``audit_pairs`` for any mechanism whose outputs ``sample`` draws and encodes (steps 1-3 of the module
-    docstring); ``mechanism`` describes it in the report."""
+    docstring); ``mechanism`` describes it in the report.
+
+    ``workers``: the pairs are audited a pair per worker process (``opal_dp.parallel``; ``None``: the configured
+    number). Only for a picklable ``sample`` that draws from the OS CSPRNG, so that every process draws its own
+    independent noise; a seeded sampler copied into several processes would repeat one stream, so it stays in
+    this process (the default, 1)."""
     started = time.perf_counter()
     selection_runs = runs // 10 if selection_runs is None else selection_runs
     if runs < 1 or selection_runs < 1:
@@ -342,12 +370,9 @@ def audit_samples(
     candidates = len(pairs) * 2 * (LEVELS.size + 1)
     level = alpha / (4 * candidates)
     events, epsilon_lower = [], 0.0
-    for pair in pairs:
-        d_sel, d_prime_sel = (sample(c, selection_runs) for c in (pair.d, pair.d_prime))
-        d_run, d_prime_run = (sample(c, runs) for c in (pair.d, pair.d_prime))
-        for reverse, samples in ((False, (d_sel, d_prime_sel, d_run, d_prime_run)),
-                                 (True, (d_prime_sel, d_sel, d_prime_run, d_run))):
-            bounds = _direction(pair, reverse, *samples, runs, epsilon, delta, level)
+    calls = [(sample, pair, runs, selection_runs, epsilon, delta, level) for pair in pairs]
+    for directions in map_calls(_pair_bounds, calls, workers):
+        for bounds in directions:
             events.append(max(bounds, key=lambda b: b.violation_lower))
             epsilon_lower = max(epsilon_lower, *(b.epsilon_lower for b in bounds))
     worst = max(events, key=lambda b: b.violation_lower)

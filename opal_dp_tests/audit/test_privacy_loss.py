@@ -24,6 +24,7 @@ from opal_dp.audit import (
 )
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.core import DiscreteLaplace, Relation, SeededBits, StabilityHistogram
+from opal_dp.parallel import map_calls
 from opal_dp_tests.audit.planted import ScaleBug, ThresholdBug, true_count_order
 from opal_dp_tests.core.helpers import OS_ALPHA
 
@@ -153,3 +154,17 @@ def test_membership_game_catches_threshold_bug():
     assert not report.passed and report.lower > report.bound
     assert report.lower <= report.exact <= report.upper
     assert math.isclose(report.exact, 0.0511, rel_tol=1e-2)
+
+
+@pytest.mark.slow
+def test_a_planted_bug_is_caught_with_the_pairs_in_worker_processes(monkeypatch):
+    """Unseeded, the pairs are audited in worker processes, each drawing its own noise from the OS CSPRNG."""
+    import opal_dp.audit.privacy_loss as privacy_loss
+
+    spread = []
+    monkeypatch.setattr(privacy_loss, "map_calls", lambda fn, calls, workers: spread.append(workers) or
+                        map_calls(fn, calls, 2 if workers is None else workers))
+    report = audit_mechanism(ScaleBug, Relation.REPLACE_ONE, runs=RUNS, seed=None, alpha=OS_ALPHA)
+    assert spread == [None] and not report.passed and report.worst.pair.name in {"interior", "threshold"}
+    assert audit_mechanism(StabilityHistogram, Relation.REPLACE_ONE, runs=10**4, seed=3).passed
+    assert spread == [None, 1]  # a seeded source stays in this process
