@@ -10,7 +10,7 @@ exactly), so the combined report is the one a full recomputation gives. Private,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from opal_dp.permissions import make_dirs, reserve_private
@@ -32,12 +32,19 @@ class PartitionRows:
 
     def rows(self, key: str, version: str, compute: Callable[[], list[dict]]) -> list[dict]:
         """The rows of ``key``: the kept ones if its input ``version`` is unchanged, else ``compute()``'s."""
-        kept = self._kept.get(key)
-        if kept is None or kept["version"] != version:
-            kept = {"version": version, "rows": compute()}
-            self.computed.append(key)
-        self._now[key] = kept
-        return kept["rows"]
+        return self.rows_of({key: version}, lambda stale: [compute()])[key]
+
+    def rows_of(self, versions: Mapping[str, str],
+                compute: Callable[[list[str]], Iterable[list[dict]]]) -> dict[str, list[dict]]:
+        """The rows of every key of ``versions`` (key -> its input version): the kept ones where the version is
+        unchanged; the others from one ``compute(stale keys)``, which gives their rows in the keys' order (so that
+        it can compute them in worker processes, ``opal_dp.parallel``)."""
+        stale = [key for key, version in versions.items() if self._kept.get(key, {}).get("version") != version]
+        fresh = dict(zip(stale, compute(stale), strict=True)) if stale else {}
+        for key, version in versions.items():
+            self._now[key] = {"version": version, "rows": fresh[key]} if key in fresh else self._kept[key]
+        self.computed += stale
+        return {key: self._now[key]["rows"] for key in versions}
 
     def save(self) -> None:
         """Keep the rows of the partitions asked for in this run (others are gone from the report)."""

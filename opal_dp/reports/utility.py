@@ -9,16 +9,26 @@ listed counts with a sanity bound,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from opal_dp.prep.binning import window_label
-from opal_dp.release.marginals.tables import COUNT, LOC, TIME, Marginal
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal, histograms_from_cells
 from opal_dp.reports.plots import figure, png
 
 SANITY_SHARE = 0.001
+
+
+def utility_rows(true_cells: Path, released: Mapping[str, Path], mode: str) -> list[dict]:
+    """One (date, mode) partition's ``partition_utility`` of every marginal, from its stored true cells and
+    released tables (``released``: marginal -> file); a plain function of files, for a worker process."""
+    truths = histograms_from_cells(pd.read_parquet(true_cells))
+    trips = int(truths["tap_on_time"]["count"].sum())  # every trip has exactly one tap-on
+    return [{"marginal": m.name, "mode": mode,
+             **partition_utility(m, truths[m.name], pd.read_parquet(released[m.name]), trips)} for m in MARGINALS]
 
 
 def partition_utility(marginal: Marginal, truth: pd.DataFrame, released: pd.DataFrame, trips: int) -> dict:

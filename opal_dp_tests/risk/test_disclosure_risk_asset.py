@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from opal_dp.definitions import defs
-from opal_dp.defs.marginals.risk import WORST, _day_summary, disclosure_risk
+from opal_dp.defs.marginals.risk import WORST, disclosure_risk
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS, TIME
-from opal_dp.reports.attacks import differencing_in_chunks
+from opal_dp.reports.attacks import differencing_in_chunks, differencing_summary
 from opal_dp_tests.risk.test_attacks import manly_release
 
 
@@ -80,6 +80,6 @@ def test_a_day_keeps_its_worst_exposed_rows_and_counts_the_rest():
     the report can show, not every row (the kept history is read and rewritten every week)."""
     table = pd.DataFrame({"partition": "2016-07-25|bus", "tap": "on", "by": "time", "bin": [str(i) for i in range(100)],
                           "released": 1000, "cells_sum": 0, "residual": range(1000, 900, -1), "threshold": 10})
-    [day] = _day_summary(table)
+    day = differencing_summary(table, WORST)
     assert day["checked"] == day["exposed"] == 100
     assert [row["residual"] for row in day["shown"]] == list(range(1000, 1000 - WORST, -1))

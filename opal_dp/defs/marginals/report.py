@@ -12,6 +12,7 @@ from opal_dp.defs.shared.metadata import column_schema, labels
 from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.parallel import map_calls
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.reports.design_comparison import compare_designs
 from opal_dp.reports.design_comparison import comparison_plot as design_plot
@@ -21,7 +22,7 @@ from opal_dp.release.marginals.schemas import DesignComparison
 from opal_dp.release.marginals.schemas import UnitComparison, UtilitySummary
 from opal_dp.reports.unit_comparison import comparison_plot, compare_units
 from opal_dp.reports.partition_rows import PartitionRows, version_of
-from opal_dp.reports.utility import busiest_location_plot, partition_utility, summarise
+from opal_dp.reports.utility import busiest_location_plot, summarise, utility_rows
 
 PLOTTED = "tap_on_time_loc"
 
@@ -42,16 +43,10 @@ def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released
     report computes the new partitions only."""
     keys = materialised(true_cells, *released.values())
     kept = PartitionRows(storage.reports_dir / "utility_rows.json")
-
-    def utility(key: str) -> list[dict]:
-        truths = histograms_from_cells(true_cells[key])
-        trips = int(truths["tap_on_time"]["count"].sum())  # every trip has exactly one tap-on
-        return [{"marginal": m.name, "mode": date_and_mode(key)[1],
-                 **partition_utility(m, truths[m.name], released[m.name][key], trips)} for m in MARGINALS]
-
-    rows = [row for key in keys for row in kept.rows(
-        key, version_of([true_cells.path(key), *(released[m.name].path(key) for m in MARGINALS)]),
-        lambda key=key: utility(key))]
+    files = {key: (true_cells.path(key), {m.name: released[m.name].path(key) for m in MARGINALS}) for key in keys}
+    by_key = kept.rows_of({key: version_of([cells, *tables.values()]) for key, (cells, tables) in files.items()},
+                          lambda stale: map_calls(utility_rows, [(*files[k], date_and_mode(k)[1]) for k in stale]))
+    rows = [row for key in keys for row in by_key[key]]
     kept.save()
     summary = UtilitySummary.validate(summarise(rows))
     plot = None

@@ -10,6 +10,7 @@ from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.parallel import map_calls
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.reports.partition_rows import PartitionRows, version_of
 from opal_dp.reports.attacks import (
@@ -17,7 +18,7 @@ from opal_dp.reports.attacks import (
     any_marginal,
     DIFFERENCING_COLUMNS,
     combined_residuals,
-    differencing_in_chunks,
+    day_differencing,
     duplicated_pairs,
     duplication_effect,
     pair_noise_bound,
@@ -28,16 +29,6 @@ from opal_dp.reports.attacks import (
 WORST = 20  # rows shown in the metadata tables
 PAIR_WINDOW_DAYS = 28  # the duplicated-pairs attack looks at the last four weeks of published dates
 PAIR_FALSE_ALARM = 1e-3
-
-
-def _day_summary(table: pd.DataFrame) -> list[dict]:
-    """What the report needs of a day's differencing table (largest residual first): how many bins were checked
-    and how many exposed, and only the rows it can show (the day's ``WORST`` largest exposed residuals and its
-    largest residual), so the kept history grows by a few rows a day instead of every one-way bin of every
-    published date (under the default design nearly every bin is exposed: 52 MB kept after 44 weeks)."""
-    exposed = table[table["residual"] >= table["threshold"]]
-    shown = pd.concat([exposed.head(WORST), table.head(1)]).drop_duplicates()
-    return [{"checked": len(table), "exposed": len(exposed), "shown": shown.to_dict("records")}]
 
 
 def _table(frame: pd.DataFrame) -> dg.MetadataValue:
@@ -73,9 +64,14 @@ def disclosure_risk(
     # it covers the last PAIR_WINDOW_DAYS published dates of two small modes, and says which.
     settings = json.dumps({name: m.describe() for name, m in sorted(mechanisms.items())}, sort_keys=True, default=str)
     kept = PartitionRows(storage.reports_dir / "differencing_rows.json")
-    days = [kept.rows(day, f"summary|{settings}" + version_of(f.path(k) for k in chosen for f in released.values()),
-                      lambda chosen=chosen: _day_summary(differencing_in_chunks([load(chosen)], mechanisms)))[0]
-            for day, chosen in sorted(by_day.items())]
+    files = {day: {name: {key: frames.path(key) for key in chosen} for name, frames in released.items()}
+             for day, chosen in sorted(by_day.items())}
+    by_day_rows = kept.rows_of(
+        {day: f"summary|{settings}" + version_of(files[day][name][k] for k in chosen for name in released)
+         for day, chosen in sorted(by_day.items())},
+        lambda stale: ([summary] for summary in map_calls(day_differencing, [(files[d], mechanisms, WORST)
+                                                                             for d in stale])))
+    days = [rows[0] for rows in by_day_rows.values()]
     kept.save()
     residuals = combined_residuals(pd.DataFrame.from_records(d["shown"], columns=DIFFERENCING_COLUMNS) for d in days)
     flagged = residuals.loc[residuals["residual"] >= residuals["threshold"]]
