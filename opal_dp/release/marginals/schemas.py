@@ -58,7 +58,7 @@ class TrueCells(pa.DataFrameModel):
     over all trips, ``bounded_count`` over those kept by contribution bounding (the mechanism's input).
     The checks and the internal utility report derive every true marginal from them."""
 
-    tap: Series[str] = pa.Field(isin=["on", "off"])
+    tap: Series[pd.CategoricalDtype] = pa.Field(isin=["on", "off"])  # categorical: no per-row type check
     time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
     loc: Series[pd.CategoricalDtype]
     count: Series["int64"] = pa.Field(ge=1)

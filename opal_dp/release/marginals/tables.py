@@ -87,7 +87,7 @@ def true_cells(truths: dict[str, pd.DataFrame], over_bound: pd.DataFrame) -> pd.
         total = (kept + over).ravel()
         present = np.flatnonzero(total)
         frames.append(pd.DataFrame({
-            TAP: np.full(len(present), marginal.tap, dtype=object),
+            TAP: pd.Categorical.from_codes(np.full(len(present), TAPS.index(marginal.tap), dtype=np.int8), TAPS),
             TIME: (present // len(labels) + UNKNOWN).astype("int16"),
             LOC: pd.Categorical.from_codes(present % len(labels), categories=labels),
             COUNT: total[present].astype("int64"),
