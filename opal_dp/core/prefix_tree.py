@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -97,7 +98,16 @@ class Taxonomy:
         return self.symbols / self.generalised
 
     def of(self, symbol: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.first, symbol, side="right") - 1
+        """The generalised symbol of each of ``symbol`` (ids ``0 .. symbols - 1``; others are an error)."""
+        symbol = np.asarray(symbol)
+        if symbol.size and (symbol.min() < 0 or symbol.max() >= len(self._group_of)):
+            raise ValueError("a symbol is outside the taxonomy's alphabet")
+        return self._group_of[symbol]
+
+    @cached_property
+    def _group_of(self) -> np.ndarray:
+        """Symbol id -> its generalised symbol (the ranges are consecutive from 0: a table, not a search)."""
+        return np.repeat(np.arange(self.generalised, dtype=np.int64), self.size)
 
 
 def _scale(epsilon: float) -> float:

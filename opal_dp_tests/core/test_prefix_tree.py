@@ -9,6 +9,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy import stats
 
 from opal_dp_tests.audit.prefix_tree_audit import audit_tree
@@ -250,3 +252,15 @@ def test_audit_passes_the_real_tree():
 def test_audit_catches_the_level_budget_ignored():
     report = _audit(LevelBudgetIgnored)
     assert report.flagged, report
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=12), st.data())
+def test_a_symbol_generalises_to_the_range_that_holds_it(sizes, data):
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    taxonomy = Taxonomy(first, np.array(sizes))
+    symbols = np.array(data.draw(st.lists(st.integers(0, taxonomy.symbols - 1), max_size=30)), dtype=np.int64)
+    expected = [next(g for g in range(len(sizes)) if first[g] <= s < first[g] + sizes[g]) for s in symbols]
+    assert taxonomy.of(symbols).tolist() == expected
+    for outside in (-1, taxonomy.symbols):
+        with pytest.raises(ValueError, match="outside the taxonomy"):
+            taxonomy.of(np.array([0, outside]))
