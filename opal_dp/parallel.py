@@ -15,6 +15,7 @@ Dagster's entry points have it.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import sys
 import threading
@@ -49,7 +50,21 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 def _new_pool(workers: int) -> ProcessPoolExecutor:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_preload())
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_exit_with_parent)
+
+
+def _exit_with_parent() -> None:
+    """In a worker: end the worker when the process that started the pool ends, however it ends (a SIGKILL
+    included), so that no worker outlives it, idle, holding its pipes and files."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="opal_dp-exit-with-parent", daemon=True).start()
 
 
 def start_in_background(workers: int | None = None) -> None:

@@ -4,6 +4,8 @@ caller; and the private stages' file-to-file functions give the same partitions 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 import types
@@ -130,3 +132,24 @@ def test_a_raw_file_error_in_a_worker_names_the_file(tmp_path, stops):
                                          paths)] * 2, workers=2))
     assert all(isinstance(r, DayFailure) and "trips_2016-07-25.csv" in r.reason
                and "missing required column" in r.reason for r in results)
+
+
+KILLED_WITH_WORKERS = """
+import os, signal, sys
+from opal_dp.parallel import map_calls
+if __name__ == "__main__":
+    print(" ".join(str(pid) for pid in map_calls(os.getpid, [()] * 8, workers=2)), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
+    """A SIGKILLed release leaves no worker behind (one would hold the release's pipes open and wait forever)."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_WITH_WORKERS)
+    # run returns once every holder of the child's pipes is gone: a lingering worker would time it out
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    workers = {int(pid) for pid in done.stdout.split()}
+    assert workers and all(not Path(f"/proc/{pid}").exists() or "(Z)" in Path(f"/proc/{pid}/stat").read_text()
+                           for pid in workers)
