@@ -5,20 +5,22 @@ only small summaries, so the caller never holds a day's trips: memory is bounded
 the number of days. ``$OPAL_DP_WORKERS`` (``opal_dp.settings``) says how many processes; with one, or one call,
 everything runs in the calling process, in order, as it does in a daemonic process (a Celery worker's
 child: there the executor spreads the steps). Workers fork from a forkserver that has imported the prep
-modules and the program's main module (a worker re-runs the main module, which then finds its imports done), and
-the pool lives as long as the process, so a run pays its start once; ``start_in_background`` pays it while the
-caller does other work. As with any forkserver or spawn pool, a *script* that releases at top level needs the
+modules and what the program's main module uses (a worker re-runs the main module, which then finds its imports
+done), and the pool lives as long as the process, so a run pays its start once; ``start_in_background`` pays it
+while the caller does other work. As with any forkserver or spawn pool, a *script* that releases at top level needs the
 ``if __name__ == "__main__":`` guard (a worker re-imports the script's ``__main__``); the CLI, the benchmarks and
 Dagster's entry points have it.
 """
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import multiprocessing.connection
 import os
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -35,10 +37,19 @@ _POOL_LOCK = threading.Lock()
 
 
 def _preload() -> list[str]:
-    """The prep modules and, when the program was started as ``python -m NAME``, NAME: imported once in the
-    forkserver instead of in every worker (a ``__main__`` module is never re-run in a worker, so it is left out)."""
-    name = getattr(sys.modules["__main__"].__spec__, "name", None)
-    return PRELOAD + ([name] if name and not name.endswith("__main__") else [])
+    """The prep modules and, when the program was started as ``python -m NAME``, the modules NAME uses (those of
+    its global modules, functions and classes): imported once in the forkserver, so that a worker re-running NAME
+    (as multiprocessing does) finds them done. NAME itself is left out: runpy warns when the module it runs is
+    already imported; so is a ``__main__`` module, never re-run in a worker."""
+    main = sys.modules["__main__"]
+    name = getattr(main.__spec__, "name", None)
+    if not name or name.endswith("__main__"):
+        return PRELOAD
+    used = {value.__name__ if isinstance(value, types.ModuleType) else value.__module__
+            for key, value in vars(main).items()
+            if not key.startswith("__") and (isinstance(value, types.ModuleType) or inspect.isclass(value)
+                                             or inspect.isfunction(value))}
+    return PRELOAD + sorted(m for m in used if m in sys.modules and m not in (name, "__main__") and m not in PRELOAD)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:

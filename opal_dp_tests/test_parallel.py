@@ -3,6 +3,7 @@ caller; and the private stages' file-to-file functions give the same partitions 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -51,11 +52,33 @@ def test_workers_started_in_the_background_serve_the_calls():
     assert {pid for _, pid in map_calls(square_and_pid, [(x,) for x in range(9)], workers=3)} <= started
 
 
-@pytest.mark.parametrize("main, extra", [("opal_dp.cli", ["opal_dp.cli"]), ("pytest.__main__", []), (None, [])])
-def test_the_forkserver_preloads_the_main_module_a_worker_would_import(monkeypatch, main, extra):
-    spec = types.SimpleNamespace(name=main) if main else None
-    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=spec))
-    assert _preload() == PRELOAD + extra
+def test_the_forkserver_preloads_what_the_main_module_uses_but_not_the_module(monkeypatch):
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name="opal_dp.cli")
+    own = lambda: None  # noqa: E731 - a function of the main module itself
+    own.__module__ = "opal_dp.cli"
+    main.json, main.workers_from_env, main.Path, main.own, main.text = json, workers_from_env, Path, own, "x"
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert _preload() == PRELOAD + ["json", "opal_dp.settings", "pathlib"]
+    for name in ("pytest.__main__", None):  # a __main__ module is never re-run in a worker; nor is a script
+        main.__spec__ = types.SimpleNamespace(name=name) if name else None
+        assert _preload() == PRELOAD
+
+
+RUN_AS_MODULE = """
+import os
+from opal_dp.parallel import map_calls
+if __name__ == "__main__":
+    print(os.getpid() not in set(map_calls(os.getpid, [()] * 4, workers=2)))
+"""
+
+
+def test_a_program_run_as_a_module_starts_its_workers_without_warnings(tmp_path):
+    """Its workers re-run it (multiprocessing does): preloading the module itself would make runpy warn in each."""
+    (tmp_path / "released_as_module.py").write_text(RUN_AS_MODULE)
+    done = subprocess.run([sys.executable, "-m", "released_as_module"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == 0 and done.stdout.strip() == "True" and done.stderr == "", done.stderr
 
 
 def test_one_worker_runs_in_this_process():
