@@ -54,12 +54,10 @@ def test_workers_started_in_the_background_serve_the_calls():
 
 def test_the_forkserver_preloads_what_the_main_module_uses_but_not_the_module(monkeypatch):
     main = types.ModuleType("__main__")
-    main.__spec__ = types.SimpleNamespace(name="opal_dp.cli")
-    own = lambda: None  # noqa: E731 - a function of the main module itself
-    own.__module__ = "opal_dp.cli"
-    main.json, main.workers_from_env, main.Path, main.own, main.text = json, workers_from_env, Path, own, "x"
+    main.__spec__ = types.SimpleNamespace(name="opal_dp.parallel")  # as if run as python -m opal_dp.parallel
+    main.json, main.workers_from_env, main.Path, main.map_calls, main.text = json, workers_from_env, Path, map_calls, "x"
     monkeypatch.setitem(sys.modules, "__main__", main)
-    assert _preload() == PRELOAD + ["json", "opal_dp.settings", "pathlib"]
+    assert _preload() == PRELOAD + ["json", "opal_dp.settings", "pathlib"]  # its own functions' module left out
     for name in ("pytest.__main__", None):  # a __main__ module is never re-run in a worker; nor is a script
         main.__spec__ = types.SimpleNamespace(name=name) if name else None
         assert _preload() == PRELOAD

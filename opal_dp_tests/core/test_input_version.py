@@ -107,3 +107,20 @@ def test_a_file_written_just_before_it_is_hashed_is_not_kept(raw, monkeypatch) -
     monkeypatch.setattr(iv, "_versions", {})
     file_version(raw["2016-07-25"], KEY)  # written by the fixture a moment ago
     assert iv._versions == {}
+
+
+def test_a_file_that_changes_while_it_is_read_is_not_kept(raw, monkeypatch) -> None:
+    import opal_dp.core.input_version as iv
+
+    monkeypatch.setattr(iv, "_versions", {})
+    monkeypatch.setattr(iv, "RACY_SECONDS", -60.0)
+    real, calls = iv._identity, []
+
+    def moving(path):  # the second look, after the bytes were read, sees another size
+        calls.append(path)
+        identity = real(path)
+        return identity if len(calls) == 1 else identity[:3] + (identity[3] + 1,) + identity[4:]
+
+    monkeypatch.setattr(iv, "_identity", moving)
+    file_version(raw["2016-07-25"], KEY)
+    assert len(calls) == 2 and iv._versions == {}
