@@ -86,12 +86,6 @@ def differencing(releases: Releases, mechanisms: Mapping[str, AccountableMechani
     return _largest_first(pd.concat(out, ignore_index=True))
 
 
-def differencing_in_chunks(chunks: Iterable[Releases], mechanisms: Mapping[str, AccountableMechanism]) -> pd.DataFrame:
-    """``differencing`` over releases loaded a chunk of partitions at a time (a day's, say): each residual involves
-    one partition only, so this is the same table, without every partition in memory at once."""
-    return combined_residuals(differencing(chunk, mechanisms) for chunk in chunks)
-
-
 def day_differencing(files: Mapping[str, Mapping[str, Path]], mechanisms: Mapping[str, AccountableMechanism],
                      worst: int) -> dict:
     """``differencing_summary`` of one day's partitions read from their files (``files``: marginal -> {partition:
@@ -112,7 +106,7 @@ def differencing_summary(table: pd.DataFrame, worst: int) -> dict:
 
 def combined_residuals(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
     """``differencing`` tables of disjoint partitions (computed a day at a time, or kept from earlier runs) as one,
-    largest residual first."""
+    largest residual first: each residual involves one partition only, so this is the table of all of them at once."""
     frames = [t for t in tables if len(t)]
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c in COUNTED else object) for c in DIFFERENCING_COLUMNS})

@@ -15,7 +15,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS, TIME
-from opal_dp.reports.attacks import differencing_in_chunks, differencing_summary
+from opal_dp.reports.attacks import differencing, differencing_summary
 from opal_dp_tests.risk.test_attacks import manly_release
 
 
@@ -61,7 +61,7 @@ def test_metadata_reports_all_three_attacks(tmp_path):
     assert meta["differencing_max_residual"] == 50
     # every one-way bin is checked, but a day keeps only the rows the report can show: the kept history (read and
     # written every week) grows by a few rows a date, not by every bin
-    full = differencing_in_chunks([releases], budget.plan().mechanisms)
+    full = differencing(releases, budget.plan().mechanisms)
     assert meta["differencing_bins_checked"] == len(full) > 100
     kept = json.loads((storage.reports_dir / "differencing_rows.json").read_text())
     assert len(kept) == len(days) and sum(len(k["rows"][0]["shown"]) for k in kept.values()) <= len(days) + 1
