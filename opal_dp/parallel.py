@@ -22,7 +22,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import cache
 from typing import TypeVar
@@ -94,8 +94,9 @@ def start_in_background(workers: int | None = None) -> None:
 
 
 def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None = None) -> Iterator[R]:
-    """``fn(*call)`` for every call, yielded in the calls' order; an exception in a call is raised here (the
-    calls not yet started are cancelled). ``fn`` must be a module-level function (it is pickled by name)."""
+    """``fn(*call)`` for every call, yielded in the calls' order; an exception in a call is raised here, after the
+    calls not yet started are cancelled and those running have ended (so that no call still writes when the caller
+    cleans up). ``fn`` must be a module-level function (it is pickled by name)."""
     workers = min(workers or settings.workers_from_env(), len(calls))
     if workers <= 1 or multiprocessing.current_process().daemon:  # a daemonic process may not have children
         yield from (fn(*call) for call in calls)
@@ -111,3 +112,4 @@ def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None 
     finally:
         for future in futures:
             future.cancel()
+        wait(futures)

@@ -36,6 +36,13 @@ def fail_on_three(x: int) -> int:
     return x
 
 
+def fail_now_or_write_late(path: str | None) -> None:
+    if path is None:
+        raise ValueError("refused")
+    time.sleep(1.0)
+    Path(path).write_text("written")
+
+
 def test_results_come_back_in_call_order_from_other_processes():
     results = list(map_calls(square_and_pid, [(x,) for x in range(20)], workers=2))
     assert [r for r, _ in results] == [x * x for x in range(20)]
@@ -86,6 +93,15 @@ def test_one_worker_runs_in_this_process():
 def test_an_error_in_a_worker_is_raised_to_the_caller():
     with pytest.raises(ValueError, match="bad 3"):
         list(map_calls(fail_on_three, [(x,) for x in range(6)], workers=2))
+
+
+def test_an_error_is_raised_only_once_the_calls_running_beside_it_have_ended(tmp_path):
+    """A caller cleans up when a call fails (the publish step removes its staging folder): no other call may still
+    be writing then."""
+    late = tmp_path / "late"
+    with pytest.raises(ValueError, match="refused"):
+        list(map_calls(fail_now_or_write_late, [(None,), (str(late),)], workers=2))
+    assert late.read_text() == "written"
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
@@ -174,3 +190,4 @@ def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     workers = {int(pid) for pid in done.stdout.split()}
     assert workers and all(not Path(f"/proc/{pid}").exists() or "(Z)" in Path(f"/proc/{pid}/stat").read_text()
                            for pid in workers)
+

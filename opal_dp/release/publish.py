@@ -32,22 +32,23 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import itertools
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
 from opal_dp.network import MODES, load_stops
+from opal_dp.parallel import map_calls
 from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs, reserve_private
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.sequences import trip_alphabet
@@ -74,6 +75,7 @@ CHUNK = 1 << 20  # bytes copied at a time when streaming date files into a combi
 LATEST = "latest"
 LATEST_JSON = "latest.json"
 STAGING_PREFIX, LINK_PREFIX = ".staging-", ".latest-"
+T = TypeVar("T")
 
 WINDOW_LABELS = [window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DAY)]
 TIME_ORDER = [AGGREGATED, *WINDOW_LABELS, OTHER]  # categories of the time column, in sort order
@@ -215,15 +217,24 @@ def _committed(index: dict) -> dict:
                          for name, about in index["combined"].items()}}
 
 
+def given(day: DateFiles) -> DateFiles:
+    """``publish``'s ``prepare`` for dates already made."""
+    return day
+
+
 def publish(
-    published_dir: Path, changed: Iterable[DateFiles], statement_of: Callable[[PageSummary], dict],
+    published_dir: Path, changed: Sequence[T], statement_of: Callable[[PageSummary], dict],
     stops: pd.DataFrame, state_dir: Path, page: PageSettings = PageSettings(),
+    prepare: Callable[[T], DateFiles] = given,
 ) -> Path:
     """Publish the ``changed`` dates (new, or re-released: a correction) into ``<published>/latest`` and rebuild
     what covers them all; nothing else is rewritten.
 
-    Every changed date is written, validated and fsynced in a staging folder first (a failure there publishes
-    nothing); then each is renamed to ``dates/<date>``; each combined CSV is appended to in place when every
+    Every changed date is made (``prepare`` of its item of ``changed``: the caller's gate, which raises to refuse
+    it; ``given`` when the items are already ``DateFiles``), written, validated and fsynced in a staging folder
+    first, the dates side by side in the per-day workers (``opal_dp.parallel``; ``prepare`` is pickled by name);
+    any failure there publishes nothing, and every date is staged or abandoned before the error is raised. Only
+    then is each renamed to ``dates/<date>``; each combined CSV is appended to in place when every
     changed date is new and follows the dates it holds (else rebuilt by streaming the date files in date order
     into a new file renamed over it); then ``privacy.json`` (``statement_of`` the publication's
     ``PageSummary``), ``PRIVACY.md`` and ``index.html`` are replaced, then ``index.json`` (the commit record),
@@ -231,9 +242,6 @@ def publish(
     until the next one, which finds dates the index lacks, a combined file whose size is not the index's, or
     ``latest.json`` behind the index, and completes it. ``state_dir`` (private) keeps the page summaries, so the
     statement and the page cost the changed dates only and never read a published CSV."""
-    changed = iter(changed)
-    first = next(changed, None)  # the first date's gate runs before anything is created
-    changed = itertools.chain([first] if first else [], changed)
     published_dir = make_dirs(published_dir, PUBLIC_DIR)
     with publish_lock(published_dir):
         _remove_stale(published_dir)
@@ -244,15 +252,14 @@ def publish(
         removed: list[PageSummary] = []
         touched: list[str] = []
         try:
-            for day in changed:
-                if not DATE.fullmatch(day.date):
-                    raise ValueError(f"a published date is YYYYMMDD, got {day.date!r}")
+            if changed:
+                make_dirs(staging, PUBLIC_DIR)
+            for day in map_calls(stage_date, [(staging, prepare, item) for item in changed]):
                 if day.date in index["dates"]:
                     removed.append(state.of_date(folder, day.date, index["dates"][day.date]))
-                index["dates"][day.date] = _stage_date(staging, day)
-                summary = PageSummary.of_tables({t: day.tables[t] for t in TABLES})
-                state.store(day.date, day.draws, summary)
-                added.append(summary)
+                index["dates"][day.date] = day.entry
+                state.store(day.date, day.draws, day.summary)
+                added.append(day.summary)
                 touched.append(day.date)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -307,9 +314,29 @@ def _publication_folder(published_dir: Path) -> Path:
     return folder
 
 
+@dataclass(frozen=True)
+class StagedDate:
+    """A date written, validated and fsynced in the staging folder: its index entry and page summary."""
+
+    date: str
+    draws: tuple[int, ...]
+    entry: dict
+    summary: PageSummary
+
+
+def stage_date(staging: Path, prepare: Callable[[T], DateFiles], item: T) -> StagedDate:
+    """``prepare(item)`` (a refusal raises before anything of the date is written), then its files and manifest
+    written, validated and fsynced in ``staging``."""
+    day = prepare(item)
+    if not DATE.fullmatch(day.date):
+        raise ValueError(f"a published date is YYYYMMDD, got {day.date!r}")
+    return StagedDate(day.date, tuple(day.draws), _stage_date(staging, day),
+                      PageSummary.of_tables({t: day.tables[t] for t in TABLES}))
+
+
 def _stage_date(staging: Path, day: DateFiles) -> dict:
     """Write, validate and fsync one date's files and its manifest in the staging folder; its index entry."""
-    folder = make_dirs(make_dirs(staging, PUBLIC_DIR) / day.date, PUBLIC_DIR)
+    folder = make_dirs(staging / day.date, PUBLIC_DIR)
     for name, frame in day.tables.items():
         write_durably(folder / f"{name}.csv", frame.to_csv(index=False, lineterminator="\n"))
     validate_date(folder, day.date, set(day.modes), day.remainders)

@@ -39,6 +39,7 @@ from opal_dp.release.publish import (
     validate_published,
 )
 from opal_dp.private_files import write_parquet_atomic
+from opal_dp.settings import WORKERS_ENV
 from opal_dp_tests.release.test_statement import PARTS, released as ledger_release
 from opal_dp_tests.release.test_statement import statement as ledger_statement
 
@@ -290,6 +291,29 @@ def test_refuses_a_bad_release_id(tmp_path):
     assert json.loads((root / LATEST_JSON).read_text())["release_id"] == "r1"
 
 
+def refuse_the_second_date(day: DateFiles) -> DateFiles:
+    """A gate (``publish``'s ``prepare``) that refuses the second date of KEYS, after a moment: the first date's
+    worker is writing meanwhile."""
+    if day.date == date_files()[1].date:
+        time.sleep(0.5)
+        raise ValueError(f"{day.date} refused")
+    return day
+
+
+def test_a_date_refused_in_a_worker_publishes_nothing_and_leaves_nothing(tmp_path, monkeypatch):
+    """The dates are gated and staged side by side in worker processes: one refused leaves the publication as it
+    was, the other date's staged files included (removed once its worker has ended)."""
+    root = tmp_path / "published"
+    first, second = date_files()
+    publish_release(root, "r1", [first])
+    before = {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    with pytest.raises(ValueError, match=f"{second.date} refused"):
+        publish(root, [first, second], lambda summary: statement(release_id="r2"), STOPS,
+                root.parent / f"{root.name}-state", prepare=refuse_the_second_date)
+    assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
+
+
 def test_failure_mid_write_keeps_the_publication(tmp_path, monkeypatch):
     root = tmp_path / "published"
     publish_release(root, "r1")
@@ -304,6 +328,7 @@ def test_failure_mid_write_keeps_the_publication(tmp_path, monkeypatch):
         real_write(path, text)
 
     monkeypatch.setattr(publish_module, "write_durably", failing_write)
+    monkeypatch.setenv(WORKERS_ENV, "1")  # the dates staged in this process, where the patched write applies
     with pytest.raises(OSError, match="disk full"):
         publish_release(root, "r2")
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before

@@ -1,7 +1,6 @@
 """Publish: the released marginals become the open-data files and their privacy statement, built from the
 ledger records of the draws that produced them; date by date, each date once (``release.publish``)."""
 
-import json
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
@@ -16,29 +15,24 @@ from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
 from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.prep.binning import location_labels
 from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.sequences import trip_alphabet
-from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
-from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
+from opal_dp.release.marginals.gate import DateGate, PublishRefused, gate_date
+from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
 from opal_dp.release.od.hierarchy_publish import hierarchy_gate
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_section
 from opal_dp.release.statement.runs import draws_of
-from opal_dp.release.marginals.public_domain import Domain, domain
-from opal_dp.release.options import Design
 from opal_dp.release.page.summary import PageSummary
-from opal_dp.release.publish import DateFiles, files_of, publish, published_index, to_open_data
+from opal_dp.release.publish import files_of, publish, published_index
 from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.build import (
-    LedgerEvidence,
     StatementError,
     ledger_evidence,
     privacy_statement,
 )
-from opal_dp.private_files import read_parquet
 from opal_dp.reports.partition_rows import PartitionRows, version_of
 
 PUBLICATION_STATE = "publication"  # private: the page summaries of what is published (``release.publish``)
@@ -77,64 +71,6 @@ def data_origin(storage: OpalStorage, draw_ids: dict[tuple[str, str], int], pend
             "pending_dates": sorted({date_and_mode(k)[0].replace("-", "") for k in pending})}
 
 
-def _gate(
-    releases: dict[str, PartitionFrames],
-    cells: PartitionFrames,
-    draw_ids: dict[tuple[str, str], int],
-    ledger: PrivacyLedger,
-    reference: ReferenceNetwork,
-    storage: OpalStorage,
-) -> tuple[LedgerEvidence, dict[str, dict[str, pd.DataFrame]]]:
-    """Check exactly what is about to be published against the ledger; refuse on any failure.
-
-    For every (partition, marginal): the draw that stands for it must be a completed ledger draw whose stored
-    file equals the release asset, and every blocking check must pass on it with the mechanism the ledger
-    charged. The release step evaluated the same checks, but publishing is a separate run: checking again
-    here leaves no gap between what was checked and what goes out.
-    """
-    stops = reference.stops()
-    labels = frozenset(location_labels(stops))
-    loaded = {m.name: {} for m in MARGINALS}
-    keys, problems = sorted({key for key, _ in draw_ids}), []
-    try:
-        evidence = ledger_evidence(ledger, draw_ids, with_person=False)
-    except StatementError as err:
-        raise dg.Failure(description=f"publishing refused: {err}") from err
-    caps = {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}}
-    domains: dict[tuple[str, str], Domain] = {}
-    spend = {(s.unit, s.scope): s.guarantee for s in evidence.scopes}
-
-    def under_check():
-        for key in keys:
-            truths = histograms_from_cells(cells[key], column=BOUNDED)
-            for m in MARGINALS:
-                draw = evidence.draws[key, m.name]
-                charge = evidence.charges[draw.charge_id]
-                frame = releases[m.name][key]
-                if draw.status != "complete" or not same_bins(read_parquet(storage.private_dir / draw.release_ref), frame):
-                    problems.append(f"{key} {m.name}: the release asset is not the ledger's stored draw {draw.id}")
-                loaded[m.name][key] = frame
-                cap = caps[charge.unit]
-                mechanism = json.loads(charge.mechanism)
-                public = None  # the ledger's design chooses the checks, not this run's configuration
-                if Design.parse(mechanism.get("design", Design.SBH)).consistent:
-                    mode = date_and_mode(key)[1]
-                    public = domains.setdefault((mode, m.tap), domain(stops, mode, m.tap))
-                yield ReleaseUnderCheck(key, m, frame, truths[m.name], mechanism, draw, charge,
-                                        spend[charge.unit, charge.scope], (cap.epsilon, cap.delta), labels, public)
-
-    failed = {name: found for name, found in blocking_problems(under_check()).items() if found}
-    if problems:
-        failed["matches_ledger_draw"] = problems
-    if failed:
-        lines = [f"{name}: {problem}" for name, found in failed.items() for problem in found[:5]]
-        raise dg.Failure(
-            description="publishing refused, blocking checks failed:\n" + "\n".join(lines),
-            metadata={"failed_checks": dg.MetadataValue.json({k: len(v) for k, v in failed.items()})},
-        )
-    return evidence, loaded
-
-
 def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, hierarchy: PartitionFrames,
            privacy_budget: PrivacyBudget, kept_trees: PartitionRows, kept_hierarchy: PartitionRows) -> dict[str, dict]:
     """Per published date (``YYYY-MM-DD``): its partitions' draws (partition, marginal) -> id and, with an OD release
@@ -165,31 +101,39 @@ def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, hierarc
     return dict(sorted(out.items()))
 
 
-def _date_files(changed: list[str], dates: dict[str, dict], releases: dict[str, PartitionFrames],
+def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, PartitionFrames],
                 cells: PartitionFrames, trees: PartitionFrames, hierarchy: PartitionFrames,
-                privacy_budget: PrivacyBudget, ledger: PrivacyLedger, reference: ReferenceNetwork, storage: OpalStorage):
-    """Each changed date, gated (its marginals against the ledger, every blocking check, its OD tree and hierarchy),
-    in published form, one date at a time."""
+                privacy_budget: PrivacyBudget, ledger: PrivacyLedger, reference: ReferenceNetwork,
+                storage: OpalStorage) -> list[DateGate]:
+    """Each changed date's gate (``gate_date``), with the ledger's evidence of its draws; its OD tree and hierarchy
+    gated here, against the ledger, and their published tables made from the frames checked."""
     stops = reference.stops()
     alphabet = trip_alphabet(stops)
     plan = hierarchy_plan(privacy_budget, od_domain(stops)) \
         if privacy_budget.releases_od_hierarchy else None
+    gates = []
     for day in changed:
         entry = dates[day]
-        evidence, loaded = _gate(releases, cells, entry["draws"], ledger, reference, storage)
-        tables = to_open_data(loaded)
+        try:
+            evidence = ledger_evidence(ledger, entry["draws"], with_person=False)
+        except StatementError as err:
+            raise dg.Failure(description=f"publishing refused: {err}") from err
         tree = {day: trees[day]} if entry["od"] is not None else {}
         rows = {day: hierarchy[day]} if entry["hierarchy"] else {}
+        od = {}
         if tree or rows:
             problems = od_gate(tree, ledger, storage.private_dir, alphabet) if tree else []
             if rows:
                 problems += hierarchy_gate(rows, ledger, storage.private_dir, plan.domain, plan.tau)
             if problems:
                 raise dg.Failure(description="publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
-            tables |= od_tables(tree, alphabet, privacy_budget.od_top_sequences, rows)
-        design = Design.parse(json.loads(next(iter(evidence.charges.values())).mechanism).get("design", Design.SBH))
-        yield DateFiles(day.replace("-", ""), tables, tuple(_draws_of(entry)),
-                        tuple(sorted({date_and_mode(k)[1] for k, _ in entry["draws"]})), design.consistent)
+            od = od_tables(tree, alphabet, privacy_budget.od_top_sequences, rows)
+        keys = sorted({key for key, _ in entry["draws"]})
+        gates.append(DateGate(
+            day, evidence, {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}},
+            {m.name: {key: releases[m.name].path(key) for key in keys} for m in MARGINALS},
+            {key: cells.path(key) for key in keys}, storage.private_dir, stops, od, tuple(_draws_of(entry))))
+    return gates
 
 
 def _draws_of(entry: dict) -> list[int]:
@@ -284,10 +228,14 @@ def _publish_release(
                                      now.isoformat(timespec="seconds")))
         return statements[-1]
 
-    folder = publish(storage.published_dir,
-                     _date_files(changed, dates, releases, true_cells, od_prefix_tree, od_hierarchy, privacy_budget,
-                                 ledger, reference, storage),
-                     statement_of, reference.stops(), state, PageSettings.from_env())
+    gates = _date_gates(changed, dates, releases, true_cells, od_prefix_tree, od_hierarchy, privacy_budget, ledger,
+                        reference, storage)
+    try:
+        folder = publish(storage.published_dir, gates, statement_of, reference.stops(), state, PageSettings.from_env(),
+                         prepare=gate_date)
+    except PublishRefused as refused:
+        raise dg.Failure(description=refused.description,
+                         metadata={"failed_checks": dg.MetadataValue.json(refused.failed_checks)}) from None
     status = {"path": dg.MetadataValue.path(str(folder)),
               "dates_published": len(changed) if statements else 0,
               "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed] if statements else []),
