@@ -22,6 +22,7 @@ import dagster as dg
 
 from opal_dp import settings
 from opal_dp.core import PrivacyUnit
+from opal_dp.core.accounting import LIBRARY as ACCOUNTING_LIBRARY
 from opal_dp.defs.shared.jobs import run_plan
 from opal_dp.defs.shared.logs import STEP_LISTENERS
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
@@ -29,7 +30,7 @@ from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.core.ledger_backends import open_backend
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.locations import DataLocation, normalise_data_dir
-from opal_dp.parallel import start_in_background
+from opal_dp.parallel import import_in_background, start_in_background
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
 from opal_dp.prep.failed_days import failed_days
 from opal_dp.prep.ingest import scan_raw_files
@@ -87,6 +88,7 @@ def run_release(
     if not distributed:
         start_in_background()  # the per-day workers start while the definitions load
     defs = load_defs()
+    import_in_background(*ACCOUNTING_LIBRARY)  # while this process waits on the day pass
     storage = OpalStorage(data_dir=normalise_data_dir(data_dir) if data_dir else settings.data_dir_from_env(),
                           ledger_url=settings.ledger_url_from_env())
     days = sorted(dates or scan_raw_files(storage.raw_dir)[0])

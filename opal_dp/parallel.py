@@ -14,6 +14,7 @@ Dagster's entry points have it.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import multiprocessing
 import multiprocessing.connection
@@ -91,6 +92,15 @@ def start_in_background(workers: int | None = None) -> None:
             future.result()
 
     threading.Thread(target=start, name="opal_dp-workers-start", daemon=True).start()
+
+
+def import_in_background(*modules: str) -> threading.Thread:
+    """Import ``modules`` in a background thread (returned): a step that imports one lazily then finds it done.
+    Worth it while the caller mostly waits, e.g. on the per-day workers; the import lock keeps it safe. Not a
+    daemon: the interpreter never exits in the middle of an import."""
+    thread = threading.Thread(target=lambda: [importlib.import_module(m) for m in modules], name="opal_dp-imports")
+    thread.start()
+    return thread
 
 
 def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None = None) -> Iterator[R]:
