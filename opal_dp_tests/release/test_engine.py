@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, DiscreteLaplace, PrivacyLedger, SeededBits
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.release.marginals.engine import fingerprint, release_partitions
-from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, histograms
+from opal_dp.release.marginals.engine import fingerprint, partition_truths, release_partitions
+from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, histograms, true_cells
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 from opal_dp.release.periods import Periods
@@ -212,3 +212,31 @@ def test_release_is_canonical_and_independent_of_row_order(tmp_path_factory, n, 
         assert set(map(tuple, result.frame[keys].astype(str).to_numpy())) <= set(map(tuple, truth[keys].astype(str).to_numpy()))
         floor = plan(SeededBits(0)).mechanisms[name].min_released_count
         assert (result.frame["count"] >= floor).all()
+
+
+def test_truths_made_in_a_worker_release_what_the_engine_would(tmp_path):
+    """``partition_truths`` (run in the per-day workers) gives the histograms the engine makes from the trips and
+    the true cells of the trips kept and over the bound; released with them, every draw is the same."""
+    kept, over = partition(4000, 3), partition(300, 4)
+    write_parquet_exclusive(kept, tmp_path / "kept.parquet")
+    write_parquet_exclusive(pd.concat([over.assign(mode="bus"), partition(50, 5).assign(mode="train")],
+                                      ignore_index=True), tmp_path / "over.parquet")
+    truths, cells = partition_truths(tmp_path / "kept.parquet", tmp_path / "over.parquet", "bus",
+                                     [m.name for m in MARGINALS])
+    expected = histograms(kept)
+    assert sorted(truths) == sorted(expected)
+    for name, frame in expected.items():
+        pd.testing.assert_frame_equal(truths[name], frame)
+    pd.testing.assert_frame_equal(cells, true_cells(expected, over))
+    assert cells["count"].sum() == 2 * (4000 + 300) and cells["bounded_count"].sum() == 2 * 4000
+    key, outputs = "2016-07-25|bus", []
+    for given_truths in (None, {"2016-07-25|bus": truths}):
+        folder = tmp_path / f"release-{len(outputs)}"
+        ledger = PrivacyLedger(folder / "ledger.sqlite", CAPS)
+        outputs.append(release({key: kept}, SeededBits(7), ledger, folder, "run", truths=given_truths)[key])
+    for name, result in outputs[0].items():
+        pd.testing.assert_frame_equal(result.frame, outputs[1][name].frame)
+        assert result.draw.fingerprint == outputs[1][name].draw.fingerprint
+    with pytest.raises(ValueError, match="truths must hold"):
+        release({key: kept}, SeededBits(7), PrivacyLedger(tmp_path / "l.sqlite", CAPS), tmp_path, "run",
+                truths={key: {n: t for n, t in truths.items() if n != "tap_on_time"}})

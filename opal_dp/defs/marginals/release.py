@@ -17,12 +17,12 @@ from opal_dp.defs.shared.partitions import date_and_mode, date_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.versions import raw_input_versions
+from opal_dp.parallel import map_calls
 from opal_dp.defs.trips.private_stages import OVER_BOUND
 from opal_dp.prep.binning import location_labels
-from opal_dp.prep.binning import split_by_mode
 from opal_dp.release.marginals.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
-from opal_dp.release.marginals.engine import release_partitions
-from opal_dp.release.marginals.tables import BY_NAME, MARGINALS, true_cells
+from opal_dp.release.marginals.engine import partition_truths, release_partitions
+from opal_dp.release.marginals.tables import BY_NAME, MARGINALS
 from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
 from opal_dp.release.options import Design
 
@@ -111,23 +111,24 @@ def release_marginals(
         ledger = privacy_budget.ledger(storage)
         versions = raw_input_versions(storage, privacy_budget, {key.split("|")[0] for key in trip_partitions},
                                       plan.unit)
+        keys = list(trip_partitions)  # each partition's truths and true cells made in the per-day workers
+        made = dict(zip(keys, map_calls(partition_truths, [
+            (trip_partitions.path(key), trips_over_bound.path(date_and_mode(key)[0]), date_and_mode(key)[1],
+             list(plan.mechanisms)) for key in keys])))
         released_by_key = release_partitions(
             trip_partitions, plan, ledger, storage.private_dir, context.run.run_id,
             privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw, versions,
+            {key: truths for key, (truths, _) in made.items()},
         )
     except LedgerError as err:
         raise dg.Failure(description=str(err)) from err
     cap = ledger.cap(plan.unit)
     spend = {row.scope: row.guarantee for row in ledger.summary(plan.unit)}
-    frames, cells, draws = {m.name: {} for m in MARGINALS}, {}, {}
+    frames, draws = {m.name: {} for m in MARGINALS}, {}
+    cells = {key: made[key][1] for key in released_by_key}
     under_check, plausible = [], {time: [] for time in PLAUSIBLE_PAIRS}
-    over_by_day: dict[str, pd.DataFrame] = {}
     for key, released in released_by_key.items():
         day, mode = date_and_mode(key)
-        if day not in over_by_day:
-            over_by_day = {day: trips_over_bound[day]}  # keys are date-major: one day in memory at a time
-        truths = {name: result.truth for name, result in released.items()}
-        cells[key] = TrueCells.validate(true_cells(truths, split_by_mode(over_by_day[day], mode)))
         draws[key] = ReleaseDraws.validate(pd.DataFrame(
             {"marginal": list(released), "draw_id": [r.draw.id for r in released.values()],
              "charge_id": [r.charge.id for r in released.values()]}))

@@ -31,7 +31,9 @@ from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger import Charge, Draw, LedgerError, Request
 from opal_dp.release.charged import Pending, Serve, release_charged, serve_each
 from opal_dp.release.marginals import public_domain as pd_design
-from opal_dp.release.marginals.tables import BY_NAME, COUNT, LOC, TIME, Marginal, histograms
+from opal_dp.prep.binning import split_by_mode
+from opal_dp.release.marginals.schemas import TrueCells
+from opal_dp.release.marginals.tables import BY_NAME, COUNT, LOC, TIME, Marginal, histograms, true_cells
 from opal_dp.release.marginals.plan import ReleasePlan
 from opal_dp.private_files import read_parquet, write_parquet_exclusive
 
@@ -83,13 +85,19 @@ def release_partitions(
     fingerprint_key: bytes,
     fresh: bool = False,
     input_versions: Mapping[str, str] | None = None,
+    truths: Mapping[str, Mapping[str, pd.DataFrame]] | None = None,
 ) -> dict[str, dict[str, ReleasedMarginal]]:
     """Release every marginal of ``plan`` over ``partitions`` ({"YYYY-MM-DD|mode": bounded trips}); see the
     module docstring. ``root`` is the storage root the ledger's ``release_ref``s are relative to.
     ``input_versions``: date -> input version of its scope (``core.input_version``); without it (callers with
-    no raw files) a stand-in per scope of the batch (``core.input_version.stand_ins``)."""
+    no raw files) a stand-in per scope of the batch (``core.input_version.stand_ins``). ``truths``: the
+    partitions' true histograms of the plan's marginals when already made (``partition_truths``, in the per-day
+    workers), else made here."""
     names = list(plan.mechanisms)
-    truths = {key: histograms(partitions[key], [BY_NAME[name] for name in names]) for key in partitions}
+    if truths is None:
+        truths = {key: histograms(partitions[key], [BY_NAME[name] for name in names]) for key in partitions}
+    elif sorted(truths) != sorted(partitions) or any(sorted(t) != sorted(names) for t in truths.values()):
+        raise ValueError("truths must hold the histograms of every marginal of the plan for exactly the partitions")
     bounds = plan.bounds_json()
     requests = []
     prints = {key: fingerprint(hists, fingerprint_key) for key, hists in truths.items()}
@@ -111,6 +119,15 @@ def release_partitions(
         out[r.part][r.marginal] = ReleasedMarginal(BY_NAME[r.marginal], s.value, truths[r.part][r.marginal], s.draw,
                                                    s.charge, s.decision)
     return out
+
+
+def partition_truths(trips: Path, over_bound: Path, mode: str, names: Sequence[str]
+                     ) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    """One partition's true histograms of the marginals ``names`` (the mechanisms' input: its bounded trips, stored
+    at ``trips``) and its true cells (``TrueCells``: with its day's trips over the bound, stored at ``over_bound``).
+    A plain function of files, for the per-day workers; nothing charged, nothing drawn."""
+    truths = histograms(pd.read_parquet(trips), [BY_NAME[name] for name in names])
+    return truths, TrueCells.validate(true_cells(truths, split_by_mode(pd.read_parquet(over_bound), mode)))
 
 
 def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan) -> Serve:
