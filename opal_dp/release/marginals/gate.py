@@ -5,6 +5,7 @@ workers (``release.publish``); the ledger is read by the caller, never in a work
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 
 from opal_dp.core.ledger_records import Cap
-from opal_dp.private_files import read_parquet
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problems
 from opal_dp.release.marginals.public_domain import Domain, domain
@@ -70,8 +70,8 @@ def gate_date(gate: DateGate) -> DateFiles:
             for m in MARGINALS:
                 draw = evidence.draws[key, m.name]
                 charge = evidence.charges[draw.charge_id]
-                frame = pd.read_parquet(gate.releases[m.name][key])
-                if draw.status != "complete" or not same_bins(read_parquet(gate.private_dir / draw.release_ref), frame):
+                frame, drawn = read_asset_and_draw(gate.releases[m.name][key], gate.private_dir / draw.release_ref)
+                if draw.status != "complete" or not drawn:
                     problems.append(f"{key} {m.name}: the release asset is not the ledger's stored draw {draw.id}")
                 loaded[m.name][key] = frame
                 cap = gate.caps[charge.unit]
@@ -93,3 +93,15 @@ def gate_date(gate: DateGate) -> DateFiles:
     design = Design.parse(json.loads(next(iter(evidence.charges.values())).mechanism).get("design", Design.SBH))
     return DateFiles(gate.day.replace("-", ""), to_open_data(loaded) | dict(gate.od), gate.draws,
                      tuple(sorted({open_data_partition(k)[1] for k in keys})), design.consistent)
+
+
+def read_asset_and_draw(asset: Path, stored: Path) -> tuple[pd.DataFrame, bool]:
+    """The release asset's frame, and whether it is the ledger's stored draw: the same bytes are the same frame
+    (parsed once); other bytes are parsed too and compared bin by bin (``same_bins``)."""
+    with asset.open("rb") as handle:
+        raw = handle.read()
+    with stored.open("rb") as handle:
+        stored_raw = handle.read()
+    frame = pd.read_parquet(io.BytesIO(raw))
+    return frame, raw == stored_raw or same_bins(pd.read_parquet(io.BytesIO(stored_raw)), frame)
+
