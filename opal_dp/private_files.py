@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,19 +24,38 @@ from opal_dp.permissions import make_dirs, reserve_private
 _TEMPORARY = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True) -> None:
+def write_parquet_atomic(frame: pd.DataFrame, path: Path, durable: bool = True, grouped_by: str | None = None) -> None:
     """Write next to ``path`` then rename over it: a killed process never leaves half a file.
 
     ``durable`` also fsyncs before the rename, so the file survives an OS crash or power loss too:
     needed for what the privacy ledger points at, not for intermediates that can be recomputed.
+    ``grouped_by``: a categorical column; the rows are stored in the order of its categories (stably, so each
+    value's rows keep their order), one row group per value with that column's statistics, so that
+    ``read_parquet_group`` reads one value's rows without the others.
     """
     if not isinstance(path, Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb") as handle:
-            handle.write(_parquet_bytes(frame))
+            handle.write(_parquet_bytes(frame, grouped_by))
         return
-    tmp = _write_temporary(frame, path, durable)
+    tmp = _write_temporary(frame, path, durable, grouped_by)
     os.replace(tmp, path)
+
+
+def read_parquet_group(path: Path, column: str, value: str) -> pd.DataFrame:
+    """The rows of ``path`` whose ``column`` is ``value``, as a filtered ``pd.read_parquet`` gives them: only the
+    value's row groups when the file was written ``grouped_by`` that column (every row group's statistics name one
+    value), else (and when there are no such rows: a filtered read keeps the categories) a filtered read of the
+    whole file."""
+    with path.open("rb") as handle:
+        file = pq.ParquetFile(handle)
+        index = file.schema_arrow.get_field_index(column)
+        stats = [file.metadata.row_group(i).column(index).statistics for i in range(file.metadata.num_row_groups)]
+        if all(s is not None and s.has_min_max and s.min == s.max for s in stats):
+            groups = [i for i, s in enumerate(stats) if s.min == value]
+            if groups:
+                return file.read_row_groups(groups).to_pandas()
+    return pd.read_parquet(path, filters=[(column, "==", value)])
 
 
 class PartitionStore:
@@ -112,27 +132,36 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _write_temporary(frame: pd.DataFrame, path: Path, durable: bool) -> Path:
+def _write_temporary(frame: pd.DataFrame, path: Path, durable: bool, grouped_by: str | None = None) -> Path:
     make_dirs(path.parent)
     tmp = reserve_private(path.with_name(f".{path.name}.{os.getpid()}.tmp"))
-    _write_table(frame, tmp)
+    _write_table(frame, tmp, grouped_by)
     if durable:
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
     return tmp
 
 
-def _write_table(frame: pd.DataFrame, where) -> None:
+def _write_table(frame: pd.DataFrame, where, grouped_by: str | None = None) -> None:
     table = _table(frame)
     # Private intermediates favour speed over size: no compression, dictionaries only for categoricals, and no
-    # column statistics (min/max of dictionary strings cost most of a write; nothing prunes on them).
+    # column statistics (min/max of dictionary strings cost most of a write) but the grouping column's.
     categorical = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
-    pq.write_table(table, where, compression="none", use_dictionary=categorical, write_statistics=False)
+    if grouped_by is None:
+        pq.write_table(table, where, compression="none", use_dictionary=categorical, write_statistics=False)
+        return
+    codes = frame[grouped_by].cat.codes.to_numpy()
+    order = np.argsort(codes, kind="stable")
+    table, ends = table.take(pa.array(order)), np.flatnonzero(np.diff(codes[order])) + 1
+    with pq.ParquetWriter(where, table.schema, compression="none", use_dictionary=categorical,
+                          write_statistics=[grouped_by]) as writer:
+        for start, stop in zip([0, *ends], [*ends, len(table)]):  # no rows: one empty group keeps the dictionaries
+            writer.write_table(table.slice(start, stop - start), row_group_size=max(stop - start, 1))
 
 
-def _parquet_bytes(frame: pd.DataFrame) -> bytes:
+def _parquet_bytes(frame: pd.DataFrame, grouped_by: str | None = None) -> bytes:
     buffer = io.BytesIO()
-    _write_table(frame, buffer)
+    _write_table(frame, buffer, grouped_by)
     return buffer.getvalue()
 
 

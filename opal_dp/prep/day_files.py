@@ -21,7 +21,7 @@ from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
 from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.ingest import IngestResult, RawInputError, ingest_file, raw_file_for
 from opal_dp.prep.sequences import card_day_sequences, to_frame, trip_alphabet
-from opal_dp.private_files import write_parquet_atomic
+from opal_dp.private_files import read_parquet_group, write_parquet_atomic
 
 
 @dataclass(frozen=True)
@@ -136,17 +136,17 @@ def bound_day_file(binned: Path, day: str, unit: PrivacyUnit, bounds: Contributi
 def _bound_and_store(binned: pd.DataFrame, day: str, unit: PrivacyUnit, bounds: ContributionBounds, key: bytes,
                      kept_cards: np.ndarray | None, kept: Path, over_bound: Path) -> BoundSummary:
     result = bound_day(binned, date.fromisoformat(day), unit, bounds, key, kept_cards)
-    _store(result.kept, kept)
+    _store(result.kept, kept, grouped_by="mode")  # each mode's rows read alone by ``split_day``
     _store(result.over_bound, over_bound)
     return BoundSummary(len(result.kept), len(result.over_bound), result.share_dropped)
 
 
 def split_day(bounded: Path, mode: str, out: Path) -> int:
     """One (date, mode) partition of a day's bounded trips stored; returns its trips."""
-    part = split_by_mode(pd.read_parquet(bounded, filters=[("mode", "==", mode)]), mode)
+    part = split_by_mode(read_parquet_group(bounded, "mode", mode), mode)
     _store(part, out)
     return len(part)
 
 
-def _store(frame: pd.DataFrame, path: Path) -> None:
-    write_parquet_atomic(frame, path, durable=False)
+def _store(frame: pd.DataFrame, path: Path, grouped_by: str | None = None) -> None:
+    write_parquet_atomic(frame, path, durable=False, grouped_by=grouped_by)
