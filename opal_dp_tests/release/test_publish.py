@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -312,6 +313,16 @@ def test_a_date_refused_in_a_worker_publishes_nothing_and_leaves_nothing(tmp_pat
         publish(root, [first, second], lambda summary: statement(release_id="r2"), STOPS,
                 root.parent / f"{root.name}-state", prepare=refuse_the_second_date)
     assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
+
+
+def test_a_date_not_in_the_published_form_is_refused_before_any_of_its_files(tmp_path):
+    """A date names a folder under ``dates/``: only ``YYYYMMDD`` (no separators, nothing that climbs the tree)."""
+    root = tmp_path / "published"
+    first = date_files()[0]
+    for bad in ("2016-07-25", "../20160725", "2016072"):
+        with pytest.raises(ValueError, match="YYYYMMDD"):
+            publish_release(root, "r1", [dataclasses.replace(first, date=bad)])
+        assert not [p for p in root.rglob("*") if p.is_file()]
 
 
 def test_failure_mid_write_keeps_the_publication(tmp_path, monkeypatch):
