@@ -40,6 +40,7 @@ from opal_dp.prep.binning import stop_labels
 from opal_dp.prep.schemas import UNKNOWN_LABEL
 
 PAD = -1
+SYMBOL_BITS = 20  # of a card-day's sort key (``card_day_sequences``): the alphabet holds at most 2^20 symbols
 """Fills a sequence shorter than ``h``."""
 
 
@@ -140,17 +141,22 @@ def card_day_sequences(binned: pd.DataFrame, alphabet: TripAlphabet, height: int
     CSPRNG-random order, no card id."""
     if isinstance(height, bool) or not isinstance(height, int) or height < 1:
         raise ValueError(f"height must be an integer >= 1, got {height!r}")
+    if len(alphabet.symbols) > 1 << SYMBOL_BITS or len(binned) >= 1 << 28:
+        raise ValueError(f"{len(alphabet.symbols)} symbols or {len(binned)} trips do not fit the sort key (at most "
+                         f"2^{SYMBOL_BITS} symbols and 2^28 trips a day)")
     symbol = alphabet.encode(binned["mode"], binned["tap_on_loc"], binned["tap_off_loc"])
     card, _ = pd.factorize(binned["card_id"].to_numpy(np.int64))
     on_w = binned["tap_on_window"].to_numpy().astype(np.int64)
     off_w = binned["tap_off_window"].to_numpy().astype(np.int64) + 1  # -1 (unknown) first
-    order = np.argsort((((card.astype(np.int64) << 7 | on_w) << 8 | off_w) << 20) | symbol)  # 35 + 7 + 8 + 20 bits
-    card = card[order]
+    # card (under 2^28 per day), tap-on window (7 bits), tap-off window (8), symbol: one key holds the trip, so
+    # sorting the keys sorts the trips (by card, then time) and the card and symbol are read back from them
+    key = np.sort((((card.astype(np.int64) << 7 | on_w) << 8 | off_w) << SYMBOL_BITS) | symbol)
+    card, symbol = key >> (15 + SYMBOL_BITS), (key & ((1 << SYMBOL_BITS) - 1)).astype(np.int32)
     starts = np.flatnonzero(np.r_[True, card[1:] != card[:-1]]) if len(card) else np.zeros(0, np.int64)
     rank = np.arange(len(card)) - np.repeat(starts, np.diff(np.r_[starts, len(card)]))
     row = np.cumsum(np.r_[True, card[1:] != card[:-1]])[rank < height] - 1 if len(card) else np.zeros(0, np.int64)
     out = np.full((len(starts), height), PAD, dtype=np.int32)
-    out[row, rank[rank < height]] = symbol[order][rank < height]
+    out[row, rank[rank < height]] = symbol[rank < height]
     return out[np.argsort(SecureBits().words(len(out)))]
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.network import MODES, load_stops
+from opal_dp.prep import sequences
 from opal_dp.prep.sequences import PAD, TripAlphabet, card_day_sequences, from_frame, to_frame, trip_alphabet
 
 
@@ -79,3 +80,14 @@ def test_sequences_in_tap_on_order_truncated(alphabet):
     assert card_day_sequences(binned(rows)[:0], alphabet, 3).shape == (0, 3)
     with pytest.raises(ValueError, match="height"):
         card_day_sequences(binned(rows), alphabet, 0)
+
+
+def test_an_alphabet_too_large_for_the_sort_key_is_refused(alphabet, monkeypatch):
+    """The card, the windows and the symbol share one 64-bit sort key, and the symbols are read back from it: a
+    symbol wider than its bits would come back as another symbol."""
+    rows = [(7, "bus", 10, "2000", 12, "2010")]
+    monkeypatch.setattr(sequences, "SYMBOL_BITS", (len(alphabet.symbols) - 1).bit_length() - 1)
+    with pytest.raises(ValueError, match="sort key"):
+        card_day_sequences(binned(rows), alphabet, 2)
+    monkeypatch.setattr(sequences, "SYMBOL_BITS", (len(alphabet.symbols) - 1).bit_length())
+    assert card_day_sequences(binned(rows), alphabet, 2).shape == (1, 2)
