@@ -76,9 +76,11 @@ def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
     return CardBinnedTrips.validate(binned[list(CardBinnedTrips.to_schema().columns)])
 
 
-def card_days_of(binned: pd.DataFrame) -> pd.DataFrame:
-    """The distinct card ids of one day's binned trips (hash-based, in first-seen order)."""
-    return CardDays.validate(pd.DataFrame({"card_id": pd.unique(binned["card_id"].to_numpy(np.int64))}))
+def card_codes(binned: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Each trip's card as a code, and the distinct card ids of one day's binned trips (``CardDays``, in first-seen
+    order: the code is a card's place in it), from one hash pass over the card ids."""
+    codes, cards = pd.factorize(binned["card_id"].to_numpy(np.int64))
+    return codes, CardDays.validate(pd.DataFrame({"card_id": cards}))
 
 
 def _label_codes(stops: pd.DataFrame, categories: list[str]) -> np.ndarray:

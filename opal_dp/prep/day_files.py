@@ -17,7 +17,7 @@ import pandas as pd
 from pandera.errors import SchemaError, SchemaErrors
 
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
-from opal_dp.prep.binning import bin_trips, card_days_of, split_by_mode
+from opal_dp.prep.binning import bin_trips, card_codes, split_by_mode
 from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.ingest import IngestResult, RawInputError, ingest_file, raw_file_for
 from opal_dp.prep.sequences import card_day_sequences, to_frame, trip_alphabet
@@ -108,10 +108,10 @@ def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, height: int, bounding
     summary = _ingest_summary(result)
     binned = bin_trips(result.accepted, stops)
     del result  # the raw and accepted rows are no longer needed: at most two day-sized frames at a time
-    cards = card_days_of(binned)
+    codes, cards = card_codes(binned)
     _store(binned, paths.binned)
     _store(cards, paths.cards)
-    sequences = card_day_sequences(binned, trip_alphabet(stops), height)
+    sequences = card_day_sequences(binned, trip_alphabet(stops), height, codes)
     _store(to_frame(sequences), paths.sequences)
     bound = None
     if bounding is not None:

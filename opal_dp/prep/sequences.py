@@ -135,17 +135,18 @@ def trip_alphabet(stops: pd.DataFrame) -> TripAlphabet:
     return TripAlphabet.from_stops(stops)
 
 
-def card_day_sequences(binned: pd.DataFrame, alphabet: TripAlphabet, height: int) -> np.ndarray:
+def card_day_sequences(binned: pd.DataFrame, alphabet: TripAlphabet, height: int,
+                       cards: np.ndarray | None = None) -> np.ndarray:
     """One day's binned trips with card id (``CardBinnedTrips``) -> ``(card-days, height)`` int32 symbol ids,
     each row one card-day's trips in tap-on order truncated to ``height`` and padded with ``PAD``; rows in
-    CSPRNG-random order, no card id."""
+    CSPRNG-random order, no card id. ``cards``: each trip's card code when the caller has it (``card_codes``)."""
     if isinstance(height, bool) or not isinstance(height, int) or height < 1:
         raise ValueError(f"height must be an integer >= 1, got {height!r}")
     if len(alphabet.symbols) > 1 << SYMBOL_BITS or len(binned) >= 1 << 28:
         raise ValueError(f"{len(alphabet.symbols)} symbols or {len(binned)} trips do not fit the sort key (at most "
                          f"2^{SYMBOL_BITS} symbols and 2^28 trips a day)")
     symbol = alphabet.encode(binned["mode"], binned["tap_on_loc"], binned["tap_off_loc"])
-    card, _ = pd.factorize(binned["card_id"].to_numpy(np.int64))
+    card = pd.factorize(binned["card_id"].to_numpy(np.int64))[0] if cards is None else cards
     on_w = binned["tap_on_window"].to_numpy().astype(np.int64)
     off_w = binned["tap_off_window"].to_numpy().astype(np.int64) + 1  # -1 (unknown) first
     # card (under 2^28 per day), tap-on window (7 bits), tap-off window (8), symbol: one key holds the trip, so

@@ -5,9 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pandera.pandas as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opal_dp.prep.binning import (
     bin_trips,
+    card_codes,
     location_labels,
     location_points,
     split_by_mode,
@@ -97,3 +100,12 @@ def test_location_points_place_postcodes_at_their_bus_stops_mean(stops):
     assert points.loc[("train", "Central"), "lat"] == -33.1
     assert ("bus", "Central") not in points.index and ("train", "2000") not in points.index
     assert len(points) == 2 + 3 + 2 + 2  # two bus postcodes, then one point per named stop
+
+
+@settings(max_examples=30, deadline=None)
+@given(ids=st.lists(st.integers(1, 2**40), max_size=50))
+def test_card_codes_are_each_trips_place_among_the_days_cards_in_first_seen_order(ids):
+    codes, cards = card_codes(pd.DataFrame({"card_id": pd.array(ids, dtype="int64")}))
+    first_seen = list(dict.fromkeys(ids))
+    assert cards["card_id"].tolist() == first_seen
+    assert [first_seen[c] for c in codes] == ids

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
-from opal_dp.prep.binning import bin_trips, card_days_of
+from opal_dp.prep.binning import bin_trips, card_codes
 from opal_dp.prep.bounding import bound_day
 from opal_dp.prep.day_files import Bounding, DayFailure, DayPaths, bound_day_file, day_pass
 from opal_dp.prep.ingest import ingest_file
@@ -56,7 +56,7 @@ def _staged(raw: Path, stops: pd.DataFrame, bounding: Bounding, folder: Path) ->
     write_parquet_atomic(ingested.rejected, p.rejected, durable=False)
     binned = bin_trips(pd.read_parquet(p.accepted), stops)
     write_parquet_atomic(binned, p.binned, durable=False)
-    write_parquet_atomic(card_days_of(binned), p.cards, durable=False)
+    write_parquet_atomic(card_codes(binned)[1], p.cards, durable=False)
     stored = pd.read_parquet(p.binned)
     write_parquet_atomic(to_frame(card_day_sequences(stored, TripAlphabet.from_stops(stops), HEIGHT)), p.sequences,
                          durable=False)
