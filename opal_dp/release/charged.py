@@ -21,6 +21,7 @@ when draws belong together (the public-domain design's taps, the OD trees built 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ class Served:
     decision: str
 
 
+STORE_THREADS = 4  # draws stored at once by ``serve_each`` (I/O: 336 durable stores 2.8 -> 1.8 s on 2 cores)
 Serve = Callable[[Sequence[Pending]], Sequence[Any]]
 """Load every stored draw and draw-and-store every other one, in the order given; return one value each."""
 
@@ -79,10 +81,16 @@ def release_charged(requests: Sequence[Request], serve: Serve, ledger: PrivacyLe
 
 
 def serve_each(draw: Callable[[Request], pd.DataFrame]) -> Serve:
-    """Serve independent draws: load each stored one, else ``draw(request)`` and store it exclusively."""
+    """Serve independent draws: load each stored one, else ``draw(request)`` and store it exclusively. The draws
+    are made in order (a seeded source gives the same noise), then stored side by side in threads (each store
+    is a write and an fsync, which release the GIL); none is marked complete before all stand (step 3)."""
+
+    def stand(p: Pending, drawn: pd.DataFrame | None) -> pd.DataFrame:
+        return read_parquet(p.path) if p.stored else write_parquet_exclusive(drawn, p.path)
 
     def serve(pending: Sequence[Pending]) -> list[pd.DataFrame]:
-        return [read_parquet(p.path) if p.stored else write_parquet_exclusive(draw(p.request), p.path)
-                for p in pending]
+        drawn = [None if p.stored else draw(p.request) for p in pending]
+        with ThreadPoolExecutor(STORE_THREADS) as threads:
+            return list(threads.map(stand, pending, drawn))
 
     return serve
