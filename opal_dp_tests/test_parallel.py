@@ -36,11 +36,16 @@ def fail_on_three(x: int) -> int:
     return x
 
 
-def fail_now_or_write_late(path: str | None) -> None:
-    if path is None:
+def fail_once_the_other_runs_or_write_late(folder: str, fail: bool) -> None:
+    started, late = Path(folder, "started"), Path(folder, "late")
+    if fail:  # only once the other call runs: otherwise map_calls may rightly cancel it before it starts
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise ValueError("refused")
+    started.write_text("started")
     time.sleep(1.0)
-    Path(path).write_text("written")
+    late.write_text("written")
 
 
 def test_results_come_back_in_call_order_from_other_processes():
@@ -98,10 +103,10 @@ def test_an_error_in_a_worker_is_raised_to_the_caller():
 def test_an_error_is_raised_only_once_the_calls_running_beside_it_have_ended(tmp_path):
     """A caller cleans up when a call fails (the publish step removes its staging folder): no other call may still
     be writing then."""
-    late = tmp_path / "late"
     with pytest.raises(ValueError, match="refused"):
-        list(map_calls(fail_now_or_write_late, [(None,), (str(late),)], workers=2))
-    assert late.read_text() == "written"
+        list(map_calls(fail_once_the_other_runs_or_write_late, [(str(tmp_path), True), (str(tmp_path), False)],
+                       workers=2))
+    assert (tmp_path / "started").exists() and (tmp_path / "late").read_text() == "written"
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])

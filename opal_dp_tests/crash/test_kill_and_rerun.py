@@ -35,7 +35,7 @@ PARTITIONS = {f"{DAY}|{mode}" for mode in MODES}
 # Runs the whole pipeline and SIGKILLs itself at the n-th call of the patched function. "before": the
 # call never happens; "after": it completes (a commit, a rename) and the process dies right after.
 CHILD = textwrap.dedent("""
-    import os, signal, sys
+    import itertools, os, signal, sys
     import dagster as dg
     import opal_dp.release.charged as charged
     import opal_dp.release.publish as publish
@@ -45,17 +45,16 @@ CHILD = textwrap.dedent("""
     owner_name, attr, when, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     owner = {"charged": charged, "publish": publish, "PrivacyLedger": PrivacyLedger, "os": os}[owner_name]
     real = getattr(owner, attr)
-    calls = 0
+    calls = itertools.count(1)  # each call takes its own number: draws are stored from several threads at once
 
     def killer(*args, **kwargs):
-        global calls
         if owner_name == "os" and attr == "replace" and os.path.basename(str(args[1])) != publish.INDEX_JSON:
             return real(*args, **kwargs)
-        calls += 1
-        if calls == n and when == "before":
+        call = next(calls)
+        if call == n and when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
         result = real(*args, **kwargs)
-        if calls == n:
+        if call == n:
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
