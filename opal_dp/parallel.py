@@ -20,12 +20,15 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import sys
+import tempfile
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import cache
+from pathlib import Path
 from typing import TypeVar
 
 from opal_dp import settings
@@ -88,10 +91,21 @@ def start_in_background(workers: int | None = None) -> None:
 
     def start() -> None:
         pool = _pool(workers)
-        for future in [pool.submit(os.getpid) for _ in range(workers)]:
-            future.result()
+        with tempfile.TemporaryDirectory(prefix="opal_dp-start-") as folder:
+            for future in [pool.submit(_arrive, folder, workers) for _ in range(workers)]:
+                future.result()
 
     threading.Thread(target=start, name="opal_dp-workers-start", daemon=True).start()
+
+
+def _arrive(folder: str, workers: int, timeout: float = 60.0) -> None:
+    """In a worker: say so in ``folder`` and wait until ``workers`` workers have. The pool starts a process for a
+    call only when no worker is idle, so a call that returned at once could leave the next one to a started worker
+    and some workers unstarted; calls that wait for each other make the pool start them all."""
+    Path(folder, str(os.getpid())).touch()
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(folder)) < workers and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def import_in_background(*modules: str) -> threading.Thread:

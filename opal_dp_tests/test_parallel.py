@@ -11,6 +11,7 @@ import sys
 import time
 import types
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,17 @@ def test_results_come_back_in_call_order_from_other_processes():
     assert {pid for _, pid in results} - {os.getpid()}  # the work ran elsewhere
 
 
-def test_workers_started_in_the_background_serve_the_calls():
+def test_workers_started_in_the_background_serve_the_calls(monkeypatch):
+    """All of them, also when a started worker has finished its first call before the next is submitted (the pool
+    then hands that call to the idle worker instead of starting one): submits slowed down here."""
+    submit = ProcessPoolExecutor.submit
+
+    def slow_submit(pool, *args):
+        future = submit(pool, *args)
+        time.sleep(0.5)
+        return future
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", slow_submit)
     start_in_background(3)  # a pool size no other test uses
     deadline = time.monotonic() + 60
     while len(_pool(3)._processes) < 3:
