@@ -111,12 +111,16 @@ def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
     ignored = [c for c in table.column_names if c not in RAW_COLUMNS]
     table = table.select(list(RAW_COLUMNS))
     columns = _typed(table)
-    fault, reason = _row_faults(columns, service_date, stops)
+    first, labels = _row_faults(columns, service_date, stops)
     encoding = raw.not_utf8 != ""
-    fault[encoding], reason[encoding] = raw.not_utf8[encoding], NOT_UTF8
-    bad = fault != ""
+    bad = (first != SOUND) | encoding
+    index = np.flatnonzero(bad)
+    fault = np.array([field for field, _ in labels], dtype=object)[first[index]]
+    reason = np.array([why for _, why in labels], dtype=object)[first[index]]
+    not_text = encoding[index]
+    fault[not_text], reason[not_text] = raw.not_utf8[index][not_text], NOT_UTF8
     rejected = pd.concat(
-        [_rejected(table, raw.lines, bad, fault, reason, path), _set_aside(raw.set_aside, path)], ignore_index=True
+        [_rejected(table, raw.lines, index, fault, reason, path), _set_aside(raw.set_aside, path)], ignore_index=True
     ).sort_values("line", ignore_index=True)
     return IngestResult(
         source_file=str(path),
@@ -280,8 +284,13 @@ def _typed(table: pa.Table) -> dict[str, _Column]:
     }
 
 
-def _row_faults(columns: dict[str, _Column], service_date: date, stops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(field, reason) of the first fault of every row, "" where the row is sound. Vectorised."""
+SOUND = 0
+
+
+def _row_faults(columns: dict[str, _Column], service_date: date, stops: pd.DataFrame
+                ) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """The first fault of every row, as an index into the (field, reason) list returned with it; ``SOUND`` (its
+    entry is ("", "")) where the row has none. Vectorised: one small integer per row, no text per row."""
     card, mode = columns["card_id"], columns["mode"]
     on, on_stop = columns["tap_on_time"], columns["tap_on_stop"]
     off, off_stop = columns["tap_off_time"], columns["tap_off_stop"]
@@ -311,14 +320,14 @@ def _row_faults(columns: dict[str, _Column], service_date: date, stops: pd.DataF
         (off.valid & (duration > max_duration), "tap_off_time",
          "trip longer than the maximum plausible duration for its mode"),
     ]
-    fault = np.full(len(card.values), "", dtype=object)
-    reason = np.full(len(card.values), "", dtype=object)
-    for hit, column, why in reversed(checks):
-        fault[hit], reason[hit] = column, why
-    duplicate = _duplicates([card.values, mode.values, on.values, on_stop.values], fault == "")
-    fault[duplicate] = "card_id"
-    reason[duplicate] = "duplicate of an earlier row (same card, mode, tap-on time and stop)"
-    return fault, reason
+    first = np.full(len(card.values), SOUND, dtype=np.uint8)
+    for number in range(len(checks), 0, -1):
+        first[checks[number - 1][0]] = number
+    duplicate = _duplicates([card.values, mode.values, on.values, on_stop.values], first == SOUND)
+    first[duplicate] = len(checks) + 1
+    labels = [("", ""), *((column, why) for _, column, why in checks),
+              ("card_id", "duplicate of an earlier row (same card, mode, tap-on time and stop)")]
+    return first, labels
 
 
 def _stop_mode_lookup(stops: pd.DataFrame) -> np.ndarray:
@@ -381,16 +390,16 @@ def _line_numbers(rows: int, skipped: list[int], first: int) -> np.ndarray:
 
 
 def _rejected(
-    table: pa.Table, lines: np.ndarray, bad: np.ndarray, fault: np.ndarray, reason: np.ndarray, path: Path
+    table: pa.Table, lines: np.ndarray, index: np.ndarray, fault: np.ndarray, reason: np.ndarray, path: Path
 ) -> pd.DataFrame:
-    index = np.flatnonzero(bad)
+    """The rows at ``index`` (ascending) as read, with their line, field and reason."""
     rows = table.take(pa.array(index, type=pa.int64()))
     return pd.DataFrame(
         {
             "source_file": pd.Series([str(path)] * len(index), dtype=object),
             "line": lines[index],
-            "field": fault[bad].astype(str),
-            "reason": reason[bad].astype(str),
+            "field": fault.astype(str),
+            "reason": reason.astype(str),
             **{c: _as_text(rows[c]) for c in RAW_COLUMNS},
             "raw_line": pd.Series([None] * len(index), dtype=object),
         }

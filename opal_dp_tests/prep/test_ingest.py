@@ -68,6 +68,15 @@ def test_duplicate_rows_are_rejected_after_the_first(tmp_path, stops):
     assert result.rejected["reason"].str.contains("duplicate").all()
 
 
+def test_a_row_repeating_a_rejected_row_is_judged_on_its_own(tmp_path, stops):
+    """A duplicate is of an earlier *accepted* row: the rejected first row keeps its reason, the sound second is
+    accepted."""
+    path = write_csv(tmp_path, DAY, [{**GOOD, "tap_off_stop": 21}, GOOD])
+    result = ingest_file(path, stops)
+    assert len(result.accepted) == 1 and result.rejected["line"].tolist() == [2]
+    assert result.rejected["reason"].str.contains("not a stop of this mode").all()
+
+
 def test_missing_tap_off_and_midnight_crossing_are_accepted(tmp_path, stops):
     rows = [
         {**GOOD, "tap_off_time": "", "tap_off_stop": ""},
