@@ -70,6 +70,19 @@ TINY_STOPS = [
 ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def throwaway_dagster_home(tmp_path_factory):
+    """Each test process's own Dagster home, with opal_dp's ``dagster.yaml`` (telemetry off): ``make test`` exports
+    the project's (the one ``make release`` and the UI use), and a release run by a test would otherwise record its
+    runs there, in a home made without that file. Tests that need a home of their own still set one."""
+    from opal_dp.cli import ensure_dagster_home
+
+    home = ensure_dagster_home(tmp_path_factory.mktemp("dagster_home"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(home))
+        yield home
+
+
 @pytest.fixture
 def umask_022():
     """The usual umask of a shared host, under which opal_dp must still write private data privately."""

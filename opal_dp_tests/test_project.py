@@ -120,6 +120,14 @@ def test_a_non_editable_install_releases_with_an_explicit_data_directory(tmp_pat
     assert sorted(p.name for p in elsewhere.iterdir()) == []  # nothing written where it ran
 
 
+def test_the_suite_records_no_run_in_the_projects_dagster_home(throwaway_dagster_home):
+    """``make test`` exports the project's Dagster home (the UI's and ``make release``'s) to every test: a release in
+    a test must go to the test process's own."""
+    assert os.environ["DAGSTER_HOME"] == str(throwaway_dagster_home)
+    assert not throwaway_dagster_home.resolve().is_relative_to(REPO.resolve())
+    assert "enabled: false" in (throwaway_dagster_home / "dagster.yaml").read_text()
+
+
 def test_release_refuses_fewer_than_one_worker(tmp_path):
     from opal_dp.cli import main
 
