@@ -71,6 +71,7 @@ def test_workers_started_in_the_background_serve_the_calls(monkeypatch):
     while len(_pool(3)._processes) < 3:
         assert time.monotonic() < deadline, "the background start never started the workers"
         time.sleep(0.05)
+    monkeypatch.undo()
     started = set(_pool(3)._processes)
     assert {pid for _, pid in map_calls(square_and_pid, [(x,) for x in range(9)], workers=3)} <= started
 
