@@ -6,12 +6,20 @@ pyproject.toml above it for Dagster to find, and ``load_from_defs_folder`` needs
 deprecated, and pyproject's ``dagster<1.14`` pins a version that has it.
 """
 
+import os
 import warnings
 from pathlib import Path
 
 import dagster as dg
 
 import opal_dp.defs
+
+EVENT_BATCH_ENV, EVENT_BATCH = "DAGSTER_EVENT_BATCH_SIZE", "1000"
+"""Dagster stores the materialisations of one partitioned output together (up to this many at a time): on
+PostgreSQL in one insert instead of one transaction per partition, the same release of 28,170 trips 62-67 s -> 50-51
+s (``benchmarks/RESULTS.md``); SQLite stores them one by one either way. Set here, where every Dagster process of
+opal_dp (the CLI, run workers, Celery workers) loads the definitions; an operator's own value, 0 included, wins."""
+os.environ.setdefault(EVENT_BATCH_ENV, EVENT_BATCH)
 
 
 @dg.definitions
