@@ -50,7 +50,7 @@ from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
 from opal_dp.release.marginals.tables import COUNT, LOC, TAPS, TIME, histograms, true_cells
 from opal_dp.release.options import Design, Mechanism
-from opal_dp.release.share import split, week_delta, weekly_epsilon
+from opal_dp.release.share import split, scope_delta, share_epsilon
 from opal_dp.reports.design_comparison import _plain, release_in_memory  # _plain: loc as text, to merge on
 from opal_dp.reports.unit_comparison import LARGE
 from opal_dp.release.periods import Periods
@@ -60,7 +60,7 @@ WEEK_DAYS = 7
 WEEKS = 52
 CAPS = (10.0, 20.0, 50.0)
 CAP_DELTA = 1e-6
-WEEK_DELTA = week_delta(CAP_DELTA, WEEKS)
+WEEK_DELTA = scope_delta(CAP_DELTA, WEEKS)
 """Nominal delta of one weekly release: half of the annual delta goes to the 52 releases' own delta (threshold
 events, per-release conversion), half is left to the composition across weeks."""
 EIE_EPSILON = 2.0  # Google's Environmental Insights Explorer: about epsilon 2 per user-week
@@ -86,7 +86,7 @@ class Config:
     bins: str = FINE
 
     def label(self) -> dict:
-        return {"budget": self.budget, "week_epsilon": self.epsilon, "week_delta": self.delta,
+        return {"budget": self.budget, "week_epsilon": self.epsilon, "scope_delta": self.delta,
                 "mechanism": self.mechanism.value, "design": self.design.value,
                 "max_trips_per_card_day": self.bounds.max_trips_per_card_day,
                 "max_days_per_card": self.bounds.days(WEEK_DAYS), "max_per_bin": self.bounds.per_bin,
@@ -110,26 +110,26 @@ def weekly_costs(plan: ReleasePlan) -> list[PrivacyCost]:
     return [mechanism.cost() for mechanism in plan.mechanisms.values()]
 
 
-def year_costs(week_costs: Sequence[PrivacyCost], od_epsilon: float = 0.0) -> list[PrivacyCost]:
-    """52 weeks of ``week_costs``, plus one pure-DP OD tree per date at ``od_epsilon`` (none if 0)."""
+def year_costs(scope_costs: Sequence[PrivacyCost], od_epsilon: float = 0.0) -> list[PrivacyCost]:
+    """52 weeks of ``scope_costs``, plus one pure-DP OD tree per date at ``od_epsilon`` (none if 0)."""
     od = [PrivacyCost.approx_dp(od_epsilon, 0.0)] * WEEK_DAYS if od_epsilon > 0 else []
-    return [*week_costs, *od] * WEEKS
+    return [*scope_costs, *od] * WEEKS
 
 
 def weekly_budget(cap_epsilon: float, mechanism: Mechanism, design: Design, od_epsilon: float = 0.0,
                   cap_delta: float = CAP_DELTA) -> float:
     """The largest nominal per-week epsilon whose 52 weekly releases (and OD trees) compose within the cap: the
-    production share (``release.share.weekly_epsilon``) over a year of 52 weeks; 0 when the OD trees alone
+    production share (``release.share.share_epsilon``) over a year of 52 weeks; 0 when the OD trees alone
     exceed it."""
     try:
-        return weekly_epsilon(cap_epsilon, cap_delta, WEEKS, mechanism, design, od_epsilon)
+        return share_epsilon(cap_epsilon, cap_delta, WEEKS, mechanism, design, od_epsilon)
     except ValueError:
         return 0.0
 
 
-def annual(week_costs: Sequence[PrivacyCost], od_epsilon: float = 0.0, cap_delta: float = CAP_DELTA) -> float:
-    """One person's epsilon at ``cap_delta`` over 52 weeks of ``week_costs`` (and OD trees)."""
-    return compose(year_costs(week_costs, od_epsilon), delta_target=cap_delta).epsilon
+def annual(scope_costs: Sequence[PrivacyCost], od_epsilon: float = 0.0, cap_delta: float = CAP_DELTA) -> float:
+    """One person's epsilon at ``cap_delta`` over 52 weeks of ``scope_costs`` (and OD trees)."""
+    return compose(year_costs(scope_costs, od_epsilon), delta_target=cap_delta).epsilon
 
 
 def week_rho(epsilon: float, mechanism: Mechanism, design: Design, stops: pd.DataFrame) -> float:
@@ -152,7 +152,7 @@ def budget_table(stops: pd.DataFrame, caps: Sequence[float] = CAPS,
                 epsilon = weekly_budget(cap, mechanism, design, od)
                 rows.append({"cap_epsilon": cap, "cap_delta": CAP_DELTA, "mechanism": mechanism.value,
                              "design": design.value, "od_epsilon_per_date": od, "week_epsilon": epsilon,
-                             "week_delta": WEEK_DELTA, "week_rho": week_rho(epsilon, mechanism, design, stops),
+                             "scope_delta": WEEK_DELTA, "week_rho": week_rho(epsilon, mechanism, design, stops),
                              "od_alone_annual_epsilon": annual([], od) if od else 0.0})
     return pd.DataFrame(rows)
 

@@ -26,7 +26,6 @@ MODULE_STARTED = time.time()
 from benchmarks import profile
 from benchmarks.memory import TreeRssSampler
 from opal_dp import settings
-from opal_dp.core import PrivacyUnit
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.options import Design
 from opal_dp.release.publish import LATEST
@@ -88,13 +87,10 @@ def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
 
     from opal_dp.cli import run_release
     from benchmarks.quarter import THROUGHPUT_PERSON_CAP
-    from opal_dp.prep.ingest import raw_files
 
     stamps = {"module_started": MODULE_STARTED, "imported": time.time()}
     budget = {"privacy_unit": unit} | ({"release_design": design} if Design.parse(design) is not Design.SBH else {})
     budget |= THROUGHPUT_PERSON_CAP
-    if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD:
-        budget["period"] = ",".join(sorted(raw_files(STORAGE.raw_dir)))
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
         stamps["release_started"] = time.time()

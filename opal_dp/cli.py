@@ -1,9 +1,10 @@
-"""``python -m opal_dp.cli``: release the raw days end to end (``release``), administer the privacy ledger
-(``ledger show``, ``ledger raise-cap``), or prepare a Dagster home (``dagster-home``).
+"""``python -m opal_dp.cli``: release what is new among the raw days and publish it (``release``), administer the
+privacy ledger (``ledger show``, ``ledger raise-cap``), or prepare a Dagster home (``dagster-home``).
 
-``release`` makes the runs of ``opal_dp.defs.shared.jobs.run_plan``, the same runs a UI backfill of every asset makes:
-one for the daily private stages, one per mode for the (date, mode) release, one for the roll-up. It prints a
-progress bar per run and a short summary; the full event log goes to ``private/logs/`` (``--verbose`` shows it).
+``release`` ingests each new raw day, releases each week whose seven days are ingested (a week is the unit of work:
+released, checked and charged as one thing), and publishes; the runs are the code location's own, listed in the UI
+(``opal_dp.runs``). It prints a progress bar per run and a short summary; the full event log goes to
+``private/logs/`` (``--verbose`` shows it).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Mapping
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,23 +21,20 @@ import dagster as dg
 
 from opal_dp import settings
 from opal_dp.core import PrivacyUnit
-from opal_dp.core.accounting import LIBRARY as ACCOUNTING_LIBRARY
-from opal_dp.defs.shared.jobs import run_plan
-from opal_dp.defs.shared.logs import STEP_LISTENERS
-from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, contiguous_ranges, service_dates
 from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.core.ledger_backends import open_backend
-from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.locations import DataLocation, normalise_data_dir
-from opal_dp.parallel import import_in_background, start_in_background
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
-from opal_dp.prep.failed_days import failed_days
+from opal_dp.prep.day_records import read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.publish import latest_release, read_index
+from opal_dp.release.share import split
 from opal_dp.release.statement.build import stated_design
+from opal_dp.runs import ReleaseRuns, run_release
 
-BUDGET = "privacy_budget"
+__all__ = ["main", "run_release", "budget_config", "ensure_dagster_home", "summary"]
+
 DAGSTER_YAML = """\
 # Written by opal_dp: no telemetry (a privacy product phones nobody), and one run at a time on the ledger.
 telemetry:
@@ -47,155 +43,36 @@ concurrency:
   pools:
     default_limit: 1
 """
-STAGE_NAMES = {"private_stages": "private stages", "release": "release", "rollup": "roll-up", "synthetic": "synthetic"}
-
-
-class ReleaseRuns(dict):
-    """The successful runs by job name, and ``failed_days``: service date -> why its raw file could not be used
-    (that day was left out; the others were released)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failed_days: dict[str, str] = {}
-
-
-def run_release(
-    instance: dg.DagsterInstance,
-    dates: list[str] | None = None,
-    budget: Mapping[str, object] | None = None,
-    data_dir: str | Path | None = None,
-    log_file: Path | None = None,
-    progress: bool = False,
-    synthetic: bool = False,
-    distributed: bool = False,
-) -> ReleaseRuns:
-    """Register the service dates (default: of every raw file) and materialise everything over them.
-
-    ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...);
-    ``data_dir``: the data directory (default: ``$OPAL_DP_DATA_DIR`` or ``./data``, read once); ``log_file``:
-    where the runs' events go instead of the console; ``progress``: a progress bar per run on stderr.
-    ``synthetic``: then also the ``synthetic`` job (synthetic card-day trips, ``defs.synthetic``).
-    ``distributed``: run each job with its configured executor (the Celery workers of ``deploy/``, on a
-    persistent ``instance``) instead of in this process.
-    The runs of ``jobs.run_plan``, as a UI backfill makes them, over contiguous ranges of the requested days
-    (normally one), so a day that was not asked for is never touched. A day whose raw file cannot be used fails
-    its ``private_stages`` run, which names it; the days of that run are then run again without it, and the
-    release and roll-up go ahead over the days that were ingested (the failed day stays registered: the roll-up
-    lists it as pending). Any other failed run stops the release (``SystemExit`` with the run's message).
-    """
-    from opal_dp.definitions import defs as load_defs
-
-    if not distributed:
-        start_in_background()  # the per-day workers start while the definitions load
-    defs = load_defs()
-    import_in_background(*ACCOUNTING_LIBRARY)  # while this process waits on the day pass
-    storage = OpalStorage(data_dir=normalise_data_dir(data_dir) if data_dir else settings.data_dir_from_env(),
-                          ledger_url=settings.ledger_url_from_env())
-    days = sorted(dates or scan_raw_files(storage.raw_dir)[0])
-    if not days:
-        raise SystemExit(f"no raw files in {storage.raw_dir}")
-    instance.add_dynamic_partitions(
-        service_dates.name, [d for d in days if not instance.has_dynamic_partition(service_dates.name, d)]
-    )
-    all_days = service_dates.get_partition_keys(dynamic_partitions_store=instance)
-    run_config: dict = {"resources": {"storage": {"config": {"data_dir": storage.data_dir, "ledger_url": storage.ledger_url}},
-                                      **({BUDGET: {"config": dict(budget)}} if budget else {})}}
-    if log_file is not None:
-        run_config["loggers"] = {"event_log_file": {"config": {"path": str(log_file)}},
-                                 **({"step_progress": {}} if progress else {})}
-    runs = ReleaseRuns()
-
-    def run(job: str, span: tuple[str, str] | None) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
-        tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
-        job_def = defs.resolve_job_def(job)
-        with _progress_bar(job, span, len(job_def.graph.node_dict), enabled=progress):
-            if distributed:
-                result = dg.execute_job(dg.build_reconstructable_job(__name__, job_by_name.__name__, (job,)),
-                                        instance=instance, tags=tags, run_config=run_config, raise_on_error=False)
-            else:
-                result = job_def.execute_in_process(instance=instance, tags=tags, run_config=run_config,
-                                                    raise_on_error=False)
-        if result.success:
-            runs.setdefault(job, []).append(result)
-        return result
-
-    ingested = []
-    for span in contiguous_ranges(all_days, days):
-        span_days = all_days[all_days.index(span[0]):all_days.index(span[1]) + 1]
-        result = run("private_stages", span)
-        if not result.success:
-            failed = {d: why for d, why in failed_days(storage.private_dir).items() if d in span_days}
-            if not failed:  # not a bad raw file: nothing to leave out
-                raise SystemExit(failure_message("private_stages", result))
-            runs.failed_days |= failed
-            span_days = [d for d in span_days if d not in failed]
-            for rest in contiguous_ranges(all_days, span_days):
-                retry = run("private_stages", rest)
-                if not retry.success:
-                    raise SystemExit(failure_message("private_stages", retry))
-        ingested += span_days
-    if not ingested:
-        raise SystemExit("no day could be ingested:\n" + "\n".join(f"{d}: {why}" for d, why in runs.failed_days.items()))
-    for job, span in run_plan(contiguous_ranges(all_days, ingested)) + ([("synthetic", None)] if synthetic else []):
-        if job != "private_stages":
-            result = run(job, span)
-            if not result.success:
-                raise SystemExit(failure_message(job, result))
-    return runs
-
-
-def failure_message(job: str, result: dg.ExecuteInProcessResult | dg.JobExecutionResult) -> str:
-    """What failed in a run, for a person: each failed step's own description (a ``dg.Failure``), else the step
-    and the kind of error; never Dagster's class path or a traceback (the run's log has them)."""
-    lines = []
-    for event in result.all_events:
-        if event.is_step_failure:
-            data = event.step_failure_data
-            described = data.user_failure_data and data.user_failure_data.description
-            lines.append(described.strip() if described else f"step {event.step_key}: {data.error.cls_name} "
-                                                               "(the run's event log has the details)")
-    return f"run {result.run_id} of job {job} failed:\n" + "\n".join(lines)
-
-
-def job_by_name(name: str) -> dg.JobDefinition:
-    """The job, rebuilt from the definitions wherever a step runs (``dg.build_reconstructable_job``)."""
-    from opal_dp.definitions import defs as load_defs
-
-    return load_defs().resolve_job_def(name)
-
-
-@contextmanager
-def _progress_bar(job: str, span: tuple[str, str] | None, steps: int, enabled: bool):
-    """A tqdm bar over the run's steps, advanced by the step_progress logger."""
-    if not enabled:
-        yield
-        return
-    from tqdm import tqdm
-
-    what = STAGE_NAMES[job] + (f" {span[0].split('|')[-1]}" if job == "release" else "")
-    bar = tqdm(total=steps, desc=f"{what:<20}", unit="step", file=sys.stderr, leave=True,
-               bar_format="{desc} {bar:20} {n_fmt}/{total_fmt} steps  {elapsed}")
-
-    def listener(event: str, step: str | None) -> None:
-        if event in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
-            bar.update(1)
-
-    STEP_LISTENERS.append(listener)
-    try:
-        yield
-    finally:
-        STEP_LISTENERS.remove(listener)
-        bar.close()
 
 
 def budget_config(args: argparse.Namespace) -> dict[str, object]:
-    """The ``privacy_budget`` configuration the command line asks for (only what it sets)."""
-    config: dict[str, object] = {"privacy_unit": args.privacy_unit}
+    """The ``privacy_budget`` configuration the command line asks for (only what it sets): ``--budget`` first, then
+    each flag over it."""
+    config: dict[str, object] = {}
+    if args.budget:
+        text = Path(args.budget[1:]).read_text(encoding="utf-8") if args.budget.startswith("@") else args.budget
+        try:
+            config.update(json.loads(text))
+        except (json.JSONDecodeError, TypeError, ValueError) as err:
+            raise SystemExit(f"--budget: not a JSON object of privacy_budget settings: {err}") from None
+    config["privacy_unit"] = args.privacy_unit
     for name in ("mechanism", "release_design", "relation", "max_trips_per_card_day", "max_per_bin", "max_days_per_card",
-                 "period", "acknowledge_ledger_reset"):
+                 "acknowledge_ledger_reset"):
         value = getattr(args, name)
         if value is not None:
             config[name] = value
+    if args.epsilon is not None or args.delta is not None:  # the six marginals' shares of the totals, as in 2016
+        epsilon, delta = split(args.epsilon or 1.0, args.delta or 1.0)
+        config |= ({"epsilon": epsilon} if args.epsilon is not None else {}) | (
+            {"delta": delta} if args.delta is not None else {})
+    if args.person_cap is not None:
+        epsilon, _, delta = args.person_cap.partition(",")
+        try:
+            config["person_cap_epsilon"] = float(epsilon)
+            if delta:
+                config["person_cap_delta"] = float(delta)
+        except ValueError:
+            raise SystemExit(f"--person-cap must be EPSILON or EPSILON,DELTA, got {args.person_cap!r}") from None
     return config
 
 
@@ -209,34 +86,42 @@ def ensure_dagster_home(path: Path) -> Path:
 
 
 def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
-    """The lines a person needs after a release: what was released, from what data, under what guarantee, what
-    was left out and why, and where everything is."""
-    folder = latest_release(storage.published_dir)
+    """The lines a person needs after a release: what was new, what was released, from what data, under what
+    guarantee, what waits and why, and where everything is."""
+    lines = ["nothing new: every raw day is ingested and every complete week is released and published"] \
+        if results.nothing_new else []
+    lines += [f"not ingested: {day}: {why}" for day, why in sorted(results.failed_days.items())]
+    for week, held in results.waiting.items():
+        by_reason: dict[str, list[str]] = {}
+        for day, why in held.items():
+            by_reason.setdefault(why, []).append(day)
+        lines.append(f"waiting (nothing charged): week {week} is released once all its days are ingested; "
+                     + "; ".join(f"{', '.join(days)}: {why}" for why, days in by_reason.items()))
+    lines += [f"refused: week {week}: {why}" for week, why in results.refused.items()]
+    try:
+        folder = latest_release(storage.published_dir)
+    except FileNotFoundError:
+        return lines + ["nothing published yet"]
     statement = json.loads((folder / "privacy.json").read_text(encoding="utf-8"))
-    ingested = [e.materialization.metadata for r in results["private_stages"] for e in r.get_asset_materialization_events()
-                if e.asset_key == dg.AssetKey("ingested_trips") and "rows_accepted" in e.materialization.metadata]
-    trips = sum(int(m["rows_accepted"].value) for m in ingested)
-    rejected = sum(int(m["rows_rejected"].value) for m in ingested)
     index = read_index(folder)  # rows per date: no CSV read back
+    records = read_records(storage.private_dir)
+    published = [f"{d[:4]}-{d[4:6]}-{d[6:]}" for d in index["dates"]]
+    trips = sum(records[d].rows[1] for d in published if d in records)
+    rejected = sum(records[d].rows[2] for d in published if d in records)
     listed = sum(entry["files"]["time-loc.csv"]["rows"] for entry in index["dates"].values())
     cells = "cells and remainder rows" if stated_design(statement).consistent else "cells"
     g, unit, data = statement["guarantee"], statement["privacy_unit"], statement["data"]
     partitions, days = statement["partitions"]["count"], statement["partitions"]["dates"]
-    lines = [
-        f"released {partitions} partitions ({days} days x modes), {trips:,} trips read, "
-        f"{listed:,} {cells} listed in time-loc.csv",
-    ]
+    lines.append(f"published {partitions} (date, mode) partitions ({days} days), {trips:,} trips read, {listed:,} "
+                 f"{cells} listed in time-loc.csv")
     if data["synthetic_sample"]:
         lines.append(f"data: the bundled SYNTHETIC sample (generated trips, not real travel) for "
                      f"{len(data['synthetic_sample_dates'])} of {days} days; privacy.json and PRIVACY.md say so")
     if rejected:
         lines.append(f"rejected rows: {rejected:,} (file, line, field and reason in "
                      f"{storage.private_dir / 'rejected_trips'}, private; counts per reason on ingested_trips)")
-    lines += [f"not released: {day}: {why}" for day, why in sorted(results.failed_days.items())]
-    failed = {d.replace("-", "") for d in results.failed_days}
-    pending = [d for d in data["pending_dates"] if d not in failed]
-    if pending:
-        lines.append(f"pending (registered, not released): {', '.join(pending)}")
+    if data.get("left_out_dates"):
+        lines.append(f"left out of their released weeks: {', '.join(data['left_out_dates'])}")
     person = statement["person"]
     if person["bounded"]:
         cap, spent = person["cap"], person["spent"]
@@ -252,63 +137,97 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m opal_dp.cli", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    release = sub.add_parser("release", help="run the pipeline end to end over the raw days")
+DESCRIPTION = """Release what is new among the raw trip files and publish it (release), inspect the privacy ledger or
+raise a cap (ledger), or prepare a Dagster home (dagster-home). A week is the unit of a release: each raw day is
+ingested when its file is there, and a week is released, checked, charged and published once all seven of its days
+are ingested."""
+DATA_DIR_HELP = ("data directory holding raw/, private/ and published/, a path or a URI (default: $OPAL_DP_DATA_DIR or "
+                 "./data); accepted before or after the command")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)  # accepted before or after the subcommand
+    common.add_argument("--data-dir", default=argparse.SUPPRESS, help=DATA_DIR_HELP)
+    parser = argparse.ArgumentParser(prog="python -m opal_dp.cli", description=DESCRIPTION, parents=[common])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{release,ledger,dagster-home}")
+    release = sub.add_parser("release", parents=[common], help="ingest the new raw days, release the complete weeks "
+                             "and publish them", description="Ingest each new or replaced raw day, release each week "
+                             "whose seven days are ingested, and publish. A week that waits for a day is named with the "
+                             "reason and is not charged; with nothing new, says so and launches nothing.")
     release.add_argument("--sample", action="store_true",
-                         help="generate the bundled synthetic sample (a fortnight of generated trips, not real travel) "
+                         help="generate the bundled synthetic sample (two weeks of generated trips, not real travel) "
                               "if the raw folder holds no real raw file, creating the data directory if needed; the "
                               "release then says it is synthetic. Never adds a file next to real raw files")
-    release.add_argument("--data-dir",
-                         help="data directory holding raw/, a path or a URI (default: $OPAL_DP_DATA_DIR or ./data); "
-                              "it must exist unless --sample")
     release.add_argument("--verbose", action="store_true", help="print Dagster's event log too")
     release.add_argument("--workers", type=int, metavar="N",
                          help="processes for the per-day work (default: $OPAL_DP_WORKERS or the machine's CPUs; "
                               "1 runs it in this process)")
+    release.add_argument("--without", action="append", default=[], metavar="DATE",
+                         help="release the week of DATE without that day (repeatable): its charge then covers the "
+                              "days present, still calibrated on the whole week, and the statement lists the day as "
+                              "left out. For a day whose file is lost for good; a later file for it is a correction")
     release.add_argument("--strict-days", action="store_true",
                          help="exit with an error if any day's raw file could not be used (default: release the other "
-                              "days, list the failed ones and exit 0)")
+                              "weeks, list the failed days and exit 0)")
     release.add_argument("--strict", action="store_true",
                          help="refuse to run if group or others can read the raw or private folder or the Dagster "
                               "home (default: warn; also $OPAL_DP_STRICT_PERMISSIONS=1)")
     release.add_argument("--privacy-unit", choices=[u.value for u in PrivacyUnit], default=PrivacyUnit.CARD_PERIOD.value,
                          help="whom the release protects (default: card_period, one card over each calendar week, at "
-                              "the weekly share of the person cap; trip reproduces the 2016 release, which has no "
-                              "person-level bound)")
-    release.add_argument("--mechanism", choices=[m.value for m in Mechanism], help="default: laplace; gaussian for card_period")
+                              "the weekly share of the person cap; card_day: one card on one day, at the daily share; "
+                              "trip reproduces the 2016 release, which has no person-level bound)")
+    release.add_argument("--person-cap", metavar="EPSILON[,DELTA]",
+                         help="the person cap over the horizon (default 20,1e-6 over 365 days) when the ledger is "
+                              "created; the card units' default budgets are its share. Later changes: ledger raise-cap")
+    release.add_argument("--epsilon", type=float, metavar="E",
+                         help="the six marginals' total epsilon per scope, split 1,1,1,1,2,2 as in 2016 (default: the "
+                              "share of the person cap for card units, 8 for trip)")
+    release.add_argument("--delta", type=float, metavar="D",
+                         help="the six marginals' total delta per scope, split evenly (default: the share for card "
+                              "units, 6/8,000,000 for trip)")
+    release.add_argument("--budget", metavar="JSON",
+                         help="any privacy_budget settings as a JSON object, or @FILE holding one (docs/operating.md lists "
+                              "them); the other flags apply over it")
+    release.add_argument("--mechanism", choices=[m.value for m in Mechanism],
+                         help="noise mechanism (default: gaussian for card_period, laplace otherwise)")
     release.add_argument("--design", dest="release_design", choices=[d.value for d in Design],
                          help="release design: sbh (default, the 2016 design) or public_domain (noise on every "
                               "public cell, consistent tables with remainder rows)")
     release.add_argument("--relation", choices=["replace_one", "add_remove"],
-                         help="default: replace_one for trip, add_remove for card units")
-    release.add_argument("--max-trips-per-card-day", type=int)
-    release.add_argument("--max-per-bin", type=int)
-    release.add_argument("--max-days-per-card", type=int)
-    release.add_argument("--period", help="card_period: weekly (default: each calendar week, Monday to Sunday, is one "
-                                           "period) or the dates of one period, e.g. 2016-07-25..2016-08-14")
+                         help="neighbouring datasets: one unit replaced or one added or removed (default: replace_one "
+                              "for trip, add_remove for card units)")
+    release.add_argument("--max-trips-per-card-day", type=int, metavar="M",
+                         help="card units: at most M trips of a card on one day are counted (default 4)")
+    release.add_argument("--max-per-bin", type=int, metavar="B",
+                         help="card units: at most B trips of a card-day in any one bin of a marginal (default 1)")
+    release.add_argument("--max-days-per-card", type=int, metavar="D",
+                         help="card_period: at most D days of a card in a week are counted (default: all 7)")
     release.add_argument("--synthetic", action="store_true",
-                         help="also publish synthetic card-day trips (card_period DP, charged to the period; "
-                              "budget: privacy_budget.synthetic_epsilon/_delta) under published/synthetic/")
+                         help="also publish synthetic card-day trips (card_period DP, charged to each week within its "
+                              "share) under published/synthetic/")
     release.add_argument("--acknowledge-ledger-reset", metavar="REASON",
                          help="use a new or replaced ledger although releases were already published (recorded)")
-    ledger = sub.add_parser("ledger", help="inspect the privacy ledger or raise a cap")
-    ledger.add_argument("--data-dir", help="data directory, a path or a URI (default: $OPAL_DP_DATA_DIR or ./data)")
-    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
-    ledger_sub.add_parser("show", help="caps, cap history and what each scope costs")
-    raise_cap = ledger_sub.add_parser("raise-cap", help="raise a unit's cap per scope, or the person cap over the "
-                                                        "horizon (recorded, with the reason)")
+    ledger = sub.add_parser("ledger", parents=[common], help="inspect the privacy ledger or raise a cap")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="{show,raise-cap}")
+    ledger_sub.add_parser("show", parents=[common], help="caps, cap history, the person account and what each scope "
+                                                         "costs")
+    raise_cap = ledger_sub.add_parser("raise-cap", parents=[common], help="raise a unit's cap per scope, or the person "
+                                      "cap over the horizon (recorded, with the reason)")
     which = raise_cap.add_mutually_exclusive_group(required=True)
-    which.add_argument("--unit", choices=[u.value for u in PrivacyUnit])
+    which.add_argument("--unit", choices=[u.value for u in PrivacyUnit],
+                       help="the unit whose cap per scope (one week, day or partition) is raised")
     which.add_argument("--person", action="store_true",
                        help="the person cap: one card's loss over any horizon of service dates, every product")
-    raise_cap.add_argument("--epsilon", required=True, type=float)
-    raise_cap.add_argument("--delta", required=True, type=float)
-    raise_cap.add_argument("--reason", required=True)
+    raise_cap.add_argument("--epsilon", required=True, type=float, help="the new cap's epsilon")
+    raise_cap.add_argument("--delta", required=True, type=float, help="the new cap's delta")
+    raise_cap.add_argument("--reason", required=True, help="why, recorded in the ledger and the statement")
     home = sub.add_parser("dagster-home", help="create a Dagster home with telemetry off")
-    home.add_argument("path", type=Path)
-    args = parser.parse_args(argv)
+    home.add_argument("path", type=Path, help="the folder to create (or complete) as a Dagster home")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     if args.command == "release":
         with private_umask():  # what Dagster writes (its home, event log) is private too
             _release(args)
@@ -320,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _location(args: argparse.Namespace) -> DataLocation:
     """The data location the command line asks for: a URI is kept as given, a local path made absolute."""
-    data_dir = normalise_data_dir(args.data_dir) if args.data_dir else settings.data_dir_from_env()
+    given = getattr(args, "data_dir", None)
+    data_dir = normalise_data_dir(given) if given else settings.data_dir_from_env()
     return DataLocation(data_dir=data_dir, ledger_url=settings.ledger_url_from_env())
 
 
@@ -352,19 +272,44 @@ def _release(args: argparse.Namespace) -> None:
     os.environ.setdefault("DAGSTER_HOME", str(ensure_dagster_home(storage.dagster_home)))
     log_file = storage.logs_dir / f"release-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     make_dirs(log_file.parent)
-    print(f"releasing {len(days)} days under unit {args.privacy_unit}, design {args.release_design or Design.SBH} from {storage.raw_dir}; full log: {log_file}")
+    for day in args.without:
+        if not _iso_date(day):
+            raise SystemExit(f"--without takes a service date as YYYY-MM-DD, got {day!r}")
     with dg.DagsterInstance.get() as instance:
         results = run_release(instance, budget=budget_config(args), data_dir=storage.data_dir,
                               log_file=None if args.verbose else log_file, progress=not args.verbose,
-                              synthetic=args.synthetic)
-    print("\n".join(summary(results, storage)))
-    if args.synthetic:
+                              synthetic=args.synthetic, without=args.without)
+    if results.nothing_new:
+        print(_nothing_new(results, storage))
+    else:
+        print("\n".join(summary(results, storage) + [f"Dagster's event log of these runs: {log_file}"]))
+    if args.synthetic and not results.nothing_new:
         statement = json.loads((storage.published_dir / "synthetic" / "latest" / "privacy.json").read_text())
         g = statement["guarantee"]
         print(f"synthetic trips: {storage.published_dir / 'synthetic' / 'latest'} at (epsilon = {g['epsilon']:.4g}, "
               f"delta = {g['delta']:.3g}) per {g['per']}")
+    if results.refused:
+        raise SystemExit(f"{len(results.refused)} weeks were refused (listed above); every other week went ahead")
     if results.failed_days and args.strict_days:
         raise SystemExit(f"--strict-days: {len(results.failed_days)} days could not be used (listed above)")
+
+
+def _iso_date(text: str) -> bool:
+    try:
+        return datetime.strptime(text, "%Y-%m-%d").date().isoformat() == text
+    except ValueError:
+        return False
+
+
+def _nothing_new(results: ReleaseRuns, storage: DataLocation) -> str:
+    """The one line of a release with nothing new: what stands published, and what still waits."""
+    try:
+        index = read_index(latest_release(storage.published_dir))
+        stands = f"{len(index['dates'])} days stand published as {index['release_id']}"
+    except FileNotFoundError:
+        stands = "nothing is published yet"
+    waiting = [f"week {week} waits for {len(held)} days" for week, held in results.waiting.items()]
+    return "nothing new to release: " + "; ".join([stands, *waiting])
 
 
 def _sample(storage: DataLocation) -> None:

@@ -38,6 +38,12 @@ def load_stops(path: Path | None = None) -> pd.DataFrame:
     return stops[list(_DTYPES)].sort_values("stop_id", ignore_index=True)
 
 
+def stops_version(stops: pd.DataFrame) -> str:
+    """The stop list's content version (SHA-256 of its rows and columns): what the binning of a day depends on."""
+    rows = pd.util.hash_pandas_object(stops, index=False).to_numpy().tobytes()
+    return hashlib.sha256(rows + repr(list(stops.columns)).encode()).hexdigest()
+
+
 def per_stop_list(build: Callable[[pd.DataFrame], T]) -> Callable[[pd.DataFrame], T]:
     """``build(stops)`` computed once per distinct stop list in a process (keyed on its content, so an edited
     list is a new key): the tables derived from the public reference (the OD alphabet, the OD domain) take a
@@ -47,8 +53,7 @@ def per_stop_list(build: Callable[[pd.DataFrame], T]) -> Callable[[pd.DataFrame]
 
     @functools.wraps(build)
     def cached(stops: pd.DataFrame) -> T:
-        rows = pd.util.hash_pandas_object(stops, index=False).to_numpy().tobytes()
-        key = hashlib.sha256(rows + repr(list(stops.columns)).encode()).digest()
+        key = stops_version(stops)
         if key not in cache:
             if len(cache) >= 4:
                 cache.pop(next(iter(cache)))

@@ -18,6 +18,7 @@ import importlib
 import inspect
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util
 import os
 import sys
 import tempfile
@@ -63,9 +64,15 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 @cache
 def _new_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool shut down as its process exits, before ``multiprocessing`` joins that process's children: a Dagster
+    step's own process (the multiprocess executor's, a UI launch) ends through ``multiprocessing``'s exit function,
+    which joins every child before the pool's own exit hook runs, and would wait on the idle workers forever."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_preload())
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_exit_with_parent)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_exit_with_parent)
+    # before the queues' own exit finalizers (priority 10), which stop the thread that feeds the workers
+    multiprocessing.util.Finalize(pool, pool.shutdown, kwargs={"cancel_futures": True}, exitpriority=100)
+    return pool
 
 
 def _exit_with_parent() -> None:

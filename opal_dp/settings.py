@@ -102,8 +102,10 @@ UPDATE_FREQUENCY_ENV = "OPAL_DP_UPDATE_FREQUENCY"
 
 AUTOMATION_ENV = "OPAL_DP_AUTOMATION"
 SENSOR_INTERVAL_ENV = "OPAL_DP_SENSOR_INTERVAL"
-PUBLISH_CRON_ENV, PUBLISH_TIMEZONE_ENV = "OPAL_DP_PUBLISH_CRON", "OPAL_DP_PUBLISH_TIMEZONE"
+PUBLISH_CRON_ENV = "OPAL_DP_PUBLISH_CRON"
 DEFAULT_PUBLISH_CRON = "0 6 * * 1"  # Mondays 06:00: last week's days, published once
+TIMEZONE_ENV, DEFAULT_TIMEZONE = "OPAL_DP_TIMEZONE", "Australia/Sydney"
+FIRST_DATE_ENV, DEFAULT_FIRST_DATE = "OPAL_DP_FIRST_DATE", "2016-07-25"  # the Opal release's first day, a Monday
 
 
 def automation_from_env() -> bool:
@@ -121,16 +123,38 @@ def sensor_interval_from_env() -> int:
     return int(value)
 
 
-def publish_schedule_from_env() -> tuple[str, str]:
-    """(cron, timezone) of the weekly roll-up: ``$OPAL_DP_PUBLISH_CRON`` (default Mondays 06:00) in
-    ``$OPAL_DP_PUBLISH_TIMEZONE`` (an IANA name, default UTC). The cron is checked where Dagster reads it."""
+def timezone_from_env() -> str:
+    """``$OPAL_DP_TIMEZONE``: the agency's time zone (an IANA name, default Australia/Sydney). A service day
+    becomes a partition once it has ended there, and the weekly publication ticks on its clock."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-    cron = os.environ.get(PUBLISH_CRON_ENV, "").strip() or DEFAULT_PUBLISH_CRON
-    timezone = os.environ.get(PUBLISH_TIMEZONE_ENV, "").strip() or "UTC"
+    timezone = os.environ.get(TIMEZONE_ENV, "").strip() or DEFAULT_TIMEZONE
     try:
         ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{PUBLISH_TIMEZONE_ENV} must be an IANA time zone such as 'Australia/Sydney', "
+        raise ValueError(f"{TIMEZONE_ENV} must be an IANA time zone such as 'Australia/Sydney', "
                          f"got {timezone!r}") from None
-    return cron, timezone
+    return timezone
+
+
+def publish_schedule_from_env() -> tuple[str, str]:
+    """(cron, timezone) of the weekly roll-up: ``$OPAL_DP_PUBLISH_CRON`` (default Mondays 06:00) in the agency's
+    time zone (``timezone_from_env``). The cron is checked where Dagster reads it."""
+    return os.environ.get(PUBLISH_CRON_ENV, "").strip() or DEFAULT_PUBLISH_CRON, timezone_from_env()
+
+
+def first_date_from_env() -> str:
+    """``$OPAL_DP_FIRST_DATE``: the first service date the deployment can release (ISO, a Monday: the first day of
+    the first release week; default 2016-07-25, the first day of the 2016 Opal release). Raw files of earlier
+    dates are refused by name. Service dates and release weeks are Dagster's time partitions from here on."""
+    from datetime import date
+
+    text = os.environ.get(FIRST_DATE_ENV, "").strip() or DEFAULT_FIRST_DATE
+    try:
+        first = date.fromisoformat(text)
+    except ValueError:
+        first = None
+    if first is None or first.weekday() != 0:
+        raise ValueError(f"{FIRST_DATE_ENV} must be an ISO date that is a Monday (the first day of the first release "
+                         f"week), got {text!r}")
+    return first.isoformat()

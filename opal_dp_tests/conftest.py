@@ -55,6 +55,15 @@ def clear_opal_dp_caches():
                 value.cache_clear()
 
 
+def other_days(days) -> list[str]:
+    """The days of ``days``' weeks that are not in ``days`` (ISO): what a test of a few days releases their weeks
+    without (``release --without``), since a week is released once all its days are in."""
+    from opal_dp.release.periods import week_days, week_of
+
+    chosen = {str(d) for d in days}
+    return sorted({d for day in chosen for d in week_days(week_of(day))} - chosen)
+
+
 TINY_STOPS = [
     # stop_id, mode, name, postcode
     (1, "bus", "George St near Market St", 2000),

@@ -11,7 +11,7 @@ from benchmarks.profile import PHASES
 from opal_dp.release.od.publish import OD_TABLES
 from opal_dp.release.publish import FILES, TABLES
 
-PIPELINE_RUNS = {"private_stages", "release", "rollup"}
+PIPELINE_RUNS = {"private_stages", "release", "release_od", "rollup"}
 
 
 @pytest.mark.slow
@@ -34,7 +34,7 @@ def test_benchmark_smoke(tmp_path):
     (repeat,) = pipeline["repeats"]
     assert repeat["rows_accepted"] == scale["trips"]
     profile = pipeline["profile"]
-    assert profile == repeat["profile"] and profile["runs"] == 6  # private_stages, release per mode, rollup
+    assert profile == repeat["profile"] and profile["runs"] == 6  # private_stages, release and release_od per week, rollup
     assert profile["end_to_end_s"] == pytest.approx(pipeline["wall_s"], abs=0.05)
     assert sum(profile[key] for key, _ in PHASES) == pytest.approx(profile["end_to_end_s"])
     assert profile["steps"] == pytest.approx(pipeline["steps"])  # one repeat: its steps are the medians
@@ -109,11 +109,11 @@ def test_person_cap_budget_is_the_largest_within_the_cap():
     from opal_dp.core import ContributionBounds
     from opal_dp.network import load_stops
     from opal_dp.release.options import Design, Mechanism
-    from opal_dp.release.share import weekly_epsilon
+    from opal_dp.release.share import share_epsilon
 
     stops = load_stops()
     epsilon = weekly_budget(20.0, Mechanism.GAUSSIAN, Design.SBH)
-    assert epsilon == weekly_epsilon(20.0, 1e-6, 52, Mechanism.GAUSSIAN, Design.SBH)
+    assert epsilon == share_epsilon(20.0, 1e-6, 52, Mechanism.GAUSSIAN, Design.SBH)
 
     def year(e):
         plan = weekly_plan(e, 1e-6 / 104, Mechanism.GAUSSIAN, Design.SBH, ContributionBounds(), week(), stops)

@@ -91,6 +91,7 @@ def cluster(postgres, redis, tmp_path, monkeypatch):
 
 def test_full_release_of_the_sample_through_two_celery_workers(cluster):
     from opal_dp.cli import run_release
+    from opal_dp.release.periods import week_of
     from opal_dp.defs.shared.budget import PrivacyBudget
     from opal_dp.defs.shared.storage import default_storage
 
@@ -99,13 +100,15 @@ def test_full_release_of_the_sample_through_two_celery_workers(cluster):
     with dg.DagsterInstance.get() as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         results = run_release(instance, distributed=True, budget={"privacy_unit": "trip"})
-        assert [len(runs) for runs in results.values()] == [1, len(MODES), 1]
+        weeks = len({week_of(d.isoformat()) for d in SAMPLE_DATES})
+        assert [len(runs) for runs in results.runs.values()] == [len(SAMPLE_DATES) // 7, weeks, weeks, 1]
         evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
         assert all(e.partition is None for e in evaluations)  # one evaluation per check and run, all partitions
-        assert len(evaluations) == len(MODES) * len(CHECK_SPECS) and all(e.passed for e in evaluations)
-        steps = {e.step_key for runs in results.values() for run in runs for e in run.all_events if e.is_step_success}
+        assert len(evaluations) == weeks * len(CHECK_SPECS) and all(e.passed for e in evaluations)
+        steps = {e.step_key for runs in results.runs.values() for run in runs for e in run.all_events
+                 if e.is_step_success}
         on_workers = {e.step_key: e.event_specific_data.metadata["Celery worker"].value
-                      for runs in results.values() for run in runs for e in run.all_events
+                      for runs in results.runs.values() for run in runs for e in run.all_events
                       if e.event_type_value == "ENGINE_EVENT" and "Celery worker" in e.event_specific_data.metadata}
     assert steps and set(on_workers) == steps, "every step must run on a Celery worker"
     assert {w.split("@")[0] for w in on_workers.values()} == {f"opal-{i}" for i in range(WORKERS)}

@@ -55,7 +55,8 @@ def test_a_release_into_a_file_uri(tmp_path, how):
     """Before: Path(...).absolute() turned file:///<tmp> into <cwd>/file:/<tmp> and released there."""
     list(generate_days([date(2016, 8, 8)], tmp_path / "raw", seed=3, scale=0.001))
     uri = tmp_path.as_uri()
-    args = ["release", "--privacy-unit", "trip"] + (["--data-dir", uri] if how == "flag" else [])  # one day
+    args = ["release", "--privacy-unit", "trip", *(f"--without=2016-08-{d:02d}" for d in range(9, 15))] + (
+        ["--data-dir", uri] if how == "flag" else [])  # one day, its week released without the others
     run = _cli(*args, env={DATA_DIR_ENV: uri} if how == "env" else {})
     assert run.returncode == 0, run.stderr[-2000:]
     latest = json.loads((tmp_path / "published" / "latest.json").read_text())

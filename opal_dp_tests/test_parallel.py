@@ -20,6 +20,7 @@ import pytest
 
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.parallel import PRELOAD, _pool, _preload, map_calls, start_in_background
+from opal_dp.prep.day_records import DayCut
 from opal_dp.prep.day_files import Bounding, DayFailure, DayPaths, day_pass, split_day
 from opal_dp.settings import WORKERS_ENV, workers_from_env
 from opal_dp_tests.conftest import write_csv
@@ -153,11 +154,12 @@ def _stages(tmp: Path, raw: list[Path], stops: pd.DataFrame, workers: int) -> di
     bounding = Bounding(PrivacyUnit.CARD_DAY, ContributionBounds(max_trips_per_card_day=2, max_per_bin=1), b"k" * 32)
     paths = [DayPaths(*(p[name][i] for name in ("accepted", "rejected", "binned", "cards", "sequences", "kept",
                                                 "over"))) for i in range(len(DAYS))]
-    summaries = list(map_calls(day_pass, [(raw[0].parent, d, stops, 3, bounding, paths[i])
+    cut = DayCut((2, 1), 3, "stop list version")
+    summaries = list(map_calls(day_pass, [(raw[0].parent, d, stops, bounding, cut, b"f" * 32, paths[i], tmp / "private")
                                           for i, d in enumerate(DAYS)], workers))
     assert all(s.ingest.rows_read == s.ingest.rows_accepted + s.ingest.rows_rejected == 401
                and s.ingest.rows_rejected >= 1 for s in summaries)
-    list(map_calls(split_day, [(k, "bus", s) for k, s in zip(p["kept"], p["bus"])], workers))
+    list(map_calls(split_day, [(k, d, {"bus": s}) for k, d, s in zip(p["kept"], DAYS, p["bus"])], workers))
     return {name: [pd.read_parquet(path) for path in paths] for name, paths in p.items()}
 
 
@@ -182,8 +184,9 @@ def test_a_raw_file_error_in_a_worker_names_the_file(tmp_path, stops):
     bad = tmp_path / "trips_2016-07-25.csv"
     bad.write_text("card_id,mode\n1,bus\n")
     paths = DayPaths(*(tmp_path / f"{i}.parquet" for i in range(7)))
-    results = list(map_calls(day_pass, [(tmp_path, "2016-07-25", stops, 3, None,
-                                         paths)] * 2, workers=2))
+    bounding = Bounding(PrivacyUnit.TRIP, ContributionBounds(), b"k" * 32)
+    results = list(map_calls(day_pass, [(tmp_path, "2016-07-25", stops, bounding, DayCut(None, 3, "v"), b"f" * 32,
+                                         paths, tmp_path / "private")] * 2, workers=2))
     assert all(isinstance(r, DayFailure) and "trips_2016-07-25.csv" in r.reason
                and "missing required column" in r.reason for r in results)
 

@@ -41,18 +41,23 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     lines = output.rstrip("\n").split("\n")  # as a terminal shows them: a progress bar redraws its line with \r
     assert len(lines) <= MAX_LINES, output
     assert not re.search(r"DEBUG|telemetry", output, re.IGNORECASE), output
-    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("released ")):]
-    assert re.fullmatch(r"released 56 partitions \(14 days x modes\), [\d,]+ trips read, [\d,]+ cells listed in time-loc.csv",
-                        summary[0]), summary
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("published ")):]
+    assert re.fullmatch(r"published 56 \(date, mode\) partitions \(14 days\), [\d,]+ trips read, [\d,]+ cells listed in "
+                        r"time-loc.csv", summary[0]), summary
     assert summary[1].startswith("data: the bundled SYNTHETIC sample") and "for 14 of 14 days" in summary[1], summary
-    assert summary[-2].startswith("protected: all trips of one card over one period (a calendar week by default) at "
-                                  "(epsilon = "), summary[-2]
-    assert "per release period; one person over any 365 days: (epsilon = " in summary[-2], summary[-2]
-    assert summary[-1].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")
-    assert len(summary) <= 5 and all(line.startswith("rejected rows: ") for line in summary[2:-2]), summary
+    assert summary[-3].startswith("protected: all trips of one card over one period (a calendar week by default) at "
+                                  "(epsilon = "), summary[-3]
+    assert "per release period; one person over any 365 days: (epsilon = " in summary[-3], summary[-3]
+    assert summary[-2].startswith(f"release: {clone / 'data' / 'published' / 'latest'} -> ")
+    assert len(summary) <= 6 and all(line.startswith("rejected rows: ") for line in summary[2:-3]), summary
     assert (clone / ".dagster_home" / "dagster.yaml").read_text().count("enabled: false") >= 1
-    log = re.search(r"full log: (\S+)", output).group(1)
+    log = re.fullmatch(r"Dagster's event log of these runs: (\S+)", summary[-1]).group(1)
     assert Path(log).stat().st_size > 0 and Path(log).is_relative_to(clone / "data" / "private")
+    again = subprocess.run(["make", "-o", ".venv/.installed-stamp", "release"], cwd=clone, env=env,
+                           capture_output=True, text=True, timeout=300)  # nothing new: one line, no run
+    said = [line for line in again.stdout.splitlines() if not line.startswith(".venv/bin/python")]
+    assert again.returncode == 0 and len(said) == 1 and said[0].startswith("nothing new to release: 14 days stand "
+                                                                           "published as "), again.stdout
 
 
 def dry_run(target: str) -> str:
@@ -113,7 +118,7 @@ def test_a_non_editable_install_releases_with_an_explicit_data_directory(tmp_pat
                            env=env, capture_output=True, text=True, check=True).stdout
     assert Path(where.strip()).is_relative_to(site)
     done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--data-dir", str(data),
-                           "--workers", "2", "--privacy-unit", "trip"],
+                           "--workers", "2", "--privacy-unit", "trip", *(f"--without=2016-07-{d}" for d in range(27, 32))],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (data / "published" / "latest" / "privacy.json").exists()

@@ -36,7 +36,7 @@ def file_version(path: Path, key: bytes) -> str:
     a file whose times are less than ``RACY_SECONDS`` before the hashing began, or whose identity moved while
     it was read, is not kept."""
     started = time.time()
-    before = _identity(path)
+    before = file_identity(path)
     cached = _versions.get((before, key))
     if cached is not None:
         return cached
@@ -46,12 +46,12 @@ def file_version(path: Path, key: bytes) -> str:
             digest.update(chunk)
     version = digest.hexdigest()
     settled = max(before[3], before[4]) / 1e9 < started - RACY_SECONDS
-    if settled and _identity(path) == before:
+    if settled and file_identity(path) == before:
         _versions[before, key] = version
     return version
 
 
-def _identity(path: Path) -> tuple[str, int, int, int, int, int]:
+def file_identity(path: Path) -> tuple[str, int, int, int, int, int]:
     st = os.stat(path)
     return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 

@@ -340,8 +340,11 @@ class PrivacyLedger(PersonAccount):
             f"privacy budget exceeded for {r.unit} scope {r.scope!r}: it already holds\n{charged or '  (nothing)'}\n"
             f"for (ε, δ) = ({before.epsilon!r}, {before.delta!r}); this release of {r.marginal} would take it to "
             f"({after.epsilon!r}, {after.delta!r}) against the cap ({cap.epsilon!r}, {cap.delta!r}) set {cap.set_at}. "
-            "Publish the existing release instead, or raise the cap with `python -m opal_dp.cli ledger raise-cap` "
-            "only if you accept the extra privacy loss; every fresh draw and every changed input is charged.",
+            "Nothing was drawn, and what this scope released before stays published. To release it again (a "
+            "corrected raw file, a changed setting), raise the cap only if you accept the extra privacy loss: "
+            f"`python -m opal_dp.cli ledger raise-cap --unit {r.unit} --epsilon {_at_least(after.epsilon)} --delta "
+            f"{_at_least(after.delta)} --reason WHY`, then release again; every fresh draw and every changed input "
+            "is charged.",
             scope=r.scope,
             spent=before,
             requested=r.cost,
@@ -473,6 +476,12 @@ class PrivacyLedger(PersonAccount):
                 rows.append(ScopeSpend(u, scope, self._spend(conn, u, scope), self._cap(conn, u), n_charges,
                                        n_draws, pending, last))
             return rows
+
+
+def _at_least(value: float) -> str:
+    """``value`` to six significant digits, rounded up: a cap the refused charge fits."""
+    text = f"{value:.6g}"
+    return text if float(text) >= value else f"{value * (1 + 1e-5):.6g}"
 
 
 def _by_ids(ids: Collection[int], read: Callable[[tuple, str], list]) -> list:

@@ -216,8 +216,15 @@ def _lock_keys(r: Request) -> list[str]:
 
 def _covered(r: Request) -> tuple[str, str]:
     """The first and last service date a charge for ``r`` covers: its date, or for a card_period the whole
-    period named by its scope ``first..last`` (a period with gaps is covered end to end: conservative)."""
-    if PrivacyUnit(r.unit) is not PrivacyUnit.CARD_PERIOD:
+    period named by its scope ``first..last`` (a period with gaps is covered end to end: conservative). A part
+    whose date is not its scope's is refused: the person account reads a charge's dates from its scope, so a
+    card_day part of another date would spend a day the account never sees."""
+    unit = PrivacyUnit(r.unit)
+    if unit is not PrivacyUnit.CARD_PERIOD:
+        scope_day = r.scope if unit is PrivacyUnit.CARD_DAY else r.scope.partition("|")[0]
+        if _day(scope_day) != _day(r.date):
+            raise LedgerError(f"a {unit.value} part is charged to its own date's scope, got part {r.part!r} of "
+                              f"{r.date!r} for scope {r.scope!r}")
         return _day(r.date), _day(r.date)
     first, sep, last = r.scope.partition("..")
     if not sep or not _day(first) <= _day(r.date) <= _day(last):

@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 from pandera.errors import SchemaError, SchemaErrors
 
+from opal_dp.core.input_version import file_identity, file_version
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.prep.binning import bin_trips, card_codes, split_by_mode
 from opal_dp.prep.bounding import bound_day
+from opal_dp.prep.day_records import FAILED, INGESTED, DayCut, DayRecord, raw_stamp, write_record
 from opal_dp.prep.ingest import IngestResult, RawInputError, ingest_file, raw_file_for
 from opal_dp.prep.sequences import card_day_sequences, to_frame, trip_alphabet
 from opal_dp.private_files import read_parquet_group, write_parquet_atomic
@@ -46,19 +48,35 @@ class DayFailure:
     reason: str
 
 
-def _ingest_or_failure(raw_dir: Path, day: str, stops: pd.DataFrame) -> IngestResult | DayFailure:
-    """``ingest_file`` of the day's one raw file, or why it could not be used: a bad file fails its day only, and
-    every day of a run is tried."""
+@dataclass(frozen=True)
+class Read:
+    """A day's raw file as ingested: the rows, and the version and stamp of exactly the bytes they came from."""
+
+    result: IngestResult
+    version: str
+    raw: tuple[str, int, int]
+
+
+def _ingest_or_failure(raw_dir: Path, day: str, stops: pd.DataFrame, key: bytes) -> Read | DayFailure:
+    """``ingest_file`` of the day's one raw file with its input version (``core.input_version``, under the
+    fingerprint ``key``), or why it could not be used: a bad file fails its day only, and every day of a run is
+    tried. The file's identity (inode, size, modification and change times) is the same before the version and after
+    the rows are read, or the day is refused: the version is that of the bytes ingested."""
     try:
         raw_file = raw_file_for(raw_dir, day)
     except RawInputError as err:
         return DayFailure(str(err))
     try:
-        return ingest_file(raw_file, stops)
+        before = file_identity(raw_file)
+        version = file_version(raw_file, key)
+        result = ingest_file(raw_file, stops)
     except RawInputError as err:
         return DayFailure(str(err))
     except (SchemaError, SchemaErrors) as err:  # their message lists failing values: not repeated here
         return DayFailure(f"{raw_file}: the rows read do not meet the {type(err).__name__} schema checks")
+    if file_identity(raw_file) != before:
+        return DayFailure(f"{raw_file}: the file changed while it was read; it is read again on the next run")
+    return Read(result, version, raw_stamp(raw_file))
 
 
 @dataclass(frozen=True)
@@ -89,20 +107,25 @@ class DaySummary:
     binned: int
     cards: int
     sequences: int
-    bound: BoundSummary | None
+    bound: BoundSummary
 
 
-def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, height: int, bounding: Bounding | None,
-             paths: DayPaths) -> DaySummary | DayFailure:
+def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, bounding: Bounding, cut: DayCut, key: bytes,
+             paths: DayPaths, private_dir: Path) -> DaySummary | DayFailure:
     """One read of the day's raw file; from memory: the accepted and rejected rows (``ingest_file``), the binned
-    trips and the day's cards (``bin_trips``), the card-day sequences (``card_day_sequences``) and, given
-    ``bounding``, the bounded and over-the-bound trips without card id (``bound_day``), each stored. Without
-    ``bounding`` (a card_period day cap, chosen over the whole period once every day is binned) the step bounds
-    later with ``bound_day_file``. A bad raw file returns why (``DayFailure``) and stores nothing. The OD alphabet
-    comes from ``stops`` in the worker (``trip_alphabet``: built once per worker process, not once per day)."""
-    result = _ingest_or_failure(raw_dir, day, stops)
-    if isinstance(result, DayFailure):
-        return result
+    trips and the day's cards (``bin_trips``), the card-day sequences of height ``cut.od_height``
+    (``card_day_sequences``) and the bounded and over-the-bound trips without card id (``bound_day``: the
+    per-card-day bounds; a card_period day cap is applied by the week's release), each stored, then the day's record
+    (``prep.day_records``: the input version of the bytes read under the fingerprint ``key``, and ``cut``). A bad
+    raw file returns why (``DayFailure``), stores nothing but its record, and leaves the day's earlier files
+    unused (its record says failed). The OD alphabet comes from ``stops`` in the worker (``trip_alphabet``: built
+    once per worker process, not once per day)."""
+    read = _ingest_or_failure(raw_dir, day, stops, key)
+    if isinstance(read, DayFailure):
+        raw = raw_file_stamp(raw_dir, day)
+        write_record(private_dir, DayRecord(day, FAILED, raw, reason=read.reason))
+        return read
+    result = read.result
     _store(result.accepted, paths.accepted)
     _store(result.rejected, paths.rejected)
     summary = _ingest_summary(result)
@@ -111,13 +134,20 @@ def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, height: int, bounding
     codes, cards = card_codes(binned)
     _store(binned, paths.binned)
     _store(cards, paths.cards)
-    sequences = card_day_sequences(binned, trip_alphabet(stops), height, codes)
+    sequences = card_day_sequences(binned, trip_alphabet(stops), cut.od_height, codes)
     _store(to_frame(sequences), paths.sequences)
-    bound = None
-    if bounding is not None:
-        bound = _bound_and_store(binned, day, bounding.unit, bounding.bounds, bounding.key, None,
-                                 paths.kept, paths.over_bound)
+    bound = _bound_and_store(binned, day, bounding, paths.kept, paths.over_bound)
+    write_record(private_dir, DayRecord(day, INGESTED, read.raw, input_version=read.version, cut=cut,
+                                        rows=(summary.rows_read, summary.rows_accepted, summary.rows_rejected)))
     return DaySummary(summary, len(binned), len(cards), len(sequences), bound)
+
+
+def raw_file_stamp(raw_dir: Path, day: str) -> tuple[str, int, int] | None:
+    """The stamp of the day's one raw file, if there is exactly one."""
+    try:
+        return raw_stamp(raw_file_for(raw_dir, day))
+    except (RawInputError, OSError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -127,25 +157,39 @@ class BoundSummary:
     share_dropped: float
 
 
-def bound_day_file(binned: Path, day: str, unit: PrivacyUnit, bounds: ContributionBounds, key: bytes,
-                   kept_cards: np.ndarray | None, kept: Path, over_bound: Path) -> BoundSummary:
-    """``bound_day`` of one day's stored binned trips; the kept and over-the-bound trips stored without card id."""
-    return _bound_and_store(pd.read_parquet(binned), day, unit, bounds, key, kept_cards, kept, over_bound)
-
-
-def _bound_and_store(binned: pd.DataFrame, day: str, unit: PrivacyUnit, bounds: ContributionBounds, key: bytes,
-                     kept_cards: np.ndarray | None, kept: Path, over_bound: Path) -> BoundSummary:
-    result = bound_day(binned, date.fromisoformat(day), unit, bounds, key, kept_cards)
+def _bound_and_store(binned: pd.DataFrame, day: str, bounding: Bounding, kept: Path, over_bound: Path) -> BoundSummary:
+    result = bound_day(binned, date.fromisoformat(day), bounding.unit, bounding.bounds, bounding.key)
     _store(result.kept, kept, grouped_by="mode")  # each mode's rows read alone by ``split_day``
     _store(result.over_bound, over_bound)
     return BoundSummary(len(result.kept), len(result.over_bound), result.share_dropped)
 
 
-def split_day(bounded: Path, mode: str, out: Path) -> int:
-    """One (date, mode) partition of a day's bounded trips stored; returns its trips."""
-    part = split_by_mode(read_parquet_group(bounded, "mode", mode), mode)
-    _store(part, out)
-    return len(part)
+@dataclass(frozen=True)
+class DayCap:
+    """A card_period day cap applied to one day of its week: the day's binned trips (with card ids) are bounded
+    again keeping only ``kept_cards`` (the sorted ids of the cards for which this is one of their kept days)."""
+
+    binned: Path
+    unit: PrivacyUnit
+    bounds: ContributionBounds
+    key: bytes
+    kept_cards: np.ndarray
+
+
+def split_day(bounded: Path, day: str, outs: dict[str, Path], cap: DayCap | None = None) -> dict[str, int]:
+    """The day's (date, mode) pieces of a week's release, each of ``outs`` (mode -> path) stored; returns the trips
+    of each. Without ``cap`` each mode's rows are read alone from the day's bounded trips; with it the day is bounded
+    again from its binned trips under the cap (``bound_day``: per card, so it keeps exactly the day's bounded trips of
+    the kept cards)."""
+    if cap is None:
+        parts = {mode: split_by_mode(read_parquet_group(bounded, "mode", mode), mode) for mode in outs}
+    else:
+        kept = bound_day(pd.read_parquet(cap.binned), date.fromisoformat(day), cap.unit, cap.bounds, cap.key,
+                         cap.kept_cards).kept
+        parts = {mode: split_by_mode(kept, mode) for mode in outs}
+    for mode, part in parts.items():
+        _store(part, outs[mode])
+    return {mode: len(part) for mode, part in parts.items()}
 
 
 def _store(frame: pd.DataFrame, path: Path, grouped_by: str | None = None) -> None:

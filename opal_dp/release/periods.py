@@ -1,10 +1,10 @@
 """Which service dates form one ``card_period`` ledger scope: a public calendar rule, never the data.
 
-- ``weekly`` (the default): each calendar week, Monday to Sunday, is one period. A weekly publication releases
-  each week once; a date belongs to the week it falls in whatever happened on it, so the scope of every
-  partition is known before any data is read.
-- explicit dates (``"2016-07-25..2016-07-31,2016-08-08..2016-08-14"``: ranges and single dates): the listed
-  dates are one period, and a date outside it is refused.
+- ``weekly`` (the pipeline's rule): each calendar week, Monday to Sunday, is one period, and one Dagster partition
+  (``defs.shared.partitions.release_periods``). A date belongs to the week it falls in whatever happened on it, so
+  the scope of every release is known before any data is read.
+- explicit dates (``"2016-07-25..2016-07-31,2016-08-08..2016-08-14"``: ranges and single dates), for the plans'
+  own tests and tools: the listed dates are one period, and a date outside it is refused.
 
 The sensitivity of a card_period release depends on how many days a period has (``core.units``): every weekly
 period has 7, whichever of its days have data, so every week's release has the same calibration.
@@ -82,3 +82,15 @@ class Periods:
 
 def name(dates: tuple[str, ...]) -> str:
     return f"{dates[0]}..{dates[-1]}"
+
+
+def week_days(monday: str) -> tuple[str, ...]:
+    """The seven dates of the calendar week that starts on ``monday`` (refused if it is not a Monday)."""
+    if date.fromisoformat(monday).weekday() != 0:
+        raise ValueError(f"a release week is named by its Monday, got {monday!r}")
+    return Periods().of(monday)
+
+
+def week_of(day: str) -> str:
+    """The Monday of ``day``'s calendar week: the week's partition key."""
+    return Periods().of(day)[0]

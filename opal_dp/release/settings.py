@@ -5,6 +5,7 @@ the command line's ledger commands need no Dagster at all."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -13,16 +14,19 @@ import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
+from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, LedgerError
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.locations import DataLocation
+from opal_dp.network import stops_version
+from opal_dp.prep.day_records import DayCut
 from opal_dp.release.marginals.plan import ReleasePlan, build_plan
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.od.engine import OdPlan
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
-from opal_dp.release.share import weekly_epsilon, week_delta, weeks_touching, split
+from opal_dp.release.share import scope_delta, scopes_touching, share_epsilon, split
 from opal_dp.release.statement.runs import draws_of
 
 DEFAULT_DELTA = 1 / 8_000_000
@@ -32,7 +36,9 @@ epsilon 4.6 a year (``benchmarks.person_cap``), leaving most of the person cap t
 WEEKLY_OD_HIERARCHY_RHO = 0.004
 """The hierarchical OD release's default rho a date in the weekly card_period release (it makes ``od.csv``): about
 a quarter of the weekly share's rho, which lowers the six marginals' weekly epsilon from 2.44 to 1.99 and puts
-every location pair above about 180 trips a day in its own row (README, "The default release")."""
+every location pair above about 180 trips a day in its own row (docs/privacy.md, "The default release")."""
+SHARED_SYNTHETIC_EPSILON = 1.0
+"""The synthetic trips' default epsilon per card a week within the person share: the NIST DeID2 taxi-week figure."""
 DEFAULT_OD_HIERARCHY_RHO = 0.5
 """Its rho a date elsewhere: the zCDP bound that the prefix tree's default pure epsilon 1 implies."""
 
@@ -44,17 +50,18 @@ class CapMismatch(LedgerError):
 class PrivacySettings(BaseModel):
     """Privacy unit, contribution bounds, mechanism, per-marginal nominal (epsilon_j, delta_j).
 
-    ``synthetic_epsilon``/``synthetic_delta``: the synthetic card-day trips' budget per card over the period
-    (``defs.synthetic``), charged to the card_period scope of the period.
+    ``synthetic``: synthetic card-day trips are released too (``defs.synthetic``), at ``synthetic_epsilon``/
+    ``synthetic_delta`` per card over each week (default: epsilon 1 a week within the person share, as the NIST DeID2
+    taxi-week synthesizer; 8 elsewhere), charged to the week's card_period scope; their cost is in the weekly share
+    and the default caps, so turning them on lowers the marginals' share.
 
-    The default protects people: unit ``card_period`` over calendar weeks (``period`` unset or ``weekly``;
-    ``release.periods``), add/remove, the bounds below, the thresholded discrete Gaussian in zCDP, and the weekly
-    share of the person cap (``release.share``): the largest per-week budget that a release every week of the
-    horizon keeps within the person cap (the OD trees off unless asked for, then at ``od_epsilon`` 0.05 a date
-    within the share). Explicit ``epsilon``/``delta`` override the share. ``privacy_unit = "trip"`` reproduces the 2016 release (relation
-    ``replace_one``, epsilon_j = 1,1,1,1,2,2, delta_j = 1/8,000,000: (8, 6/8,000,000) per scope), with no
-    person-level bound; ``card_day`` and a ``card_period`` with explicit dates use the same 2016 budgets unless
-    given others.
+    The default protects people: unit ``card_period`` over calendar weeks (``release.periods``), add/remove, the
+    bounds below, the thresholded discrete Gaussian in zCDP, and the weekly share of the person cap
+    (``release.share``): the largest per-week budget that a release every week of the horizon keeps within the
+    person cap (the OD trees off unless asked for, then at ``od_epsilon`` 0.05 a date within the share).
+    ``card_day`` takes its share per date the same way. Explicit ``epsilon``/``delta`` override the share.
+    ``privacy_unit = "trip"`` reproduces the 2016 release (relation ``replace_one``, epsilon_j = 1,1,1,1,2,2,
+    delta_j = 1/8,000,000: (8, 6/8,000,000) per scope), with no person-level bound.
     ``release_design``: ``sbh`` (default, the 2016 design) or ``public_domain`` (``opal_dp.release.marginals.plan``); it
     composes with any unit, relation, bounds and mechanism.
 
@@ -69,9 +76,9 @@ class PrivacySettings(BaseModel):
     with the marginals on the same ledger scopes.
 
     Hierarchical OD release (``release.od.hierarchy``, it makes ``od.csv``): ``od_hierarchy_release``
-    (``releases_od_hierarchy``; default on in the weekly card_period release only), ``od_hierarchy_rho`` a date
+    (``releases_od_hierarchy``; default on in the card-level releases only), ``od_hierarchy_rho`` a date
     (``od_hierarchy_budget``: 0.004 in the weekly release, within its share, else 0.5), at most
-    ``od_hierarchy_max_per_pair`` trips of a card-day per location pair. Its charges are in the weekly share and the
+    ``od_hierarchy_max_per_pair`` trips of a card-day per location pair. Its charges are in the share and the
     default caps (``od_hierarchy_costs``).
     """
 
@@ -79,24 +86,24 @@ class PrivacySettings(BaseModel):
     relation: str | None = None  # default: the unit's (replace_one for trip, add_remove for card units)
     mechanism: str | None = None  # laplace | gaussian; default: laplace, gaussian for card_period
     release_design: str = "sbh"  # sbh | public_domain
-    epsilon: dict[str, float] | None = None  # per marginal; default: the weekly share, or the 2016 values
+    epsilon: dict[str, float] | None = None  # per marginal; default: the person share (card units), or the 2016 values
     delta: dict[str, float] | None = None
     max_trips_per_card_day: int = ContributionBounds.max_trips_per_card_day
     max_per_bin: int = ContributionBounds.max_per_bin
     max_days_per_card: int | None = None
-    period: str | None = None  # card_period: None or "weekly" (calendar weeks), or dates "2016-07-25..2016-07-31"
     cap_epsilon: float | None = None
     cap_delta: float | None = None
     fresh_draw: bool = False
-    od_release: bool | None = None  # default: on, off in the weekly card_period release (``releases_od``)
-    od_epsilon: float | None = None  # a date; default: 0.05 in the weekly card_period release, else 1
+    od_release: bool | None = None  # default: on, off in the card-level releases (``releases_od``)
+    od_epsilon: float | None = None  # a date; default: 0.05 in the card-level releases, else 1
     od_height: int = 4
     od_top_sequences: int = 100
-    od_hierarchy_release: bool | None = None  # od.csv from the hierarchy; default: on in the weekly release only
+    od_hierarchy_release: bool | None = None  # od.csv from the hierarchy; default: on in the card-level releases only
     od_hierarchy_rho: float | None = Field(None, gt=0, allow_inf_nan=False)  # a date; default ``od_hierarchy_budget``
     od_hierarchy_max_per_pair: int = Field(2, ge=1)  # trips of one card-day kept per (mode, origin, destination)
-    synthetic_epsilon: float = 8.0  # synthetic card-day trips: (epsilon, delta) per card over the period
-    synthetic_delta: float = 6 * DEFAULT_DELTA  # (``release.synthetic.queries``), charged to card_period
+    synthetic: bool = False  # synthetic card-day trips released too (``release --synthetic``)
+    synthetic_epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)  # per card a week; default 1 / 8
+    synthetic_delta: float | None = Field(None, gt=0, lt=1)  # default 6/8,000,000 (``release.synthetic.queries``)
     acknowledge_ledger_reset: str | None = None  # a reason; only then may a ledger reset go ahead
     person_horizon_days: int | None = None  # the person account (``core.ledger``; default 365 days, (20, 1e-6)):
     person_cap_epsilon: float | None = None  # used when the ledger is created, then ledger state that only
@@ -120,10 +127,6 @@ class PrivacySettings(BaseModel):
             Relation(self.relation)
         self.noise_mechanism, self.design  # parse both once, here
         self.bounds  # validates the bounds
-        self.periods  # parses the period
-        if not (math.isfinite(self.synthetic_epsilon) and self.synthetic_epsilon > 0 and 0 < self.synthetic_delta < 1):
-            raise ValueError(f"synthetic_epsilon must be > 0 and 0 < synthetic_delta < 1, got "
-                             f"({self.synthetic_epsilon}, {self.synthetic_delta})")
         for label, cap in (("cap_epsilon", self.cap_epsilon), ("cap_delta", self.cap_delta)):
             if cap is not None and not cap > 0:
                 raise ValueError(f"{label} must be > 0, got {cap}")
@@ -148,34 +151,35 @@ class PrivacySettings(BaseModel):
 
     @property
     def periods(self) -> Periods:
-        """Which dates form one card_period scope (``release.periods``)."""
-        return Periods.parse(self.period)
+        """Which dates form one card_period scope: calendar weeks, the pipeline's release periods."""
+        return Periods()
 
     @property
-    def weekly_share(self) -> bool:
-        """Whether the budgets default to the weekly share of the person cap (module ``release.share``)."""
-        return self.unit is PrivacyUnit.CARD_PERIOD and self.periods.weekly
+    def person_share(self) -> bool:
+        """Whether the budgets default to a card-level unit's share of the person cap (module ``release.share``):
+        per week for ``card_period``, per date for ``card_day``."""
+        return self.unit is not PrivacyUnit.TRIP
 
     @property
     def releases_od(self) -> bool:
-        """Whether the OD prefix trees are released: as configured, else on, except in the weekly card_period
+        """Whether the OD prefix trees are released: as configured, else on, except in the card-level
         release, where the weekly share they would get (``WEEKLY_OD_EPSILON`` a date) lists no OD pair on the
-        bundled sample (README, "The default release"): its budget goes to the marginals."""
-        return self.od_release if self.od_release is not None else not self.weekly_share
+        bundled sample (docs/privacy.md, "The default release"): its budget goes to the marginals."""
+        return self.od_release if self.od_release is not None else not self.person_share
 
     @property
     def releases_od_hierarchy(self) -> bool:
         """Whether the hierarchical OD release (``release.od.hierarchy``) makes ``od.csv``: as configured, else on
-        in the weekly card_period release (the default) and off elsewhere, where ``od.csv`` stays the prefix tree's
+        in the card-level releases (the default) and off elsewhere, where ``od.csv`` stays the prefix tree's
         (the trip-level reproduction of 2016) unless asked for (its charge is then in the default caps)."""
-        return self.od_hierarchy_release if self.od_hierarchy_release is not None else self.weekly_share
+        return self.od_hierarchy_release if self.od_hierarchy_release is not None else self.person_share
 
     @property
     def od_hierarchy_budget(self) -> float:
         """The hierarchy's rho a date."""
         if self.od_hierarchy_rho is not None:
             return self.od_hierarchy_rho
-        return WEEKLY_OD_HIERARCHY_RHO if self.weekly_share else DEFAULT_OD_HIERARCHY_RHO
+        return WEEKLY_OD_HIERARCHY_RHO if self.person_share else DEFAULT_OD_HIERARCHY_RHO
 
     def od_hierarchy_costs(self, unit: PrivacyUnit) -> list[PrivacyCost]:
         """What the hierarchy charges one scope of ``unit`` (``release.od.placement``): nothing to a trip scope,
@@ -186,26 +190,39 @@ class PrivacySettings(BaseModel):
         return [PrivacyCost.zcdp(self.od_hierarchy_budget, 0.0)] * days
 
     @property
+    def synthetic_budget(self) -> tuple[float, float]:
+        """The synthetic card-day trips' (epsilon, delta) per card a week."""
+        epsilon = self.synthetic_epsilon or (SHARED_SYNTHETIC_EPSILON if self.person_share else 8.0)
+        return epsilon, self.synthetic_delta or 6 * DEFAULT_DELTA
+
+    def synthetic_costs(self, unit: PrivacyUnit) -> list[PrivacyCost]:
+        """What the synthetic trips charge one scope of ``unit``: their rho (delta 0) to a week, when on."""
+        if not self.synthetic or unit is not PrivacyUnit.CARD_PERIOD:
+            return []
+        return [PrivacyCost.zcdp(zcdp_rho_for(*self.synthetic_budget), 0.0)]
+
+    @property
     def od_budget(self) -> float:
         """The OD tree's epsilon a date."""
         if self.od_epsilon is not None:
             return self.od_epsilon
-        return WEEKLY_OD_EPSILON if self.weekly_share else 1.0
+        return WEEKLY_OD_EPSILON if self.person_share else 1.0
 
     def budget(self) -> tuple[dict[str, float], dict[str, float]]:
-        """The nominal (epsilon_j, delta_j) per marginal: as configured, else the weekly share of the person cap
-        (``release.share.weekly_epsilon``, from the configured or default person cap and horizon), else the 2016
+        """The nominal (epsilon_j, delta_j) per marginal: as configured, else the share of the person cap
+        (``release.share.share_epsilon``, from the configured or default person cap and horizon), else the 2016
         values."""
         if self.epsilon is not None and self.delta is not None:
             return dict(self.epsilon), dict(self.delta)
-        if self.weekly_share:
+        if self.person_share:
             cap = (self.person_cap_epsilon or DEFAULT_PERSON_CAP[0], self.person_cap_delta or DEFAULT_PERSON_CAP[1])
-            weeks = weeks_touching(self.person_horizon_days or DEFAULT_HORIZON_DAYS)
+            scopes = scopes_touching(self.person_horizon_days or DEFAULT_HORIZON_DAYS, self.unit)
             mechanism = self.noise_mechanism or Mechanism.default_for(self.unit)
             od = self.od_budget if self.releases_od else 0.0
             hierarchy = self.od_hierarchy_budget if self.releases_od_hierarchy else 0.0
-            epsilon, delta = split(weekly_epsilon(*cap, weeks, mechanism, self.design, od, hierarchy),
-                                   week_delta(cap[1], weeks))
+            extra = tuple(self.synthetic_costs(self.unit))
+            epsilon, delta = split(share_epsilon(*cap, scopes, mechanism, self.design, od, hierarchy, self.unit, extra),
+                                   scope_delta(cap[1], scopes))
         else:
             epsilon, delta = {m.name: m.default_epsilon for m in MARGINALS}, {m.name: DEFAULT_DELTA for m in MARGINALS}
         return dict(self.epsilon or epsilon), dict(self.delta or delta)
@@ -213,6 +230,18 @@ class PrivacySettings(BaseModel):
     @property
     def bounds(self) -> ContributionBounds:
         return ContributionBounds(self.max_trips_per_card_day, self.max_per_bin, self.max_days_per_card)
+
+    def fingerprint(self) -> str:
+        """What a week's release depends on besides its input: every setting but the one-off switches (a fresh draw,
+        a ledger reset's reason). Two releases with equal fingerprints over equal input are the same release."""
+        settings = self.model_dump(mode="json", exclude={"fresh_draw", "acknowledge_ledger_reset"})
+        return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+    def day_cut(self, stops: pd.DataFrame) -> DayCut:
+        """What each day's private stages are cut with under these settings (``prep.day_records``): a release
+        calibrated on them reads only days cut so."""
+        bounds = (self.max_trips_per_card_day, self.max_per_bin) if self.unit.bounds_cards else None
+        return DayCut(bounds, self.od_height, stops_version(stops))
 
     @property
     def nominal(self) -> tuple[float, float]:
@@ -232,7 +261,7 @@ class PrivacySettings(BaseModel):
         the plain sum and what the ledger's accountant (``core.accounting.compose``) will compute."""
         eps, delta = self.nominal
         extra = self.od_cost(self.unit)
-        hierarchy = self.od_hierarchy_costs(self.unit)
+        hierarchy = self.od_hierarchy_costs(self.unit) + self.synthetic_costs(self.unit)
         if not (extra or hierarchy) or self.unit is not PrivacyUnit.CARD_PERIOD:
             room = self._hierarchy_room(hierarchy)
             return eps + extra + room[0], delta + room[1]
@@ -268,7 +297,7 @@ class PrivacySettings(BaseModel):
         """The deployment's ledger (``DataLocation.ledger_location``), created with the configured caps if there is
         none; refuses (``CapMismatch``) a configured cap that differs from the ledger's."""
         eps, delta = self.nominal
-        rooms = {u: self._hierarchy_room(self.od_hierarchy_costs(u)) for u in PrivacyUnit}
+        rooms = {u: self._hierarchy_room(self.od_hierarchy_costs(u) + self.synthetic_costs(u)) for u in PrivacyUnit}
         caps = {u.value: (eps + self.od_cost(u) + rooms[u][0], delta + rooms[u][1]) for u in PrivacyUnit}
         wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or self._default_cap()[1])
         caps[self.unit.value] = wanted

@@ -1,11 +1,11 @@
-"""The default budget of the weekly card-level release: the largest per-week budget that the person cap allows
-in every week of the horizon.
+"""The default budget of a card-level release: the largest budget per ledger scope (a calendar week for
+``card_period``, a service date for ``card_day``) that the person cap allows in every scope of the horizon.
 
 The person account (``core.ledger``) refuses a charge that takes any window of ``horizon_days`` consecutive
 service dates past the person cap, and a card_period charge covers its whole week; a window of h days touches
-at most ``weeks_touching(h)`` calendar weeks (365 days: 53). The weekly share is therefore the largest nominal
-per-week epsilon E such that that many weekly releases -- each the six marginals at E (split 1,1,1,1,2,2 as in
-2016) and ``cap_delta / (2 * weeks)``, plus one OD tree a date at ``od_epsilon`` and one hierarchical OD release a
+at most ``scopes_touching(h, unit)`` scopes (365 days: 53 weeks, or 365 dates). The share is therefore the largest
+nominal per-scope epsilon E such that that many releases -- each the six marginals at E (split 1,1,1,1,2,2 as in
+2016) and ``cap_delta / (2 * scopes)``, plus one OD tree a date at ``od_epsilon`` and one hierarchical OD release a
 date at ``od_hierarchy_rho`` (each when on) -- composed by the ledger's own
 accountant (``core.accounting``) stay within the cap. The costs are those of the release plan itself
 (``build_plan``), so the ledger charges exactly what was planned, and a release every week of the year is never
@@ -36,6 +36,17 @@ def weeks_touching(horizon_days: int) -> int:
     return -(-(horizon_days - 1) // WEEK_DAYS) + 1
 
 
+def scopes_touching(horizon_days: int, unit: PrivacyUnit) -> int:
+    """The most ledger scopes of a card-level ``unit`` a window of ``horizon_days`` dates can touch: weeks for
+    ``card_period``, dates for ``card_day``."""
+    return weeks_touching(horizon_days) if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD else horizon_days
+
+
+def scope_days(unit: PrivacyUnit) -> int:
+    """The service dates of one scope of a card-level ``unit``."""
+    return WEEK_DAYS if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD else 1
+
+
 def split(total_epsilon: float, total_delta: float) -> tuple[dict[str, float], dict[str, float]]:
     """The default per-marginal shares (1,1,1,1,2,2) scaled to ``total_epsilon``; delta split evenly."""
     weight = math.fsum(m.default_epsilon for m in MARGINALS)
@@ -43,17 +54,20 @@ def split(total_epsilon: float, total_delta: float) -> tuple[dict[str, float], d
             {m.name: total_delta / len(MARGINALS) for m in MARGINALS})
 
 
-def week_costs(epsilon: float, delta: float, mechanism: Mechanism, design: Design,
-               od_epsilon: float = 0.0, od_hierarchy_rho: float = 0.0) -> list[PrivacyCost]:
-    """What one weekly release charges one card: the six marginals at nominal (``epsilon``, ``delta``), one OD
-    tree a date (none if ``od_epsilon`` is 0) and one hierarchical OD release a date (``release.od.hierarchy``,
-    rho-zCDP with delta 0; none if ``od_hierarchy_rho`` is 0). The costs depend neither on the bounds nor on the public domains,
-    so the plan is built with the tightest bounds and one stop per mode."""
+def scope_costs(epsilon: float, delta: float, mechanism: Mechanism, design: Design,
+                od_epsilon: float = 0.0, od_hierarchy_rho: float = 0.0,
+                unit: PrivacyUnit = PrivacyUnit.CARD_PERIOD, extra: tuple[PrivacyCost, ...] = ()) -> list[PrivacyCost]:
+    """What one release of a scope of ``unit`` charges one card: the six marginals at nominal (``epsilon``,
+    ``delta``), one OD tree a date (none if ``od_epsilon`` is 0), one hierarchical OD release a date
+    (``release.od.hierarchy``, rho-zCDP with delta 0; none if ``od_hierarchy_rho`` is 0) and ``extra`` (the other
+    products' charges to the scope: the synthetic trips'). The costs depend neither on the bounds nor on the public
+    domains, so the plan is built with the tightest bounds and one stop per mode."""
     eps, dlt = split(epsilon, delta)
-    plan = build_plan(PrivacyUnit.CARD_PERIOD, eps, dlt, mechanism=mechanism, design=design,
+    plan = build_plan(unit, eps, dlt, mechanism=mechanism, design=design,
                       bounds=ContributionBounds(max_trips_per_card_day=1, max_days_per_card=1), periods=Periods(),
                       stops=load_stops().groupby("mode", observed=True).head(1))
-    return [m.cost() for m in plan.mechanisms.values()] + od_day_costs(od_epsilon, od_hierarchy_rho) * WEEK_DAYS
+    return ([m.cost() for m in plan.mechanisms.values()] + od_day_costs(od_epsilon, od_hierarchy_rho) * scope_days(unit)
+            + list(extra))
 
 
 def od_day_costs(od_epsilon: float, od_hierarchy_rho: float) -> list[PrivacyCost]:
@@ -63,34 +77,35 @@ def od_day_costs(od_epsilon: float, od_hierarchy_rho: float) -> list[PrivacyCost
         [PrivacyCost.zcdp(od_hierarchy_rho, 0.0)] if od_hierarchy_rho > 0 else [])
 
 
-def week_delta(cap_delta: float, weeks: int) -> float:
-    """The nominal delta of one week: half of the cap's delta to the weeks' own delta (threshold events,
-    conversion), half left to the composition across weeks."""
-    return cap_delta / (2 * weeks)
+def scope_delta(cap_delta: float, scopes: int) -> float:
+    """The nominal delta of one scope: half of the cap's delta to the scopes' own delta (threshold events,
+    conversion), half left to the composition across scopes."""
+    return cap_delta / (2 * scopes)
 
 
 @lru_cache(maxsize=64)
-def weekly_epsilon(cap_epsilon: float, cap_delta: float, weeks: int, mechanism: Mechanism, design: Design,
-                   od_epsilon: float = 0.0, od_hierarchy_rho: float = 0.0) -> float:
-    """The largest nominal per-week epsilon (module docstring) whose ``weeks`` weekly releases fit the cap,
-    rounded down to three significant digits; refuses a cap the OD releases alone exhaust."""
-    delta = week_delta(cap_delta, weeks)
+def share_epsilon(cap_epsilon: float, cap_delta: float, scopes: int, mechanism: Mechanism, design: Design,
+                  od_epsilon: float = 0.0, od_hierarchy_rho: float = 0.0,
+                  unit: PrivacyUnit = PrivacyUnit.CARD_PERIOD, extra: tuple[PrivacyCost, ...] = ()) -> float:
+    """The largest nominal per-scope epsilon (module docstring) whose ``scopes`` releases of a scope of ``unit`` fit
+    the cap, rounded down to three significant digits; refuses a cap the OD releases alone exhaust."""
+    delta = scope_delta(cap_delta, scopes)
 
     def fits(epsilon: float) -> bool:
-        return within(week_costs(epsilon, delta, mechanism, design, od_epsilon, od_hierarchy_rho) * weeks,
+        return within(scope_costs(epsilon, delta, mechanism, design, od_epsilon, od_hierarchy_rho, unit, extra) * scopes,
                       cap_epsilon, cap_delta)
 
-    od_alone = od_day_costs(od_epsilon, od_hierarchy_rho)
-    if od_alone and not within(od_alone * (WEEK_DAYS * weeks), cap_epsilon, cap_delta):
+    others = od_day_costs(od_epsilon, od_hierarchy_rho) * scope_days(unit) + list(extra)
+    if others and not within(others * scopes, cap_epsilon, cap_delta):
         raise ValueError(f"the OD releases alone (tree epsilon {od_epsilon}, hierarchy rho {od_hierarchy_rho} a "
-                         f"date, {weeks} weeks) exceed the person cap ({cap_epsilon}, {cap_delta}): lower them or "
-                         "turn them off")
+                         f"date, {scopes} scopes of {PrivacyUnit(unit).value}) exceed the person cap ({cap_epsilon}, "
+                         f"{cap_delta}): lower them or turn them off")
     lo, hi = 0.0, cap_epsilon
     while hi - lo > REL_TOL * hi:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     if lo <= 0:
-        raise ValueError(f"no weekly budget fits the person cap ({cap_epsilon}, {cap_delta}) over {weeks} weeks")
+        raise ValueError(f"no budget fits the person cap ({cap_epsilon}, {cap_delta}) over {scopes} scopes")
     quantum = 10.0 ** (math.floor(math.log10(lo)) - 2)
     rounded = round(math.floor(lo / quantum) * quantum, 12)
     while not fits(rounded):  # checked as rounded: one quantum lower fits (less budget costs less)

@@ -135,15 +135,14 @@ class DagsterDev:
         return f"http://127.0.0.1:{self.port}"
 
     # -- lifecycle -------------------------------------------------------------------------
-    def prepare_instance(self, service_dates: list[str]) -> None:
-        """Create the instance and register the dynamic "service_date" partitions (as the sensor would)."""
+    def prepare_instance(self) -> None:
+        """Create the instance (service dates are time partitions: nothing to register)."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
         previous = os.environ.get("DAGSTER_HOME")
         os.environ["DAGSTER_HOME"] = str(self.home)
         try:
-            with dg.DagsterInstance.get() as instance:
-                instance.add_dynamic_partitions("service_date", service_dates)
+            dg.DagsterInstance.get().dispose()
         finally:
             if previous is None:
                 os.environ.pop("DAGSTER_HOME", None)

@@ -21,6 +21,7 @@ from opal_dp.release.page.render import PAGE
 from opal_dp.settings import DATA_DIR_ENV, PUBLISHER_ENV
 from opal_dp.simulate.trips import generate_days
 from opal_dp.release.statement.runs import partition_keys
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.browser.chromium import (
     BROWSER_MARKS,
     CHROMIUM,
@@ -49,9 +50,9 @@ def release(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as env:
         env.setenv(DATA_DIR_ENV, str(root))
         env.setenv(PUBLISHER_ENV, PUBLISHER)
-        # card-level as by default, over the two days as one period (the weekly default waits for whole weeks)
+        # card-level as by default, the week released without its five other days
         run_release(dg.DagsterInstance.ephemeral(), data_dir=root, log_file=root / "runs.log",
-                    budget={"period": ",".join(d.isoformat() for d in DAYS)})
+                    without=other_days(d.isoformat() for d in DAYS))
     return (root / "published" / LATEST).resolve()
 
 

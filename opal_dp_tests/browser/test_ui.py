@@ -51,7 +51,7 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
     data_dir = root / "data"
     write_raw_day(data_dir / "raw", SERVICE_DAY)
     server = DagsterDev(home=root / "dagster_home", data_dir=data_dir, log_path=root / "dagster_dev.log")
-    server.prepare_instance([SERVICE_DAY.isoformat()])
+    server.prepare_instance()
     server.start()
     try:
         server.wait_ready(timeout=120)

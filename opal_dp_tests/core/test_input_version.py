@@ -114,13 +114,13 @@ def test_a_file_that_changes_while_it_is_read_is_not_kept(raw, monkeypatch) -> N
 
     monkeypatch.setattr(iv, "_versions", {})
     monkeypatch.setattr(iv, "RACY_SECONDS", -60.0)
-    real, calls = iv._identity, []
+    real, calls = iv.file_identity, []
 
     def moving(path):  # the second look, after the bytes were read, sees another size
         calls.append(path)
         identity = real(path)
         return identity if len(calls) == 1 else identity[:3] + (identity[3] + 1,) + identity[4:]
 
-    monkeypatch.setattr(iv, "_identity", moving)
+    monkeypatch.setattr(iv, "file_identity", moving)
     file_version(raw["2016-07-25"], KEY)
     assert len(calls) == 2 and iv._versions == {}

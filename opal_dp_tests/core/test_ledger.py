@@ -145,6 +145,18 @@ def test_begin_validates_requests(ledger: PrivacyLedger, override: dict, match: 
     assert ledger.charges() == [] and ledger.draws() == []
 
 
+@pytest.mark.parametrize("unit", ["trip", "card_day"])
+def test_a_part_of_another_date_than_its_scope_is_refused(ledger: PrivacyLedger, unit: str) -> None:
+    """The person account reads a charge's dates from its scope: a part of 2016-07-26 joining (or opening) a charge of
+    2016-07-25's scope would spend a day the account never sees, so it is refused with nothing recorded."""
+    release(ledger, request(unit=unit))
+    stray = replace(request(unit=unit, day="2016-07-26"), scope=request(unit=unit).scope)
+    with pytest.raises(LedgerError, match=rf"a {unit} part is charged to its own date's scope, got part "
+                                          r"'2016-07-26\|bus' of '2016-07-26' for scope"):
+        begin(ledger, stray)
+    assert len(ledger.charges()) == 1 and len(ledger.draws()) == 1
+
+
 def test_begin_validates_unit_run_and_fresh(ledger: PrivacyLedger) -> None:
     with pytest.raises(ValueError):
         begin(ledger, replace(request(), unit="person"))

@@ -1,6 +1,6 @@
 """A small synthetic fortnight slice released end to end once per test session, as the 2016 trip-level
-reproduction (``privacy_unit: trip``): two days of two different weeks, which the weekly card-level default would
-not release before their weeks are complete (``defs/test_default_release.py`` covers that default)."""
+reproduction (``privacy_unit: trip``): two days of one week, released without its other days
+(``release --without``; ``defs/test_default_release.py`` covers the default, whole weeks)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 
 from opal_dp.settings import DATA_DIR_ENV
 from opal_dp.simulate.trips import generate_days
+from opal_dp_tests.conftest import other_days
 
-DAYS = [date(2016, 7, 25), date(2016, 7, 30)]  # a weekday and a Saturday
+DAYS = [date(2016, 7, 25), date(2016, 7, 30)]  # a weekday and a Saturday of one week
 SCALE = 0.01
 TRIP = {"privacy_unit": "trip"}
 
@@ -35,7 +36,7 @@ def released(data_dir):
     os.environ[DATA_DIR_ENV] = str(data_dir)
     instance = dg.DagsterInstance.ephemeral()
     try:
-        yield instance, run_release(instance, budget=TRIP)
+        yield instance, run_release(instance, budget=TRIP, without=other_days(d.isoformat() for d in DAYS))
     finally:
         if previous is None:
             os.environ.pop(DATA_DIR_ENV)

@@ -64,7 +64,7 @@ def test_a_ledger_reset_beside_published_releases_needs_an_acknowledgement(data_
 
 def test_unit_settings_are_validated():
     for bad in ({"privacy_unit": "person"}, {"mechanism": "uniform"}, {"max_trips_per_card_day": 0},
-                {"period": "2016-07-31..2016-07-25"}, {"relation": "swap"}):
+                {"synthetic_epsilon": 0.0}, {"synthetic_delta": 1.0}, {"relation": "swap"}):
         with pytest.raises(Exception):
             PrivacyBudget(**bad)
     assert PrivacyBudget(privacy_unit="card_period").plan().scope("2016-07-27", "bus") == "2016-07-25..2016-07-31"

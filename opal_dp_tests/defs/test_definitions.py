@@ -43,8 +43,8 @@ def test_assets_are_grouped_by_stage():
 def test_lineage_runs_ingest_to_publish():
     deps = {key: {d.asset_key.to_user_string() for d in spec.deps} for key, spec in specs().items()}
     assert deps["binned_trips"] == {"ingested_trips"}
-    assert deps["bounded_trips"] == {"binned_trips", "card_days"}  # the card id is dropped here, after bounding
-    assert deps["trip_partitions"] == {"bounded_trips"}
+    assert deps["bounded_trips"] == {"binned_trips"}  # the card id is dropped here, after bounding
+    assert deps["trip_partitions"] == {"bounded_trips", "binned_trips", "card_days"}  # the week's day cap
     assert deps["release/tap_on_time_loc"] == {"trip_partitions", "trips_over_bound"}
     assert {f"release/{m}" for m in ("tap_on_time", "tap_off_loc")} | {"release_draws"} <= deps["published_release"]
     assert deps["trip_sequences"] == {"binned_trips"}  # built while the card id exists, kept private
@@ -75,8 +75,8 @@ def test_release_assets_have_blocking_checks():
 
 def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "rollup", "compare_units", "compare_designs", "evaluate_od", "synthetic",
-                "release_od_hierarchy"):
+    for job in ("private_stages", "release", "release_od", "rollup", "compare_units", "compare_designs", "evaluate_od",
+                "synthetic", "synthetic_publish"):
         assert d.resolve_job_def(job)
     for sensor in ("raw_file_sensor", "opal_dp_automation", "weekly_rollup"):
         assert d.resolve_sensor_def(sensor)
@@ -112,15 +112,20 @@ def test_dg_check_defs_passes():
 
 
 def test_the_release_is_what_make_release_builds_and_nothing_opt_in():
-    """The three jobs of the release cover every asset except the opt-in synthetic ones and the on-demand reports
-    (the OD hierarchy, which makes od.csv, is in the private stages); automation may launch only those, and the roll-up job is the weekly sensor's."""
+    """The four jobs of the release cover every asset except the opt-in synthetic ones and the on-demand reports
+    (the OD hierarchy, which makes od.csv, is released with its week); each job has one partitioning: service days,
+    (week, mode), weeks, none. Automation may launch only those, and the roll-up job is the weekly sensor's."""
     d = defs()
     graph = d.resolve_asset_graph()
     jobs = {name: {k.to_user_string() for k in d.resolve_job_def(name).asset_layer.selected_asset_keys}
-            for name in ("private_stages", "release", "rollup")}
+            for name in ("private_stages", "release", "release_od", "rollup")}
     everything = {k.to_user_string() for k in graph.materializable_asset_keys}
     assert set().union(*jobs.values()) == everything - ON_DEMAND - EXPECTED_GROUPS["synthetic"]
-    assert "od_hierarchy" in jobs["private_stages"]
+    assert jobs["release_od"] == {"od_prefix_tree", "od_hierarchy"}
+    partitions = {name: {str(type(graph.get(dg.AssetKey.from_user_string(k)).partitions_def).__name__) for k in keys}
+                  for name, keys in jobs.items()}
+    assert partitions == {"private_stages": {"DailyPartitionsDefinition"}, "release": {"MultiPartitionsDefinition"},
+                          "release_od": {"WeeklyPartitionsDefinition"}, "rollup": {"NoneType"}}
     assert jobs["rollup"] == ROLLUP
     automation = d.resolve_sensor_def("opal_dp_automation")
     assert {k.to_user_string() for k in automation.asset_selection.resolve(graph)} <= set().union(*jobs.values())

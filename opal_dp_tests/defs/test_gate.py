@@ -13,10 +13,11 @@ import pytest
 import opal_dp.defs.marginals.release as release_defs
 from opal_dp.cli import run_release
 from opal_dp.definitions import defs
-from opal_dp.defs.shared.partitions import RANGE_START
+from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
 from opal_dp.release.statement.runs import partition_keys
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
@@ -52,46 +53,40 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
 
     monkeypatch.setattr(release_defs, "release_partitions", planted)
     instance = dg.DagsterInstance.ephemeral()
-    with pytest.raises(SystemExit, match="blocking checks failed; no release asset was stored"):
-        run_release(instance, data_dir=storage.root, budget=TRIP)
+    result = run_release(instance, data_dir=storage.root, budget=TRIP, without=other_days(d.isoformat() for d in DAYS))
+    (why,) = result.refused.values()  # the week is refused, as one thing; nothing else failed
+    assert "blocking checks failed; no release asset was stored" in why and f"{BAD_KEY} tap_on_loc:" in why
     (failed,) = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
-    assert failed.job_name == "release" and failed.tags[RANGE_START].endswith("|train")
-    train = {f"{d.isoformat()}|train" for d in DAYS}
-    for marginal in MARGINALS:  # the whole run is refused: neither of its partitions is stored
-        stored = set(instance.get_materialized_partitions(dg.AssetKey(["release", marginal.name])))
-        assert not stored & train and len(stored) == 6
-        assert not list(storage.private_dir.joinpath("release", marginal.name).rglob("train.parquet"))
+    assert failed.job_name == "release" and (failed.tags[RANGE_START], failed.tags[RANGE_END]) == (
+        "bus|2016-07-25", "train|2016-07-25")
+    pieces = {f"{d.isoformat()}|{mode}" for d in DAYS for mode in ("bus", "ferry", "light_rail", "train")}
+    for marginal in MARGINALS:  # the whole run is refused: no piece of the week is stored, whatever its mode
+        assert not instance.get_materialized_partitions(dg.AssetKey(["release", marginal.name]))
+        assert not list(storage.private_dir.joinpath("release", marginal.name).rglob("*.parquet"))
     check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [dg.AssetCheckKey(dg.AssetKey(["release", "tap_on_loc"]), "blocking_checks")])
     (evaluation,) = check.values()
     assert evaluation.run_id == failed.run_id and evaluation.status.value == "FAILED"
     by_partition = evaluation.event.dagster_event.event_specific_data.metadata["by_partition"]
-    outcome = {r.data["partition"]: r.data["passed"] for r in by_partition.records}  # one evaluation, each partition
-    assert outcome == {key: str(key != BAD_KEY) for key in train}
+    outcome = {r.data["partition"]: r.data["passed"] for r in by_partition.records}  # one evaluation, each piece
+    assert outcome == {key: str(key != BAD_KEY) for key in pieces}
     assert {r.data["partition"] for r in by_partition.records if r.data["counts_above_threshold"]} == {BAD_KEY}
     failure = next(e for e in instance.all_logs(failed.run_id) if e.dagster_event and e.dagster_event.is_step_failure)
     assert f"{BAD_KEY} tap_on_loc:" in failure.dagster_event.step_failure_data.error.message
-    assert not storage.published_dir.exists()
-
-    rollup = defs().resolve_job_def("rollup").execute_in_process(
-        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
-                                                     "privacy_budget": {"config": TRIP}}})
-    published = latest_metadata(instance, "published_release")[None]
-    assert rollup.success and published["partitions_pending"].value == sorted(train)
-    statement = json.loads((storage.published_dir / "latest" / "privacy.json").read_text())
-    assert {k["mode"] for k in partition_keys(statement)} == {"bus", "ferry", "light_rail"}
+    assert "rollup" not in result.runs and not storage.published_dir.exists()  # nothing released: nothing to publish
 
 
 @pytest.mark.slow
 def test_per_partition_metadata_is_each_partitions_own(storage):
     instance = dg.DagsterInstance.ephemeral()
-    run_release(instance, data_dir=storage.root, budget=TRIP)
+    run_release(instance, data_dir=storage.root, budget=TRIP, without=other_days(d.isoformat() for d in DAYS))
     meta = latest_metadata(instance, "release/tap_on_time_loc")
-    assert len(meta) == 8
-    for key, values in meta.items():
-        stored = pd.read_parquet(storage.private_dir.joinpath("release", "tap_on_time_loc", *key.split("|"))
-                                 .with_suffix(".parquet"))
-        assert values["dagster/row_count"].value == len(stored)
+    assert sorted(meta) == [f"{mode}|2016-07-25" for mode in ("bus", "ferry", "light_rail", "train")]
+    for key, values in meta.items():  # a (week, mode)'s figures are those of its (date, mode) pieces
+        mode = key.split("|")[0]
+        stored = [pd.read_parquet(storage.private_dir.joinpath("release", "tap_on_time_loc", d.isoformat(),
+                                                               f"{mode}.parquet")) for d in DAYS]
+        assert values["dagster/row_count"].value == sum(map(len, stored)) and values["dates"].value == 2
         assert values["blocking_checks"].value == "all passed"
     assert len({v["dagster/row_count"].value for v in meta.values()}) > 1  # not one run-wide figure copied
     ingest = latest_metadata(instance, "ingested_trips")

@@ -9,6 +9,8 @@ from opal_dp.definitions import defs
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.od.generate import inconsistent_parents
+from opal_dp.defs.shared.tags import WITHOUT_TAG
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 
 
@@ -43,9 +45,9 @@ def test_od_evaluation_job_charges_and_publishes_nothing(released):
     assert hierarchy.loc["hierarchy", "accounted_share"] > 0.95  # every trip in a row: only the noise moves it
 
 
-def test_release_od_hierarchy_job_charges_each_date_once_and_publishes_nothing(released, tmp_path):
-    """On a copy of the released data (its own ledger): one charge per date for all modes, blocking checks pass,
-    rows exact, nothing published."""
+def test_release_od_job_charges_the_hierarchy_of_each_date_once_and_publishes_nothing(released, tmp_path):
+    """On a copy of the released data (its own ledger), the week's OD release with the hierarchy opted in: one charge
+    per date for all modes, blocking checks pass, rows exact, nothing published."""
     import shutil
 
     from opal_dp.defs.shared.storage import OpalStorage
@@ -56,14 +58,15 @@ def test_release_od_hierarchy_job_charges_each_date_once_and_publishes_nothing(r
     shutil.copytree(default_storage().data_dir, copy)
     storage = OpalStorage(data_dir=str(copy))
     published = sorted(p.name for p in storage.published_dir.rglob("*"))
-    job = defs().resolve_job_def("release_od_hierarchy")
+    job = defs().resolve_job_def("release_od")
     config = {**TRIP, "od_hierarchy_release": True}  # opt-in under the trip unit
+    result = job.execute_in_process(
+        instance=instance, partition_key="2016-07-25", tags={WITHOUT_TAG: ",".join(other_days(d.isoformat() for d in DAYS))},
+        run_config={"resources": {"storage": {"config": {"data_dir": str(copy)}}, "privacy_budget": {"config": config}}})
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 4 and all(c.passed for c in checks)  # the tree's two and the hierarchy's two
     for day in DAYS:
-        result = job.execute_in_process(instance=instance, partition_key=day.isoformat(), run_config={
-            "resources": {"storage": {"config": {"data_dir": str(copy)}}, "privacy_budget": {"config": config}}})
-        assert result.success
-        checks = result.get_asset_check_evaluations()
-        assert len(checks) == 2 and all(c.passed for c in checks)
         frame = pd.read_parquet(storage.private_dir / "od_hierarchy" / f"{day.isoformat()}.parquet")
         assert sum_problems(frame.drop(columns=["draw_id"])) == [] and frame["draw_id"].nunique() == 4
     charges = [c for c in PrivacyBudget(**config).ledger(storage).charges() if c.marginal == "od_hierarchy"]

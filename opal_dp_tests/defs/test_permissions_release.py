@@ -13,6 +13,7 @@ import pytest
 from opal_dp.cli import ensure_dagster_home, main
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp.simulate.trips import generate_days
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, SCALE
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,8 @@ def released(tmp_path_factory):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("DAGSTER_HOME", str(home))
             patch.delenv(STRICT_PERMISSIONS_ENV, raising=False)
-            main(["release", "--data-dir", str(data), "--privacy-unit", "trip"])
+            main(["release", "--data-dir", str(data), "--privacy-unit", "trip",
+                  *(f"--without={d}" for d in other_days(d.isoformat() for d in DAYS))])
         yield data, home
     finally:
         os.umask(previous)

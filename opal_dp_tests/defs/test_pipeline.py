@@ -12,7 +12,6 @@ import pandas as pd
 from opal_dp.cli import run_release
 from opal_dp.defs.marginals.release import CHECK_SPECS, PLAUSIBLE_PAIRS
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.partitions import date_mode
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.marginals.checks import DESIGN_CHECKS
 from opal_dp.release.marginals.tables import MARGINALS
@@ -22,6 +21,7 @@ from opal_dp.release.od.publish import od_tables
 from opal_dp.release.publish import (LATEST, LATEST_JSON, MANIFEST, files_of, latest_release, to_open_data,
                                      validate_published)
 from opal_dp.release.statement.runs import partition_keys
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 
 
@@ -31,33 +31,35 @@ def materialized(instance: dg.DagsterInstance, key: str) -> set[str]:
 
 def test_every_partition_is_materialised_in_the_plans_runs(released):
     instance, results = released
-    assert list(results) == ["private_stages", "release", "rollup"]
+    assert list(results.runs) == ["private_stages", "release", "release_od", "rollup"]
     days = {d.isoformat() for d in DAYS}
     assert materialized(instance, "binned_trips") == days
-    keys = {str(k) for k in date_mode.get_partition_keys(dynamic_partitions_store=instance)}
-    assert len(keys) == 8
+    keys = {f"{mode}|2016-07-25" for mode in ("bus", "ferry", "light_rail", "train")}  # both days: one week
     for asset in ("trip_partitions", "release/tap_on_time", "release/tap_off_time_loc"):
         assert materialized(instance, asset) == keys
+    assert materialized(instance, "od_prefix_tree") == {"2016-07-25"}
 
 
 def test_ingest_reports_read_equals_accepted_plus_rejected(released):
-    _, results = released
-    (event,) = [m for m in results["private_stages"][0].get_asset_materialization_events()
-                if m.asset_key == dg.AssetKey("ingested_trips")][:1]
-    meta = event.materialization.metadata
+    instance, _ = released
+    record = instance.fetch_materializations(dg.AssetKey("ingested_trips"), limit=1).records[0]
+    meta = record.asset_materialization.metadata
     assert meta["rows_read"].value == meta["rows_accepted"].value + meta["rows_rejected"].value > 0
 
 
 def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     _, results = released
-    # One private run, one release run per mode (the split a UI backfill makes), one rollup.
-    assert [len(runs) for runs in results.values()] == [1, 4, 1]
+    # One ingest run per range of consecutive days (a run's days are a range: 25 and 30 July are two), one release run
+    # and one OD release run for the week (every mode in it), one rollup.
+    assert [len(runs) for runs in results.runs.values()] == [2, 1, 1, 1]
     evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
     # One evaluation per check and run, covering the run's partitions: never one per partition.
-    assert len(evaluations) == 4 * len(CHECK_SPECS) and all(e.partition is None for e in evaluations)
+    assert len(evaluations) == len(CHECK_SPECS) and all(e.partition is None for e in evaluations)
     assert all(e.passed for e in evaluations if e.check_name != "plausible_totals")
     meta = {}
     for m in results["release"][0].get_asset_materialization_events():
+        if m.partition != "bus|2016-07-25":
+            continue
         key = m.asset_key.to_user_string()
         meta[key] = {**meta.get(key, {}), **m.materialization.metadata}
     assert meta["release/tap_on_time"]["epsilon"].value == 1.0
@@ -73,11 +75,12 @@ def test_each_partitions_check_outcome_is_in_its_checks_table_and_its_materialis
     each release asset's ``by_partition`` table, with no failure of any check of the design, and again in that
     partition's materialisation metadata."""
     instance, results = released
-    keys = {str(k) for k in date_mode.get_partition_keys(dynamic_partitions_store=instance)}
+    pieces = {f"{d.isoformat()}|{m}" for d in DAYS for m in ("bus", "ferry", "light_rail", "train")}
+    keys = {f"{m}|2016-07-25" for m in ("bus", "ferry", "light_rail", "train")}
     evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
     for spec in CHECK_SPECS:
         rows = [r.data for e in evaluations if e.asset_check_key == spec.key for r in e.metadata["by_partition"].records]
-        assert sorted(r["partition"] for r in rows) == sorted(keys), spec.key
+        assert sorted(r["partition"] for r in rows) == sorted(pieces), spec.key
         if spec.name == "blocking_checks":
             assert all(r["passed"] == "True" and set(DESIGN_CHECKS["sbh"]) <= set(r) for r in rows), spec.key
             assert not {name for r in rows for name in r} & {"within_public_domain", "sums_exact"}, spec.key
@@ -165,7 +168,7 @@ def test_rerun_reuses_every_release_without_new_charges(released):
     instance, _ = released
     before = (PrivacyBudget(**TRIP).ledger(default_storage()).charges(), PrivacyBudget(**TRIP).ledger(default_storage()).draws())
     old = (default_storage().published_dir / "latest" / "time-loc.csv").read_text()
-    run_release(instance, budget=TRIP)
+    assert run_release(instance, budget=TRIP, without=other_days(d.isoformat() for d in DAYS)).nothing_new
     after = (PrivacyBudget(**TRIP).ledger(default_storage()).charges(), PrivacyBudget(**TRIP).ledger(default_storage()).draws())
     assert after == before
     assert (default_storage().published_dir / "latest" / "time-loc.csv").read_text() == old

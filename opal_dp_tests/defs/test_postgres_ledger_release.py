@@ -11,6 +11,7 @@ from opal_dp.defs.shared.storage import default_storage
 from opal_dp.locations import LEDGER_FILE
 from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
 from opal_dp.simulate.trips import generate_days
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, SCALE
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ def test_release_charges_a_postgres_ledger_once_per_partition_and_marginal(postg
     url = postgres.new_url()
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
     monkeypatch.setenv(LEDGER_URL_ENV, url)
-    run_release(dg.DagsterInstance.ephemeral(), budget={"privacy_unit": "trip"})
+    run_release(dg.DagsterInstance.ephemeral(), budget={"privacy_unit": "trip"}, without=other_days(d.isoformat() for d in DAYS))
     storage = default_storage()
     assert storage.ledger_url == url and not (storage.private_dir / LEDGER_FILE).exists()
     ledger = PrivacyBudget(privacy_unit="trip").ledger(storage)

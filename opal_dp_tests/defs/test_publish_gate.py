@@ -24,6 +24,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
 from opal_dp_tests.audit.planted import ScaleBug
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, TRIP
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
@@ -41,7 +42,7 @@ def original(tmp_path_factory):
     instance = dg.DagsterInstance.ephemeral()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(audit_defs, "AUDIT_RUNS", AUDIT_RUNS)
-        run_release(instance, data_dir=storage.root, budget=TRIP)
+        run_release(instance, data_dir=storage.root, budget=TRIP, without=other_days(d.isoformat() for d in DAYS))
     return instance, storage
 
 

@@ -19,7 +19,6 @@ import pandas as pd
 import pytest
 
 from opal_dp.cli import ensure_dagster_home
-from opal_dp.network import MODES
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp.release.publish import LATEST
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE
@@ -43,11 +42,16 @@ SMALL_SAMPLE = ("from opal_dp.simulate import sample; sample.SAMPLE_SCALE = 0.00
                 "sample.SAMPLE_DATES = sample.SAMPLE_DATES[:1]; ")
 
 
-def release(data: Path, *extra: str, prelude: str = "") -> subprocess.CompletedProcess:
+WEEK = [f"2016-07-{d}" for d in range(25, 32)]
+
+
+def release(data: Path, *extra: str, prelude: str = "", days: tuple[str, ...] = (GOOD, BAD, BYTES)) -> \
+        subprocess.CompletedProcess:
     """``python -m opal_dp.cli release --data-dir DATA --privacy-unit trip ...`` in a process of its own
-    (``prelude``: Python run first). Trip level: these tests release a few days of one week, which the weekly
-    card-level default releases only once the week is complete."""
-    args = ["release", "--data-dir", str(data), "--workers", "1", "--privacy-unit", "trip", *extra]
+    (``prelude``: Python run first). These tests release a few ``days`` of one week: the week without the others
+    (``--without``), at trip level."""
+    without = [f"--without={d}" for d in WEEK if d not in days]
+    args = ["release", "--data-dir", str(data), "--workers", "1", "--privacy-unit", "trip", *without, *extra]
     code = f"{prelude}import sys; from opal_dp.cli import main; main(sys.argv[1:])"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=dict(os.environ),
                           timeout=900)
@@ -59,21 +63,6 @@ def statement(data: Path) -> dict:
 
 def published_dates(data: Path) -> set[str]:
     return {k["date"] for k in partition_keys(statement(data))}
-
-
-@pytest.mark.slow
-def test_one_real_day_is_released_alone_and_nothing_is_added_to_raw(tmp_path, home):
-    data = tmp_path / "data"
-    write_day(data / "raw", GOOD, tiny_day(GOOD))
-    before = sorted(p.name for p in (data / "raw").iterdir())
-    run = release(data)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert sorted(p.name for p in (data / "raw").iterdir()) == before
-    assert published_dates(data) == {"20160725"}
-    assert statement(data)["data"] == {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": []}
-    out = run.stdout
-    assert "released 4 partitions (1 days x modes)" in out and "SYNTHETIC" not in out
-    assert "SYNTHETIC" not in (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
 
 
 def test_a_data_directory_that_does_not_exist_is_refused_and_not_created(tmp_path, home):
@@ -93,26 +82,28 @@ def test_an_empty_data_directory_is_refused_without_generating_anything(tmp_path
 @pytest.mark.slow
 def test_the_sample_only_with_sample_and_every_published_file_set_says_it_is_synthetic(tmp_path, home):
     data = tmp_path / "new"
-    run = release(data, "--sample", prelude=SMALL_SAMPLE)
+    run = release(data, "--sample", prelude=SMALL_SAMPLE, days=(GOOD,))
     assert run.returncode == 0, run.stderr[-2000:]
     days = ["20160725"]
-    assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days, "pending_dates": []}
+    others = [d.replace("-", "") for d in WEEK[1:]]
+    assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days, "pending_dates": [],
+                                       "left_out_dates": others}
     assert published_dates(data) == set(days)
     text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
     assert f"> **{SYNTHETIC_SAMPLE}**" in text
     assert "the bundled SYNTHETIC sample (generated trips, not real travel) for 1 of 1 days" in run.stdout
 
     # A real day and a malformed one next to the sample: --sample adds nothing, the release says which dates are
-    # synthetic, and --strict-days publishes the good days but exits with an error for the bad one.
+    # synthetic, and --strict-days publishes the good days (the week without the bad one) but exits with an error.
     write_day(data / "raw", BYTES, tiny_day(BYTES))
     write_day(data / "raw", BAD, tiny_day(BAD, seed=1).drop(columns="tap_off_stop"))
     files = sorted(p.name for p in (data / "raw").iterdir())
-    run = release(data, "--sample", "--strict-days", prelude=SMALL_SAMPLE)
+    run = release(data, "--sample", "--strict-days", prelude=SMALL_SAMPLE, days=(GOOD, BYTES))
     assert run.returncode != 0 and "--strict-days: 1 days could not be used" in run.stderr
     assert sorted(p.name for p in (data / "raw").iterdir()) == files
     assert "--sample: nothing generated" in run.stderr
-    assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days,
-                                       "pending_dates": ["20160726"]}
+    assert statement(data)["data"] == {"synthetic_sample": True, "synthetic_sample_dates": days, "pending_dates": [],
+                                       "left_out_dates": [d for d in others if d != "20160727"]}
     assert published_dates(data) == {"20160725", "20160727"}
     text = (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
     assert f"> **{SYNTHETIC_SAMPLE}**" in text and "Synthetic (the bundled sample): dates 20160725; the other" in text
@@ -143,20 +134,20 @@ def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(t
     write_day(data / "raw", GOOD, tiny_day(GOOD))
     write_day(data / "raw", BAD, tiny_day(BAD, seed=1).drop(columns="tap_off_stop"))  # a malformed extra day
     _, rejected_lines = bad_bytes_day(data / "raw")
-    printed = release(data)
-    assert printed.returncode == 0, printed.stderr[-2000:]
+    held = release(data)  # the bad day holds its week: named, nothing released
+    assert held.returncode == 0, held.stderr[-2000:]
+    assert f"not ingested: {BAD}: {data / 'raw' / f'trips_{BAD}.parquet'}: missing required column 'tap_off_stop'" \
+        in held.stdout and "nothing published yet" in held.stdout
+    printed = release(data, days=(GOOD, BYTES))  # the operator releases the week without it
 
     # Every good day is published; the bad one is named, here, in the roll-up and in the statement.
+    assert printed.returncode == 0, printed.stderr[-2000:]
     assert published_dates(data) == {"20160725", "20160727"}
-    assert statement(data)["data"]["pending_dates"] == ["20160726"]
-    assert "Not in this release (data not ready or not usable): 20160726." in (
-        data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
-    assert f"not released: {BAD}: {data / 'raw' / f'trips_{BAD}.parquet'}: missing required column 'tap_off_stop'" \
-        in printed.stdout
+    assert "20160726" in statement(data)["data"]["left_out_dates"]
+    assert "20160726" in (data / "published" / LATEST / "PRIVACY.md").read_text(encoding="utf-8")
     with dg.DagsterInstance.get() as instance:
         rollup = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
-        assert list(rollup.metadata["days_failed"].value) == [BAD]
-        assert rollup.metadata["partitions_pending"].value == [f"{BAD}|{m}" for m in sorted(MODES)]
+        assert BAD in rollup.metadata["days_left_out"].value and rollup.metadata["days_pending"].value == {}
         (ingest,) = instance.fetch_materializations(dg.AssetRecordsFilter(
             asset_key=dg.AssetKey("ingested_trips"), asset_partitions=[BYTES]), limit=1).records
     meta = ingest.asset_materialization.metadata
@@ -168,9 +159,11 @@ def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(t
     assert rejected["line"].tolist() == rejected_lines
     assert rejected["reason"].tolist()[1:] == ["not valid UTF-8 text"] * 3
     assert f"rejected rows: 4 (file, line, field and reason in {data / 'private' / 'rejected_trips'}" in printed.stdout
+    assert f"not ingested: {BAD}" in printed.stdout
 
     # Nothing printed or logged came from a raw row, and no internal class name or traceback was printed.
     logs = "".join(p.read_text(errors="replace") for p in (data / "private" / "logs").iterdir())
     for marker in MARKERS:
-        assert marker not in printed.stdout + printed.stderr + logs
-    assert "dagster._core" not in printed.stdout + printed.stderr and "Traceback" not in printed.stdout + printed.stderr
+        assert marker not in printed.stdout + printed.stderr + held.stdout + held.stderr + logs
+    for out in (printed, held):
+        assert "dagster._core" not in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr

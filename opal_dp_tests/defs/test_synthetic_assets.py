@@ -20,6 +20,7 @@ from opal_dp.prep.ingest import ingest_file
 from opal_dp.prep.raw_columns import SYNTHETIC_ID_LOW
 from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp.release.statement.runs import draws_of, ints_of
+from opal_dp_tests.conftest import other_days
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 DAYS = ["2016-07-25", "2016-07-26"]
@@ -33,15 +34,16 @@ def released(tmp_path_factory):
     with pytest.MonkeyPatch.context() as env:
         env.setenv(settings.DATA_DIR_ENV, str(root))
         results = run_release(dg.DagsterInstance.ephemeral(), budget={"privacy_unit": "trip", "synthetic_epsilon": 4.0},
-                              synthetic=True)
+                              synthetic=True, without=other_days(DAYS))
         yield results, default_storage()
 
 
 @pytest.mark.slow
 def test_release_synthetic_publishes_raw_contract_rows_with_a_ledger_statement(released, tmp_path):
     results, storage = released
-    (run,) = results["synthetic"]
-    assert run.success
+    (run,) = results["synthetic"]  # the week's queries, charged to its card_period scope
+    (published,) = results["synthetic_publish"]  # generated from every released week, checked, published
+    assert run.success and published.success
     latest = storage.published_dir / "synthetic" / "latest"
     assert sorted(p.name for p in latest.iterdir()) == sorted([PARQUET, CSV, "privacy.json", "PRIVACY.md"])
     statement = json.loads((latest / "privacy.json").read_text())
@@ -67,14 +69,17 @@ def test_release_synthetic_publishes_raw_contract_rows_with_a_ledger_statement(r
         assert set(ingest_file(path, stops).rejected["reason"]) == {"card_id is in the range reserved for synthetic cards"}
         frame.assign(card_id=frame["card_id"] - SYNTHETIC_ID_LOW + 1).to_parquet(path, index=False)
         assert len(ingest_file(path, stops).rejected) == 0
-    (report,) = [e for e in run.get_asset_materialization_events()
+    (report,) = [e for e in published.get_asset_materialization_events()
                  if e.asset_key == dg.AssetKey("synthetic_report")]
     assert "scores (internal, not DP)" in report.materialization.metadata
     assert 0 <= report.materialization.metadata["travel_days_l1"].value <= 2
     assert (storage.reports_dir / "synthetic_period.png").read_bytes().startswith(b"\x89PNG")
-    (trips,) = [e for e in run.get_asset_materialization_events() if e.asset_key == dg.AssetKey("synthetic_trips")]
-    assert trips.materialization.metadata["epsilon"].value == pytest.approx(statement["guarantee"]["epsilon"])
-    checks = run.get_asset_check_evaluations()
+    (trips,) = [e for e in published.get_asset_materialization_events()
+                if e.asset_key == dg.AssetKey("synthetic_trips")]
+    assert trips.materialization.metadata["weeks"].value == 1
+    (week,) = [e for e in run.get_asset_materialization_events() if e.asset_key == dg.AssetKey("synthetic_release")]
+    assert week.materialization.metadata["epsilon"].value == pytest.approx(statement["guarantee"]["epsilon"])
+    checks = published.get_asset_check_evaluations()
     assert [c.check_name for c in checks] == ["synthetic_card_ids_are_fresh"] and checks[0].passed
 
 

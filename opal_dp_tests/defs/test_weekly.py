@@ -24,9 +24,8 @@ def tick(instance: dg.DagsterInstance, cursor: str | None):
     return weekly_rollup(context), context.cursor
 
 
-def released(instance: dg.DagsterInstance, day: str = "2016-07-25") -> None:
-    instance.add_dynamic_partitions("service_date", [day])
-    instance.report_runless_asset_event(dg.AssetMaterialization(RELEASED, partition=f"{day}|bus"))
+def released(instance: dg.DagsterInstance, week: str = "2016-07-25") -> None:
+    instance.report_runless_asset_event(dg.AssetMaterialization(RELEASED, partition=f"bus|{week}"))
 
 
 def test_switched_on_it_waits_for_the_next_tick():
@@ -80,7 +79,7 @@ def test_the_service_files_switch_automation_on_with_valid_settings(monkeypatch)
     assert settings.automation_from_env() and settings.sensor_interval_from_env() >= 1
     cron, zone = settings.publish_schedule_from_env()
     assert is_valid_cron_schedule(cron) and zone == "Australia/Sydney"
-    assert settings.DATA_DIR_ENV in env and "DAGSTER_HOME" in env
+    assert settings.DATA_DIR_ENV in env and "DAGSTER_HOME" in env and settings.first_date_from_env() == "2016-07-25"
     for unit, command in (("daemon", "dagster-daemon run -w workspace.yaml"),
                           ("webserver", "dagster-webserver -w workspace.yaml -h 127.0.0.1")):
         text = (folder / f"opal-dp-{unit}.service").read_text()
@@ -91,7 +90,9 @@ def test_the_service_files_switch_automation_on_with_valid_settings(monkeypatch)
 @pytest.mark.parametrize(("name", "value", "read"), [
     (settings.AUTOMATION_ENV, "on", settings.automation_from_env),
     (settings.SENSOR_INTERVAL_ENV, "0", settings.sensor_interval_from_env),
-    (settings.PUBLISH_TIMEZONE_ENV, "Sydney", settings.publish_schedule_from_env),
+    (settings.TIMEZONE_ENV, "Sydney", settings.publish_schedule_from_env),
+    (settings.FIRST_DATE_ENV, "2016-07-26", settings.first_date_from_env),
+    (settings.FIRST_DATE_ENV, "July 2016", settings.first_date_from_env),
 ])
 def test_a_bad_setting_is_refused_by_name(monkeypatch, name, value, read):
     monkeypatch.setenv(name, value)

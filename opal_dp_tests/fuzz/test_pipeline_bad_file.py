@@ -1,4 +1,5 @@
-"""End to end: nothing from a bad raw file, or from a day that is not a partition, reaches a release."""
+"""End to end: nothing from a bad raw file, or from a day that is not asked for, reaches a release; a bad day holds
+its week until the file is fixed or the operator releases the week without it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from opal_dp.release.publish import LATEST, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-TRIP = {"privacy_unit": "trip"}  # a few days of one week: trip level (the weekly default waits for the week)
-GOOD, BAD, WRONG_DATES, UNREGISTERED = "2016-07-25", "2016-07-26", "2016-07-27", "2016-07-29"
+TRIP = {"privacy_unit": "trip"}  # a few days of one week, released without the others: trip level
+GOOD, BAD, WRONG_DATES, UNASKED = "2016-07-25", "2016-07-26", "2016-07-27", "2016-07-29"
+WEEK = [f"2016-07-{d}" for d in range(25, 32)]
 
 
 @pytest.fixture
@@ -33,24 +35,28 @@ def test_a_bad_file_fails_its_day_only_naming_the_file_and_never_reaches_a_relea
     write_day(raw, GOOD, tiny_day(GOOD))
     bad = write_day(raw, BAD, tiny_day(BAD, seed=1))
     bad.write_bytes(bad.read_bytes()[:-100])  # truncated Parquet
+    rest = [d for d in WEEK if d not in (GOOD, BAD)]
     with dg.DagsterInstance.ephemeral() as instance:
-        runs = run_release(instance, budget=TRIP)
-        assert list(runs.failed_days) == [BAD] and f"{bad.name}: cannot be read as parquet" in runs.failed_days[BAD]
+        held = run_release(instance, budget=TRIP, without=rest)  # the bad day holds its week: nothing released
+        assert list(held.failed_days) == [BAD] and f"{bad.name}: cannot be read as parquet" in held.failed_days[BAD]
+        assert list(held.waiting.values()) == [{BAD: f"its raw file could not be used: {held.failed_days[BAD]}"}]
         (failed,) = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
-        assert failed.job_name == "private_stages"  # the run over both days; then GOOD ran alone
+        assert failed.job_name == "private_stages"  # the run over both days, which materialised GOOD
+        assert instance.get_materialized_partitions(dg.AssetKey("bounded_trips")) == {GOOD}
+        assert not default_storage().published_dir.exists() and days_with_bins(data_dir) == set()
+        runs = run_release(instance, budget=TRIP, without=[*rest, BAD])  # the operator names the bad day
+        assert "private_stages" not in runs.runs  # GOOD is not ingested again, BAD is not retried unchanged
         published = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
-        assert published.metadata["days_failed"].value == {BAD: runs.failed_days[BAD]}
-        assert published.metadata["partitions_pending"].value == [f"{BAD}|{m}" for m in sorted(MODES)]
+        assert published.metadata["days_pending"].value == {}
+        assert sorted(published.metadata["days_left_out"].value) == sorted([*rest, BAD])
     assert days_with_bins(data_dir) == {GOOD}
     validate_published(default_storage().published_dir / LATEST)
 
-    # The bad file and a good one for a day nobody registered as a partition stay in raw/; neither is read.
-    write_day(raw, UNREGISTERED, tiny_day(UNREGISTERED, seed=3))
+    # A good file of a day not asked for stays in raw/ unread; the bad one is still not read.
+    write_day(raw, UNASKED, tiny_day(UNASKED, seed=3))
     with dg.DagsterInstance.ephemeral() as instance:
-        run_release(instance, dates=[GOOD], budget=TRIP)
-        assert instance.get_dynamic_partitions("service_date") == [GOOD]
-        risk = instance.get_latest_materialization_event(dg.AssetKey("disclosure_risk"))
-        assert risk.asset_materialization.metadata["partitions"].value == 4
+        run_release(instance, dates=[GOOD], budget=TRIP, without=[*rest, BAD])
+        assert instance.get_materialized_partitions(dg.AssetKey("ingested_trips")) == set()  # nothing new
     validate_published(default_storage().published_dir / LATEST)
     assert days_with_bins(data_dir) == {GOOD}
 
@@ -73,7 +79,7 @@ def test_a_day_whose_taps_are_all_on_another_date_releases_nothing(data_dir):
     write_day(default_storage().raw_dir, GOOD, tiny_day(GOOD))
     write_day(default_storage().raw_dir, WRONG_DATES, tiny_day("2016-07-28", seed=2))
     with dg.DagsterInstance.ephemeral() as instance:
-        run_release(instance, budget=TRIP)
+        run_release(instance, budget=TRIP, without=[d for d in WEEK if d not in (GOOD, WRONG_DATES)])
         (wrong,) = instance.fetch_materializations(dg.AssetRecordsFilter(
             asset_key=dg.AssetKey("ingested_trips"), asset_partitions=[WRONG_DATES]), limit=1).records
     meta = wrong.asset_materialization.metadata

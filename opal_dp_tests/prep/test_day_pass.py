@@ -17,7 +17,10 @@ import pytest
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.prep.binning import bin_trips, card_codes
 from opal_dp.prep.bounding import bound_day
-from opal_dp.prep.day_files import Bounding, DayFailure, DayPaths, bound_day_file, day_pass
+from opal_dp.core.input_version import file_version
+from opal_dp.prep.binning import split_by_mode
+from opal_dp.prep.day_files import Bounding, DayCap, DayFailure, DayPaths, day_pass, split_day
+from opal_dp.prep.day_records import DayCut, raw_stamp, read_record
 from opal_dp.prep.ingest import ingest_file
 from opal_dp.prep.sequences import TripAlphabet, card_day_sequences, to_frame
 from opal_dp.private_files import write_parquet_atomic
@@ -26,6 +29,7 @@ from opal_dp_tests.conftest import write_csv
 DAY = "2016-07-25"
 KEY = b"k" * 32
 HEIGHT = 3
+CUT = DayCut((2, 1), HEIGHT, "stop list version")
 
 
 def _raw_day(folder: Path) -> Path:
@@ -87,9 +91,11 @@ def test_one_pass_stores_what_the_stages_stored(tmp_path, stops, unit):
     bounding = BOUNDINGS[unit]
     staged = _staged(raw, stops, bounding, tmp_path / "staged")
     (tmp_path / "pass").mkdir()
-    summary = day_pass(tmp_path / "raw", DAY, stops, HEIGHT, bounding,
-                       _paths(tmp_path / "pass"))
+    summary = day_pass(tmp_path / "raw", DAY, stops, bounding, CUT, KEY, _paths(tmp_path / "pass"), tmp_path / "private")
     one_pass = _read(_paths(tmp_path / "pass"))
+    record = read_record(tmp_path / "private", DAY)  # what was read and how it was cut, for the week's release
+    assert record.ingested and record.cut == CUT and record.raw == raw_stamp(raw)
+    assert record.input_version == file_version(raw, KEY) and record.rows == (602, 600, 2)
     for name in ("accepted", "rejected", "binned", "cards"):  # deterministic: equal frames, same rejection reasons
         pd.testing.assert_frame_equal(one_pass[name], staged[name])
     for name in ("sequences", "kept", "over_bound"):  # rows in CSPRNG-random order: equal multisets
@@ -103,22 +109,28 @@ def test_one_pass_stores_what_the_stages_stored(tmp_path, stops, unit):
         assert len(staged["over_bound"]) > 0  # the bounds did bind
 
 
-def test_under_a_day_cap_the_pass_leaves_bounding_to_the_period_and_bounds_the_stored_day_alike(tmp_path, stops):
-    """With a card_period day cap the kept days are chosen over the whole period: the pass stores no bounded day,
-    and ``bound_day_file`` on the stored binned day keeps exactly what ``bound_day`` keeps for the chosen cards."""
+def test_a_week_piece_under_a_day_cap_keeps_exactly_the_day_s_bounded_trips_of_the_kept_cards(tmp_path, stops):
+    """A card_period day cap is applied by the week's release (``split_day`` with a ``DayCap``): bounding the stored
+    binned day again keeps, of each mode, exactly what ``bound_day`` keeps for the chosen cards; without the cap each
+    mode's piece is the mode's rows of the day's bounded trips."""
     raw_dir = tmp_path / "raw"
     _raw_day(raw_dir)
     paths = _paths(tmp_path)
-    summary = day_pass(raw_dir, DAY, stops, HEIGHT, None, paths)
-    assert summary.bound is None and not paths.kept.exists() and not paths.over_bound.exists()
+    bounding = BOUNDINGS["card_period"]
+    day_pass(raw_dir, DAY, stops, bounding, CUT, KEY, paths, tmp_path / "private")
     binned = pd.read_parquet(paths.binned)
     cards = np.sort(binned["card_id"].unique())[::2].astype(np.int64)  # the cards whose day this is one of the kept
-    bounds = BOUNDINGS["card_period"].bounds
-    result = bound_day_file(paths.binned, DAY, PrivacyUnit.CARD_PERIOD, bounds, KEY, cards, paths.kept,
-                            paths.over_bound)
-    expected = bound_day(binned, date.fromisoformat(DAY), PrivacyUnit.CARD_PERIOD, bounds, KEY, cards)
-    assert _multiset(pd.read_parquet(paths.kept)) == _multiset(expected.kept) and result.kept == len(expected.kept)
-    assert 0 < result.kept < len(binned)
+    outs = {mode: tmp_path / f"{mode}.parquet" for mode in ("bus", "train")}
+    rows = split_day(paths.kept, DAY, outs, DayCap(paths.binned, PrivacyUnit.CARD_PERIOD, bounding.bounds, KEY, cards))
+    expected = bound_day(binned, date.fromisoformat(DAY), PrivacyUnit.CARD_PERIOD, bounding.bounds, KEY, cards).kept
+    for mode, path in outs.items():
+        assert _multiset(pd.read_parquet(path)) == _multiset(split_by_mode(expected, mode)) and rows[mode] > 0
+    assert sum(rows.values()) < len(split_by_mode(pd.read_parquet(paths.kept), "bus")) + len(
+        split_by_mode(pd.read_parquet(paths.kept), "train"))
+    uncapped = split_day(paths.kept, DAY, outs)
+    for mode, path in outs.items():
+        assert _multiset(pd.read_parquet(path)) == _multiset(split_by_mode(pd.read_parquet(paths.kept), mode))
+        assert uncapped[mode] == len(pd.read_parquet(path))
 
 
 def test_a_day_without_a_usable_raw_file_stores_nothing_and_says_why(tmp_path, stops):
@@ -126,8 +138,11 @@ def test_a_day_without_a_usable_raw_file_stores_nothing_and_says_why(tmp_path, s
     raw_dir.mkdir()
     (raw_dir / f"trips_{DAY}.csv").write_text("card_id,mode\n1,bus\n")
     paths = _paths(tmp_path)
-    failure = day_pass(raw_dir, DAY, stops, HEIGHT, BOUNDINGS["trip"], paths)
+    failure = day_pass(raw_dir, DAY, stops, BOUNDINGS["trip"], CUT, KEY, paths, tmp_path / "private")
     assert isinstance(failure, DayFailure) and "missing required column" in failure.reason
     assert not any(path.exists() for path in vars(paths).values())
-    missing = day_pass(raw_dir, "2016-07-26", stops, HEIGHT, None, paths)
-    assert isinstance(missing, DayFailure)
+    record = read_record(tmp_path / "private", DAY)
+    assert not record.ingested and record.reason == failure.reason and record.cut is None
+    assert record.raw == raw_stamp(raw_dir / f"trips_{DAY}.csv")
+    missing = day_pass(raw_dir, "2016-07-26", stops, BOUNDINGS["trip"], CUT, KEY, paths, tmp_path / "private")
+    assert isinstance(missing, DayFailure) and read_record(tmp_path / "private", "2016-07-26").raw is None

@@ -15,7 +15,8 @@ from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, Person
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.settings import WEEKLY_OD_HIERARCHY_RHO, PrivacySettings
-from opal_dp.release.share import week_costs, week_delta, weekly_epsilon, weeks_touching
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.share import scope_costs, scope_delta, share_epsilon, weeks_touching
 from opal_dp_tests.core.test_ledger import release, request
 
 MONDAY = date(2016, 7, 25)
@@ -35,11 +36,11 @@ def test_the_weekly_share_fits_and_is_the_largest_to_three_digits():
     """Kills a share computed for 52 weeks (a 365-day window touches 53) or rounded up."""
     cap, weeks = DEFAULT_PERSON_CAP, weeks_touching(DEFAULT_HORIZON_DAYS)
     assert weeks == 53
-    share = weekly_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH)
-    delta = week_delta(cap[1], weeks)
-    fits = lambda e: within(week_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH) * weeks, *cap)  # noqa: E731
+    share = share_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH)
+    delta = scope_delta(cap[1], weeks)
+    fits = lambda e: within(scope_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH) * weeks, *cap)  # noqa: E731
     assert fits(share) and not fits(share + 0.02)
-    assert not within(week_costs(share, delta, Mechanism.GAUSSIAN, Design.SBH) * (weeks + 1), *cap)
+    assert not within(scope_costs(share, delta, Mechanism.GAUSSIAN, Design.SBH) * (weeks + 1), *cap)
     assert 2.0 < share < 3.0  # about Google EIE's epsilon 2 per user-week, from an annual cap of 20
 
 
@@ -47,12 +48,12 @@ def test_the_weekly_share_leaves_room_for_the_od_hierarchy_and_no_more():
     """Kills a share that leaves the hierarchy's seven charges a week out (the ledger would then refuse the last
     weeks of a year), or counts them once a week instead of once a date."""
     cap, weeks = DEFAULT_PERSON_CAP, 53
-    share = weekly_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
-    delta = week_delta(cap[1], weeks)
-    costs = lambda e: week_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)  # noqa: E731
+    share = share_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
+    delta = scope_delta(cap[1], weeks)
+    costs = lambda e: scope_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)  # noqa: E731
     assert sum(c.rho for c in costs(share)[-7:]) == pytest.approx(7 * WEEKLY_OD_HIERARCHY_RHO)
     assert within(costs(share) * weeks, *cap) and not within(costs(share + 0.02) * weeks, *cap)
-    assert share < weekly_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH) - 0.3
+    assert share < share_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH) - 0.3
 
 
 def test_the_default_settings_release_a_week_at_the_share():
@@ -60,10 +61,10 @@ def test_the_default_settings_release_a_week_at_the_share():
     assert settings.unit is PrivacyUnit.CARD_PERIOD and settings.periods.weekly and not settings.releases_od
     assert settings.releases_od_hierarchy and settings.od_hierarchy_budget == WEEKLY_OD_HIERARCHY_RHO
     epsilon, delta = settings.budget()
-    share = weekly_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
+    share = share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
     assert sum(epsilon.values()) == pytest.approx(share) and sum(delta.values()) == pytest.approx(1e-6 / 106)
     without = PrivacySettings(od_hierarchy_release=False)
-    assert sum(without.budget()[0].values()) == weekly_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH)
+    assert sum(without.budget()[0].values()) == share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH)
     with_od = PrivacySettings(od_release=True)
     assert with_od.od_budget == 0.05 and sum(with_od.budget()[0].values()) < sum(epsilon.values())
     trip = PrivacySettings(privacy_unit="trip")
@@ -100,11 +101,16 @@ def test_an_opted_in_hierarchy_fits_the_default_cap_of_a_date_and_would_not_with
     needs a delta of its own in the default cap (kills a cap that only adds its epsilon)."""
     from opal_dp.core import PrivacyCost
 
-    settings = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=True)
+    from opal_dp.release.settings import DEFAULT_DELTA
+
+    sixteen = {"epsilon": {m.name: m.default_epsilon for m in MARGINALS},
+               "delta": {m.name: DEFAULT_DELTA for m in MARGINALS}, "od_release": True, "od_hierarchy_rho": 0.5}
+    settings = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=True, **sixteen)
     date = [m.cost() for m in settings.plan().mechanisms.values()] + [PrivacyCost.approx_dp(settings.od_budget, 0.0)]
     hierarchy = settings.od_hierarchy_costs(PrivacyUnit.CARD_DAY)
     assert [c.rho for c in hierarchy] == [0.5] and settings.od_hierarchy_costs(PrivacyUnit.TRIP) == []
     epsilon, delta = settings._default_cap()
     assert within(date + hierarchy, epsilon, delta) and not within(date + hierarchy, epsilon, settings.nominal[1])
     assert not within(date + hierarchy + hierarchy, epsilon, delta)  # a second hierarchy of the date is refused
-    assert PrivacySettings(privacy_unit="card_day")._default_cap()[1] == settings.nominal[1]  # off: no room
+    off = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=False, **sixteen)
+    assert off._default_cap()[1] == settings.nominal[1]  # off: no room

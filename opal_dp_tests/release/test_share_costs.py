@@ -1,4 +1,4 @@
-"""``release.share.week_costs`` charges what the release plan of the chosen mechanism charges (the mutation run
+"""``release.share.scope_costs`` charges what the release plan of the chosen mechanism charges (the mutation run
 found the mechanism unguarded: every test used the default). Each test names the mutants it kills."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from opal_dp.core import ContributionBounds, PrivacyUnit
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.options import Design, Mechanism
-from opal_dp.release.share import split, week_costs, weeks_touching
+from opal_dp.release.share import split, scope_costs, weeks_touching
 
 
 @pytest.mark.parametrize("design", list(Design))
@@ -22,7 +22,7 @@ def test_a_weeks_costs_are_those_of_the_plan_of_its_mechanism_and_design(mechani
     plan = build_plan(PrivacyUnit.CARD_PERIOD, eps, dlt, mechanism=mechanism, design=design,
                       bounds=ContributionBounds(max_trips_per_card_day=3, max_days_per_card=2))
     expected = [m.cost() for m in plan.mechanisms.values()]
-    assert week_costs(1.0, 1e-8, mechanism, design) == expected
+    assert scope_costs(1.0, 1e-8, mechanism, design) == expected
     assert {c.measure for c in expected} == {"approx_dp" if mechanism is Mechanism.LAPLACE else "zcdp"}
 
 

@@ -15,7 +15,10 @@ from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
 from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.prep.failed_days import failed_days
+from opal_dp.prep.day_records import read_records
+from opal_dp.prep.ingest import scan_raw_files
+from opal_dp.release.period_input import PeriodNotReady, stored_period_input
+from opal_dp.release.periods import week_of
 from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.marginals.gate import DateGate, PublishRefused, gate_date
 from opal_dp.release.marginals.tables import MARGINALS
@@ -35,17 +38,19 @@ from opal_dp.release.statement.build import (
 )
 from opal_dp.reports.partition_rows import PartitionRows, version_of
 
-PUBLICATION_STATE = "publication"  # private: the page summaries of what is published (``release.publish``)
+from opal_dp.defs.shared.tags import RELEASE_ID_TAG
 from opal_dp.simulate.sample import sample_days
+
+PUBLICATION_STATE = "publication"  # private: the page summaries of what is published (``release.publish``)
 
 
 def complete_partitions(
     releases: dict[str, PartitionFrames], cells: PartitionFrames, standing: PartitionFrames, ledger: PrivacyLedger,
     kept: PartitionRows,
-) -> tuple[dict[tuple[str, str], int], list[str]]:
-    """The draws (partition, marginal) -> draw id of every partition whose release is complete (every asset
-    stored, every draw complete in the ledger), and the registered partitions that are not (pending). ``kept``:
-    each partition's standing draws from earlier runs, read again only when its ``release_draws`` file changed."""
+) -> dict[tuple[str, str], int]:
+    """The draws (piece, marginal) -> draw id of every (date, mode) piece whose release is complete (every asset
+    stored, every draw complete in the ledger). ``kept``: each piece's standing draws from earlier runs, read again
+    only when its ``release_draws`` file changed."""
     keys = materialised(cells, standing, *releases.values())
 
     def standing_draws(key: str) -> list[dict]:
@@ -57,18 +62,41 @@ def complete_partitions(
     done = {d.id for d in ledger.draws(draw_ids.values()) if d.status == "complete"}
     complete = [k for k in keys if all(draw_ids[k, m.name] in done for m in MARGINALS if (k, m.name) in draw_ids)
                 and all((k, m.name) in draw_ids for m in MARGINALS)]
-    pending = sorted(set(map(str, cells)) - set(complete))
-    return {pair: i for pair, i in draw_ids.items() if pair[0] in complete}, pending
+    return {pair: i for pair, i in draw_ids.items() if pair[0] in complete}
 
 
-def data_origin(storage: OpalStorage, draw_ids: dict[tuple[str, str], int], pending: list[str]) -> dict:
+def unpublished_days(storage: OpalStorage, published: set[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The service dates with a raw file or a record that this release does not hold, and why: (pending, left out).
+    Pending: its file could not be used, or its week is not released yet; left out: its week was released without
+    it, by the operator's choice (``release --without``)."""
+    records = read_records(storage.private_dir)
+    raw = scan_raw_files(storage.raw_dir)[0] if storage.raw_dir.exists() else {}
+    left_out: dict[str, str] = {}
+    for week in sorted({week_of(d) for d in published}):
+        try:
+            left_out |= {d: "its week was released without it" for d in stored_period_input(storage.private_dir,
+                                                                                              week).without}
+        except PeriodNotReady:
+            continue
+    pending = {}
+    for day in sorted((set(records) | set(raw)) - published - set(left_out)):
+        record = records.get(day)
+        pending[day] = (f"its raw file could not be used: {record.reason}" if record and not record.ingested
+                        else "its week is not released yet (a week is released once all its days are ingested)")
+    return pending, left_out
+
+
+def data_origin(storage: OpalStorage, draw_ids: dict[tuple[str, str], int], pending: dict[str, str],
+                left_out: dict[str, str]) -> dict:
     """The statement's ``data``: whether published dates are the bundled synthetic sample (by the generator's
-    record of its files, ``simulate.sample``, never by the values) and the dates not released, as published dates."""
+    record of its files, ``simulate.sample``, never by the values), the dates not released yet and the dates left out
+    of a released week, as published dates."""
     days = sorted({date_and_mode(k)[0] for k, _ in draw_ids})
     synthetic = sample_days(storage.raw_dir, days)
     published = sorted({d.replace("-", "") for d in synthetic})
     return {"synthetic_sample": bool(synthetic), "synthetic_sample_dates": published,
-            "pending_dates": sorted({date_and_mode(k)[0].replace("-", "") for k in pending})}
+            "pending_dates": sorted(d.replace("-", "") for d in pending),
+            "left_out_dates": sorted(d.replace("-", "") for d in left_out)}
 
 
 def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, hierarchy: PartitionFrames,
@@ -142,7 +170,8 @@ def _draws_of(entry: dict) -> list[int]:
 
 
 def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tuple[str, str], int],
-               pending: list[str], ledger: PrivacyLedger, storage: OpalStorage, release_id: str, created_at: str) -> dict:
+               unpublished: tuple[dict[str, str], dict[str, str]], ledger: PrivacyLedger, storage: OpalStorage,
+               release_id: str, created_at: str) -> dict:
     """The statement of everything published, from the ledger's evidence of its draws and the publication's
     summary (the public-domain totals); the OD section from the trees' and the hierarchy's draws."""
     od = {day: e["od"] for day, e in dates.items() if e["od"] is not None}
@@ -150,7 +179,7 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
     try:
         evidence = ledger_evidence(ledger, draw_ids, with_person=not (od or rows))
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
-                                      data_origin(storage, draw_ids, pending))
+                                      data_origin(storage, draw_ids, *unpublished))
     except StatementError as err:
         raise dg.Failure(description=f"publishing refused: {err}") from err
     if od or rows:  # the person's share of this release counts every file in it, the OD releases too
@@ -201,16 +230,14 @@ def _publish_release(
 ) -> dg.MaterializeResult:
     ledger = privacy_budget.ledger(storage)
     state = storage.private_dir / PUBLICATION_STATE
-    draw_ids, pending = complete_partitions(releases, true_cells, release_draws, ledger,
-                                            PartitionRows(state / "standing_draws.json"))
-    failed = {day: why for day, why in failed_days(storage.private_dir).items() if any(k.startswith(day) for k in pending)}
+    draw_ids = complete_partitions(releases, true_cells, release_draws, ledger,
+                                   PartitionRows(state / "standing_draws.json"))
+    pending, left_out = unpublished_days(storage, {date_and_mode(k)[0] for k, _ in draw_ids})
     if not draw_ids:
-        raise dg.Failure(description=f"nothing to publish yet: no partition's release is complete (pending: "
-                                     f"{', '.join(pending) or 'none registered'})")
-    if pending:
-        context.log.warning(f"publishing {len({k for k, _ in draw_ids})} complete partitions; pending: {', '.join(pending)}")
-    for day, why in failed.items():
-        context.log.warning(f"not released, its raw file could not be used: {day}: {why}")
+        raise dg.Failure(description="nothing to publish yet: no week's release is complete (pending: "
+                                     + ("; ".join(f"{d}: {why}" for d, why in pending.items()) or "none") + ")")
+    for day, why in {**pending, **left_out}.items():
+        context.log.warning(f"not in this release: {day}: {why}")
     dates = _dates(draw_ids, od_prefix_tree, od_hierarchy, privacy_budget, PartitionRows(state / "tree_draws.json"),
                    PartitionRows(state / "hierarchy_draws.json"))
     index = published_index(storage.published_dir)
@@ -220,11 +247,11 @@ def _publish_release(
                                      "(nothing is ever unpublished; release them again first)")
     changed = [d for d, e in dates.items() if index["dates"].get(d.replace("-", ""), {}).get("draws") != _draws_of(e)]
     now = datetime.now(timezone.utc)
-    release_id = f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
+    release_id = context.run.tags.get(RELEASE_ID_TAG) or f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
     statements: list[dict] = []
 
     def statement_of(summary: PageSummary) -> dict:
-        statements.append(_statement(summary, dates, draw_ids, pending, ledger, storage, release_id,
+        statements.append(_statement(summary, dates, draw_ids, (pending, left_out), ledger, storage, release_id,
                                      now.isoformat(timespec="seconds")))
         return statements[-1]
 
@@ -240,8 +267,8 @@ def _publish_release(
               "dates_published": len(changed) if statements else 0,
               "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed] if statements else []),
               "partitions_published": len({k for k, _ in draw_ids}),
-              "partitions_pending": dg.MetadataValue.json(pending),
-              "days_failed": dg.MetadataValue.json(failed)}
+              "days_pending": dg.MetadataValue.json(pending),
+              "days_left_out": dg.MetadataValue.json(left_out)}
     if not statements:
         context.log.info("nothing new to publish: every published date's draws are unchanged")
         return dg.MaterializeResult(metadata=status)

@@ -1,6 +1,7 @@
-"""The release: six DP marginals per (date, mode) partition under the configured privacy unit, charged to the
-privacy ledger, with blocking consistency checks evaluated in the same step (the true histograms are already
-in memory)."""
+"""The release: six DP marginals per (week, mode) partition, one piece per (date, mode) as published, under the
+configured privacy unit, charged to the privacy ledger, with blocking consistency checks evaluated in the same step
+(the true histograms are already in memory). A run releases whole weeks: the week's charge is begun and completed
+in one step."""
 
 import math
 
@@ -8,15 +9,14 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.core import LedgerError
-from opal_dp.defs.shared.automation import STAGE
+from opal_dp.defs.shared.automation import PERIOD
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.metadata import (LEDGER_POOL, SINGLE_RUN, column_schema, dates_read_once, labels,
-                                         partition_table)
-from opal_dp.defs.shared.partitions import date_and_mode, date_mode
+from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, column_schema, labels, partition_table
+from opal_dp.defs.shared.partitions import date_and_mode, period_and_mode, period_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.defs.shared.versions import raw_input_versions
+from opal_dp.defs.shared.weeks import recorded_inputs
 from opal_dp.parallel import map_calls
 from opal_dp.defs.trips.private_stages import OVER_BOUND
 from opal_dp.prep.binning import location_labels
@@ -25,6 +25,7 @@ from opal_dp.release.marginals.engine import partition_truths, release_partition
 from opal_dp.release.marginals.tables import BY_NAME, MARGINALS
 from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
 from opal_dp.release.options import Design
+from opal_dp.release.periods import week_of
 
 RELEASE_PREFIX = "release"
 TRUE_CELLS, RELEASE_DRAWS = "true_cells", "release_draws"
@@ -64,7 +65,7 @@ CHECK_SPECS = [
                 io_manager_key="private_parquet",
                 description=f"DP release of the {m.name.replace('_', ' ')} marginal (not yet published).",
                 metadata=column_schema(schema_for(m)),
-                automation_condition=STAGE,
+                automation_condition=PERIOD,
                 **labels("dp", "parquet"),
             )
             for m in MARGINALS
@@ -75,7 +76,7 @@ CHECK_SPECS = [
             description="Which ledger draw stands for each released marginal of the partition: the publish gate "
                         "and the privacy statement are built from these ledger records.",
             metadata=column_schema(ReleaseDraws),
-            automation_condition=STAGE,
+            automation_condition=PERIOD,
             **labels("dp", "parquet"),
         ),
         TRUE_CELLS: dg.AssetOut(
@@ -84,12 +85,12 @@ CHECK_SPECS = [
             description="Internal, NOT differentially private: true time x location counts per partition, all "
                         "trips and after bounding, for the checks and internal reports only; never published.",
             metadata=column_schema(TrueCells),
-            automation_condition=STAGE,
+            automation_condition=PERIOD,
             **labels("internal", "parquet"),
         ),
     },
     ins={"trip_partitions": dg.AssetIn(), OVER_BOUND: dg.AssetIn()},
-    partitions_def=date_mode,
+    partitions_def=period_mode,
     backfill_policy=SINGLE_RUN,
     check_specs=CHECK_SPECS,
     pool=LEDGER_POOL,
@@ -102,16 +103,18 @@ def release_marginals(
     reference: ReferenceNetwork,
     storage: OpalStorage,
 ):
-    """Six marginals from one read of each partition; every draw is charged to the ledger first."""
+    """Six marginals from one read of each (date, mode) piece of the run's weeks, exactly the days ``trip_partitions``
+    recorded for each week, versioned by their days' records; every draw is charged to the ledger first."""
     stops = reference.stops()
     plan = privacy_budget.plan(stops)
     params = {name: mechanism.describe() for name, mechanism in plan.mechanisms.items()}
     labels = frozenset(location_labels(stops))
-    try:  # trip_partitions holds exactly this run's partitions, loaded one at a time
+    inputs = recorded_inputs(context, storage)
+    keys = [f"{day}|{mode}" for period, mode in map(period_and_mode, context.partition_keys)
+            for day in inputs[period].days]
+    versions = {day: v for found in inputs.values() for day, v in found.scope_versions(plan.unit).items()}
+    try:  # each piece's truths and true cells made in the per-day workers
         ledger = privacy_budget.ledger(storage)
-        versions = raw_input_versions(storage, privacy_budget, {key.split("|")[0] for key in trip_partitions},
-                                      plan.unit)
-        keys = list(trip_partitions)  # each partition's truths and true cells made in the per-day workers
         made = dict(zip(keys, map_calls(partition_truths, [
             (trip_partitions.path(key), trips_over_bound.path(date_and_mode(key)[0]), date_and_mode(key)[1],
              list(plan.mechanisms)) for key in keys])))
@@ -144,8 +147,7 @@ def release_marginals(
             plausible[time].append({"partition": key, "passed": str(ok), **figures})
     problems = blocking_problems(under_check)
     failed = [p for found in problems.values() for p in found]
-    with dates_read_once(context):
-        _record_per_partition(context, released_by_key, spend, plan, problems, plausible)
+    _record_per_partition(context, released_by_key, spend, plan, problems, plausible)
     if failed:  # the checks gate: nothing of this run is stored, so nothing downstream can use it
         yield from _check_results(list(released_by_key), problems, plausible, plan.design)
         raise dg.Failure(description="blocking checks failed; no release asset was stored:\n" + "\n".join(failed[:20]))
@@ -173,36 +175,40 @@ def release_marginals(
 
 def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]],
                           plausible: dict[str, list[dict]]) -> None:
-    """Per-partition metadata, folded into each partition's materialisation (no event of its own): row count,
-    its own blocking checks' outcome, its ledger draw and its scope's spend, and the warning check's figures."""
+    """Per-(week, mode) metadata, folded into each partition's materialisation (no event of its own), over its
+    (date, mode) pieces: rows, its own blocking checks' outcome, its ledger draws and the largest spend of its scopes,
+    and the warning check's outcome."""
     warnings = {(row["partition"], time): row for time, rows in plausible.items() for row in rows}
-    for key, released in released_by_key.items():
+    by_partition: dict[str, list[str]] = {}
+    for key in released_by_key:
         day, mode = date_and_mode(key)
-        scope_spend = spend[plan.scope(day, mode)]
-        for name, result in released.items():
+        by_partition.setdefault(f"{mode}|{week_of(day)}", []).append(key)
+    for partition, keys in by_partition.items():
+        scopes = [spend[plan.scope(*date_and_mode(k))] for k in keys]
+        for m in MARGINALS:
+            results = [released_by_key[k][m.name] for k in keys]
             mine = [f"{check}: {p}" for check, found in problems.items() for p in found
-                    if p.startswith(f"{key} {name}:")]
-            suppressed = {"bins_suppressed (internal, not DP)": len(result.truth) - len(result.frame)} \
+                    if any(p.startswith(f"{k} {m.name}:") for k in keys)]
+            suppressed = {"bins_suppressed (internal, not DP)": sum(len(r.truth) - len(r.frame) for r in results)} \
                 if not plan.design.consistent else {}  # the public-domain design lists cells absent from the data too
+            rows = [warnings[k, m.name] for k in keys if (k, m.name) in warnings]
+            charges = sorted({(r.charge.id, r.charge.unit, r.charge.scope) for r in results})
             context.add_asset_metadata({
-                "dagster/row_count": len(result.frame),
+                "dagster/row_count": sum(len(r.frame) for r in results),
                 **suppressed,
+                "dates": len(keys),
                 "blocking_checks": "all passed" if not mine else dg.MetadataValue.md("\n".join(mine)),
-                "ledger": f"{result.decision} draw {result.draw.id} of charge {result.charge.id} "
-                          f"({result.charge.unit} scope {result.charge.scope})",
-                "scope_epsilon": scope_spend.epsilon,
-                "scope_delta": scope_spend.delta,
-                **_plausible_metadata(warnings.get((key, name))),
-            }, asset_key=RELEASE_KEYS[name], partition_key=key)
-        context.add_asset_metadata({"dagster/row_count": len(released)}, asset_key=RELEASE_DRAWS, partition_key=key)
-
-
-def _plausible_metadata(row: dict | None) -> dict:
-    """The warning check's figures for one partition of a time marginal (nothing for the other marginals)."""
-    if row is None:
-        return {}
-    return {"plausible_totals": "passed" if row["passed"] == "True" else "WARNING: totals disagree",
-            **{f"plausible_totals_{k}": v for k, v in row.items() if k not in ("partition", "passed")}}
+                "ledger": f"draws {', '.join(str(r.draw.id) for r in results)} ("
+                          + "; ".join(f"charge {c} {u} scope {scope}" for c, u, scope in charges)
+                          + f"; {', '.join(sorted({r.decision for r in results}))})",
+                "scope_epsilon": max(g.epsilon for g in scopes),
+                "scope_delta": max(g.delta for g in scopes),
+                **({"plausible_totals": "passed" if all(r["passed"] == "True" for r in rows)
+                    else "WARNING: totals disagree"} if rows else {}),
+            }, asset_key=RELEASE_KEYS[m.name], partition_key=partition)
+        context.add_asset_metadata({"dagster/row_count": sum(len(released_by_key[k]) for k in keys)},
+                                   asset_key=RELEASE_DRAWS, partition_key=partition)
+        context.add_asset_metadata({"dagster/row_count": len(keys)}, asset_key=TRUE_CELLS, partition_key=partition)
 
 
 def _check_results(keys: list[str], problems: dict[str, list[str]], plausible: dict[str, list[dict]],

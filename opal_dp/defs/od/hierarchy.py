@@ -1,6 +1,6 @@
 """The hierarchical OD release that makes ``od.csv``: per date, every mode's total, district pairs and location pairs
 with exact totals, charged to the ledger before any noise is drawn. A thin wrapper over ``release.od.hierarchy``,
-built with the private stages (``make release``) and published by ``published_release``; empty when
+released with its week (job ``release_od``) and published by ``published_release``; empty when
 ``releases_od_hierarchy`` is off (nothing charged)."""
 
 import json
@@ -9,14 +9,14 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp.core import LedgerError
-from opal_dp.defs.shared.automation import STAGE
+from opal_dp.defs.shared.automation import PERIOD
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, dates_read_once, labels
-from opal_dp.defs.shared.partitions import service_dates
+from opal_dp.defs.shared.metadata import LEDGER_POOL, WEEK_A_RUN, labels
+from opal_dp.defs.shared.partitions import release_periods
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.defs.shared.versions import raw_input_versions
+from opal_dp.defs.shared.weeks import period_inputs
 from opal_dp.release.od.hierarchy import (
     ROW_COLUMNS,
     domain_problems,
@@ -37,9 +37,9 @@ CHECKS = {
 @dg.asset(
     group_name="od_hierarchy",
     io_manager_key="private_parquet",
-    partitions_def=service_dates,
-    backfill_policy=SINGLE_RUN,
-    automation_condition=STAGE,
+    partitions_def=release_periods,
+    backfill_policy=WEEK_A_RUN,
+    automation_condition=PERIOD,
     pool=LEDGER_POOL,
     check_specs=[dg.AssetCheckSpec(name, asset="od_hierarchy", blocking=True, description=text)
                  for name, text in CHECKS.items()],
@@ -53,25 +53,27 @@ def od_hierarchy(context: dg.AssetExecutionContext, trip_sequences: PartitionFra
     stops = reference.stops()
     domain = od_domain(stops)
     plan = hierarchy_plan(privacy_budget, domain)
-    days = list(context.partition_keys)
+    inputs = period_inputs(context, privacy_budget, reference, storage)
+    days = [day for found in inputs.values() for day in found.days]
     parts: dict[str, list[pd.DataFrame]] = {day: [] for day in days}
     if not privacy_budget.releases_od_hierarchy:
         days = []
+    versions = {d: v for found in inputs.values() for d, v in found.scope_versions(plan.ledger_unit).items()}
     try:
         for day, _, drawn in release_od_hierarchy(
                 {day: trip_sequences.path(day) for day in days}, plan, privacy_budget.ledger(storage),
                 storage.private_dir, context.run.run_id, privacy_budget.key(storage, "fingerprint"),
-                privacy_budget.fresh_draw, raw_input_versions(storage, privacy_budget, days, plan.ledger_unit)):
+                privacy_budget.fresh_draw, versions):
             parts[day].append(drawn.rows.assign(draw_id=drawn.draw.id))
     except LedgerError as err:
         raise dg.Failure(description=str(err)) from err
     out = {day: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ROW_COLUMNS, "draw_id"])
            for day, frames in parts.items()}
-    with dates_read_once(context):
-        for day in days:
-            context.add_asset_metadata({"dagster/row_count": len(out[day]), "rho": plan.budget.rho, "tau": plan.tau,
-                                        "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}"},
-                                       partition_key=day)
+    for week, found in inputs.items():
+        context.add_asset_metadata({"dagster/row_count": sum(len(out[d]) for d in found.days), "rho a date":
+                                    plan.budget.rho, "tau": plan.tau, "dates": len(found.days),
+                                    "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(found.days[0])}",
+                                    "days_left_out": ", ".join(found.without) or "none"}, partition_key=week)
     problems = {"od_hierarchy_sums_exact": [p for f in out.values() for p in sum_problems(f)],
                 "od_hierarchy_in_public_domain": [p for f in out.values() for p in domain_problems(f, domain)]}
     yield dg.Output(out, metadata={"parameters": dg.MetadataValue.json(json.loads(plan.mechanism()))})

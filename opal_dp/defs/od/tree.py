@@ -8,17 +8,18 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.core import LedgerError
-from opal_dp.defs.shared.automation import STAGE
+from opal_dp.defs.shared.automation import PERIOD
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, dates_read_once, labels
-from opal_dp.defs.shared.partitions import service_dates
+from opal_dp.defs.shared.metadata import LEDGER_POOL, WEEK_A_RUN, labels
+from opal_dp.defs.shared.partitions import release_periods
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.defs.shared.versions import raw_input_versions
+from opal_dp.defs.shared.weeks import period_inputs
 from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents
 from opal_dp.release.od.engine import release_od_days
+from opal_dp.release.periods import week_of
 
 PRIVATE = "private_parquet"
 OD_TREE_COLUMNS = ("level", "parent", "symbol", "count", "terminal", "draw_id")
@@ -33,9 +34,9 @@ TREE_CHECKS = {
 @dg.asset(
     group_name="od",
     io_manager_key=PRIVATE,
-    partitions_def=service_dates,
-    backfill_policy=SINGLE_RUN,
-    automation_condition=STAGE,
+    partitions_def=release_periods,
+    backfill_policy=WEEK_A_RUN,
+    automation_condition=PERIOD,
     pool=LEDGER_POOL,
     check_specs=[dg.AssetCheckSpec(name, asset="od_prefix_tree", blocking=True, description=text)
                  for name, text in TREE_CHECKS.items()],
@@ -49,32 +50,35 @@ def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionF
     alphabet = trip_alphabet(reference.stops())
     plan = privacy_budget.od_plan(alphabet.groups)
     out, bad = {}, {name: 0 for name in TREE_CHECKS}
+    inputs = period_inputs(context, privacy_budget, reference, storage)
+    days = [day for found in inputs.values() for day in found.days]
     try:
-        days = list(context.partition_keys)
         if privacy_budget.releases_od:
+            versions = {d: v for found in inputs.values() for d, v in found.scope_versions(plan.ledger_unit).items()}
             drawn_days = release_od_days({day: trip_sequences.path(day) for day in days}, plan,
                                          privacy_budget.ledger(storage), storage.private_dir, context.run.run_id,
                                          privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw,
-                                         raw_input_versions(storage, privacy_budget, days, plan.ledger_unit))
+                                         versions)
         else:
             drawn_days = ((day, None) for day in days)
-        with dates_read_once(context):
-            for day, drawn in drawn_days:
-                if drawn is None:
-                    out[day] = pd.DataFrame({c: np.zeros(0, np.int64) for c in OD_TREE_COLUMNS})
-                    continue
-                tree = consistent_tree(drawn.tree).assign(draw_id=drawn.draw.id)
-                bad["od_parents_equal_children"] += inconsistent_parents(tree)
-                symbol = tree["symbol"][tree["level"] > 0]
-                bad["od_in_public_domain"] += int(((symbol < 0) | (symbol >= alphabet.size)).sum())
-                out[day] = tree
-                context.add_asset_metadata({
-                    "dagster/row_count": len(tree), "draw_id": drawn.draw.id, "ledger_decision": drawn.decision,
-                    "epsilon": plan.budget.epsilon, "delta": 0.0, "privacy_unit": "card_day",
-                    "ledger_scope": f"{plan.ledger_unit.value} {plan.scope(day)}",
-                }, partition_key=day)
+        for day, drawn in drawn_days:
+            if drawn is None:
+                out[day] = pd.DataFrame({c: np.zeros(0, np.int64) for c in OD_TREE_COLUMNS})
+                continue
+            tree = consistent_tree(drawn.tree).assign(draw_id=drawn.draw.id)
+            bad["od_parents_equal_children"] += inconsistent_parents(tree)
+            symbol = tree["symbol"][tree["level"] > 0]
+            bad["od_in_public_domain"] += int(((symbol < 0) | (symbol >= alphabet.size)).sum())
+            out[day] = tree
+            context.add_asset_metadata({f"{day} draw": f"{drawn.draw.id} ({drawn.decision}, "
+                                                       f"{plan.ledger_unit.value} scope {plan.scope(day)})"},
+                                       partition_key=week_of(day))
     except LedgerError as err:
         raise dg.Failure(description=str(err)) from err
+    for week, found in inputs.items():
+        context.add_asset_metadata({"dates": len(found.days), "epsilon a date": plan.budget.epsilon, "delta": 0.0,
+                                    "privacy_unit": "card_day", "days_left_out": ", ".join(found.without) or "none"},
+                                   partition_key=week)
     yield dg.Output(out, metadata={"parameters": dg.MetadataValue.json(plan.budget.describe(plan.taxonomy))})
     for name, count in bad.items():
         yield dg.AssetCheckResult(check_name=name, passed=count == 0, metadata={"failures": count})

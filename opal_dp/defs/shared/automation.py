@@ -1,21 +1,22 @@
-"""Automation: new or replaced raw days are released as they arrive (conditions declared on the assets), and the
-release is published weekly (``weekly.weekly_rollup``).
+"""Automation: each raw day is ingested as it arrives, each week is released once all its days are ingested
+(conditions declared on the assets), and the release is published weekly (``weekly.weekly_rollup``).
 
 One switch, ``OPAL_DP_AUTOMATION=1`` in the environment of the daemon (``make daemon``, ``deploy/``), starts the
 three sensors (``raw_file_sensor``, ``opal_dp_automation``, ``weekly_rollup``); without it they wait to be
 switched on in the UI (Automation). The instance remembers a switch made in the UI, which then wins over the
 default. ``$OPAL_DP_SENSOR_INTERVAL`` (seconds, default 60) is how often each of them looks.
 
-- ``raw_file_sensor`` only registers service dates and records each raw file's version (a runless
-  materialisation of the external asset ``raw_trip_files`` whose data version is the file's name, size and
-  modification time). It launches nothing.
-- Every private stage and every release asset is ``eager``: a new date (a missing partition) or a newer upstream
-  (a replaced raw file) is materialised once nothing upstream is missing or in progress. ``bounded_trips``
-  ignores ``card_days`` (read only by the card_period day cap, which checks the period is complete itself), so
-  one new day does not re-bound every other day.
+- ``raw_file_sensor`` records each new or replaced raw file as a new version of the external asset
+  ``raw_trip_files`` (a runless materialisation of the day's partition whose data version is the file's name,
+  size and modification time). It launches nothing.
+- The private day stages are ``DAY``: a day whose raw file is new or replaced is ingested, whatever else its week
+  holds. The release assets of a week are ``PERIOD``: a week is released once every one of its seven days is
+  ingested (none missing: a failed day is missing), and released again when one of them is ingested again (a
+  correction, charged anew or refused at the caps). Neither is Dagster's ``eager()``, which for time partitions
+  looks at the latest day or week only: an agency catching up on past weeks needs every one of them.
 - ``opal_dp_automation`` evaluates these conditions over ``jobs.THE_RELEASE`` only (never the opt-in synthetic
-  assets or the on-demand reports); it emits backfills, the same as a UI launch, so automation, the UI and
-  ``make release`` share one plan (``jobs.run_plan``).
+  assets or the on-demand reports); it emits backfills, the same as a UI launch, and a backfill of week
+  partitions is one run per week (``partitions``), so a refused week fails its own run and no other.
 - The roll-up (ledger summary, audit, reports, publish) carries no condition: ``weekly_rollup`` launches it as
   one ``rollup`` run once a week.
 
@@ -31,11 +32,13 @@ from opal_dp import settings
 from opal_dp.defs.shared.jobs import THE_RELEASE
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.prep.ingest import raw_files
+from opal_dp.prep.ingest import scan_raw_files
 
 RAW_FILES = dg.AssetKey("raw_trip_files")
-STAGE = dg.AutomationCondition.eager()
-BOUNDING = STAGE.ignore(dg.AssetSelection.assets("card_days"))
+_READY = (~dg.AutomationCondition.any_deps_missing() & ~dg.AutomationCondition.any_deps_in_progress()
+          & ~dg.AutomationCondition.in_progress())
+DAY = (dg.AutomationCondition.any_deps_updated().since_last_handled() & _READY).with_label("ingest_on_arrival")
+PERIOD = (dg.AutomationCondition.any_deps_updated().since_last_handled() & _READY).with_label("release_complete_week")
 SENSOR_INTERVAL = settings.sensor_interval_from_env()
 SWITCH = dg.DefaultSensorStatus.RUNNING if settings.automation_from_env() else dg.DefaultSensorStatus.STOPPED
 
@@ -49,21 +52,33 @@ raw_trip_files = dg.AssetSpec(
 )
 
 
-@dg.sensor(minimum_interval_seconds=SENSOR_INTERVAL, default_status=SWITCH)
+@dg.sensor(minimum_interval_seconds=SENSOR_INTERVAL, default_status=SWITCH,
+           description="Looks for new or replaced raw day files under raw/ and records each as a new version of "
+                       "raw_trip_files for its service date; the day's ingest follows by automation. A file of a date "
+                       "before $OPAL_DP_FIRST_DATE or of a day not yet over is skipped, and says so.")
 def raw_file_sensor(context: dg.SensorEvaluationContext, storage: OpalStorage) -> dg.SensorResult:
-    """Register the service date of every new raw day file, and record every new or replaced file as a new
-    version of ``raw_trip_files``; the assets' automation conditions do the rest. A replaced file re-runs the day; if its trips
-    changed, the release is a new one and the ledger charges it (or refuses it, at the cap)."""
+    """Record every new or replaced raw file as a new version of ``raw_trip_files``; the assets' automation
+    conditions do the rest. A replaced file re-runs the day, then its week: if the week was released, the release is
+    a correction, which the ledger charges anew or refuses at the caps."""
     seen = json.loads(context.cursor) if context.cursor else {}
-    files = raw_files(storage.raw_dir)
-    current = {day: f"{path.name}:{path.stat().st_mtime_ns}:{path.stat().st_size}" for day, path in files.items()}
+    found, unusable = scan_raw_files(storage.raw_dir) if storage.raw_dir.exists() else ({}, {})
+    days = set(service_dates.get_partition_keys())
+    current, skipped = {}, []
+    for day, paths in found.items():
+        if day not in days:
+            skipped.append(day)
+            continue
+        st = [path.stat() for path in paths]
+        current[day] = ";".join(f"{p.name}:{s.st_mtime_ns}:{s.st_size}" for p, s in zip(paths, st))
+    for day in sorted(skipped):
+        context.log.warning(f"raw file of {day} skipped: not a service date of this deployment "
+                            f"({settings.FIRST_DATE_ENV} to yesterday)")
+    for name, why in sorted(unusable.items()):
+        context.log.warning(f"ignored: {why}")
     changed = sorted(day for day, stamp in current.items() if seen.get(day) != stamp)
-    known = set(service_dates.get_partition_keys(dynamic_partitions_store=context.instance))
-    new = sorted(set(changed) - known)
     return dg.SensorResult(
-        dynamic_partitions_requests=[service_dates.build_add_request(new)] if new else [],
         asset_events=[dg.AssetMaterialization(RAW_FILES, partition=day, tags={"dagster/data_version": current[day]},
-                                              metadata={"file": files[day].name})
+                                              metadata={"files": current[day].split(":")[0]})
                       for day in changed],
         cursor=json.dumps(current, sort_keys=True),
     )

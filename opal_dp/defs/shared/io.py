@@ -1,14 +1,16 @@
-"""Parquet IO manager for private intermediates, one file per partition, multi-partition runs included.
+"""Parquet IO manager for private intermediates, one file per piece, multi-partition runs included.
 
-Files are replaced atomically but not fsynced: an intermediate lost to an OS crash is recomputed.
-The release store the ledger points at is written durably by the release engine.
+A piece is a service date's share of a partition (``partitions.pieces``): a day is its own piece, a week's asset
+stores one piece per date, a (week, mode) asset one per (date, mode), the published layout's unit. Files are
+replaced atomically but not fsynced: an intermediate lost to an OS crash is recomputed. The release store the
+ledger points at is written durably by the release engine.
 
-Assets return a mapping {partition key: DataFrame}, so one run can materialise a whole backfill
-(``BackfillPolicy.single_run``) and still store, and later load, each partition on its own. Inputs
-load lazily: a downstream run over 56 partitions never holds more than the frames it is using. A step that
-streams (one day at a time, in worker processes: ``opal_dp.parallel``) writes each partition through the
-same ``PartitionStore`` as soon as it is computed and returns ``StoredPartitions``: then nothing is held
-until the step ends, and memory does not grow with the number of days.
+Assets return a mapping {piece: DataFrame}, so one run can materialise a whole backfill
+(``BackfillPolicy.single_run``) and still store, and later load, each piece on its own. Inputs load lazily: a
+downstream run over many weeks never holds more than the frames it is using, and iterates only the pieces that
+are stored. A step that streams (one day at a time, in worker processes: ``opal_dp.parallel``) writes each piece
+through the same ``PartitionStore`` as soon as it is computed and returns ``StoredPartitions``: then nothing is
+held until the step ends, and memory does not grow with the number of days.
 """
 
 
@@ -20,15 +22,16 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
+from opal_dp.defs.shared.partitions import pieces
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.private_files import PartitionStore
 
 
 class PartitionFrames(Mapping[str, pd.DataFrame]):
-    """Read-only {partition key: DataFrame}: a frame is read when asked for, and the registered keys are listed only
-    when the mapping is iterated or counted. A roll-up takes ten partitioned inputs and iterates one of them; Dagster
-    lists every (date, mode) key of the history at a cost that grows with it, so the other nine are never listed.
-    A partition is "in" the mapping when its file is materialised."""
+    """Read-only {piece: DataFrame}: a frame is read when asked for, and the pieces are listed only when the mapping
+    is iterated or counted: those of its partitions that are stored. A roll-up takes ten partitioned inputs and
+    iterates one of them, so the other nine are never listed. A piece is "in" the mapping when its file is
+    materialised."""
 
     def __init__(self, path_of: Callable[[str], Path], keys: Callable[[], Iterable[str]]):
         self._path_of, self._list, self._keys = path_of, keys, None
@@ -63,7 +66,7 @@ class PartitionFrames(Mapping[str, pd.DataFrame]):
 
     def _registered(self) -> list[str]:
         if self._keys is None:
-            self._keys = sorted(map(str, self._list()))
+            self._keys = sorted(k for k in map(str, self._list()) if k in self)
         return self._keys
 
 
@@ -85,8 +88,12 @@ def materialised(*frames: PartitionFrames) -> list[str]:
     return sorted(k for k in keys if all(k in f for f in frames))
 
 
+def _pieces(partitions_def: dg.PartitionsDefinition, keys: Iterable[str]) -> list[str]:
+    return [piece for key in keys for piece in pieces(partitions_def, str(key))]
+
+
 class PartitionedParquetIOManager(dg.IOManager):
-    """Stores each partition at its ``PartitionStore`` path."""
+    """Stores each piece at its ``PartitionStore`` path."""
 
     def __init__(self, root: Path) -> None:
         self.store = PartitionStore(Path(root))
@@ -98,14 +105,14 @@ class PartitionedParquetIOManager(dg.IOManager):
                 raise TypeError(f"{context.asset_key.to_user_string()}: expected a DataFrame, got {type(obj)}")
             self.store.write(asset, None, obj)
             return
-        keys = {str(k) for k in context.asset_partition_keys}
-        if not isinstance(obj, Mapping) or {str(k) for k in obj} != keys:
+        keys = set(_pieces(context.asset_partitions_def, context.asset_partition_keys))
+        if not isinstance(obj, Mapping) or not {str(k) for k in obj} <= keys:
             raise TypeError(
-                f"{context.asset_key.to_user_string()}: expected a mapping with exactly the run's "
-                f"partitions {sorted(keys)}, got {sorted(map(str, obj)) if isinstance(obj, Mapping) else type(obj)}"
+                f"{context.asset_key.to_user_string()}: expected a mapping of pieces of the run's partitions "
+                f"{sorted(keys)}, got {sorted(map(str, obj)) if isinstance(obj, Mapping) else type(obj)}"
             )
         if isinstance(obj, StoredPartitions):
-            missing = [k for k in sorted(keys) if obj[k] != self.store.path(asset, k) or not obj[k].exists()]
+            missing = [k for k in sorted(obj) if obj[k] != self.store.path(asset, k) or not obj[k].exists()]
             if missing:
                 raise RuntimeError(f"{context.asset_key.to_user_string()}: partitions {missing} were not stored")
             return
@@ -116,7 +123,8 @@ class PartitionedParquetIOManager(dg.IOManager):
         key = context.asset_key.path
         if not context.has_asset_partitions:
             return pd.read_parquet(self.store.path(key, None))
-        return PartitionFrames(lambda k: self.store.path(key, k), lambda: context.asset_partition_keys)
+        return PartitionFrames(lambda k: self.store.path(key, k),
+                               lambda: _pieces(context.asset_partitions_def, context.asset_partition_keys))
 
 
 @dg.io_manager(required_resource_keys={"storage"},

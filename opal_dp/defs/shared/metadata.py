@@ -1,16 +1,17 @@
 """Small helpers shared by the asset modules: schema metadata, per-partition tables and metadata, backfill policy."""
 
 
-import functools
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import dagster as dg
 import pandera.pandas as pa
 from dagster_pandera import pandera_schema_to_dagster_type
 
-# One run materialises a whole backfill: never one process per partition per asset.
+# One run materialises a whole backfill: never one process per partition per asset. A backfill of (week, mode)
+# partitions is still one run per week (Dagster splits it along the week, its primary dimension).
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+# A week's assets: one run a week, so that a week refused fails alone.
+WEEK_A_RUN = dg.BackfillPolicy.multi_run(1)
 OWNERS = ["team:opal-data"]
 LEDGER_POOL = "privacy_ledger"  # runs that write the ledger queue on this pool (limit 1 in dagster.yaml)
 
@@ -41,26 +42,3 @@ def partition_table(rows: Sequence[dict]) -> dg.TableMetadataValue:
             ]
         ) if rows else None,
     )
-
-
-READS_OF_DATES = ("get_dynamic_partitions", "has_dynamic_partition")
-
-
-@contextmanager
-def dates_read_once(context: dg.AssetExecutionContext) -> Iterator[None]:
-    """Inside it, the step reads the registered service dates from the instance once.
-
-    Dagster checks each ``add_asset_metadata(partition_key=...)`` against the step's partition range, and for a
-    dynamic partitions definition that reads every registered date from the instance: one query per call, whose
-    cost grows with the dates registered (about 0.03 s a call with 98 dates; a weekly release step makes about
-    200 calls, so the step grew by seconds a quarter). For a (date, mode) range it asks the instance, once per
-    key of the range and call, whether each date is registered (a query each: 0.6 s of a release step at 56
-    partitions). Both answers are read once here. No date is registered while a step records its metadata."""
-    instance = context.instance
-    for read in READS_OF_DATES:
-        setattr(instance, read, functools.cache(getattr(instance, read)))
-    try:
-        yield
-    finally:
-        for read in READS_OF_DATES:
-            delattr(instance, read)

@@ -1,41 +1,64 @@
-"""Partitions: service dates (added as raw files arrive) and (date x mode), the unit of privacy."""
+"""Partitions: the service day, on which raw files arrive and are ingested, and the release period, the calendar
+week, on which everything differentially private is released, checked, charged and published.
 
+- ``service_dates``: one partition a day from ``$OPAL_DP_FIRST_DATE``, in the agency's time zone
+  (``$OPAL_DP_TIMEZONE``); a day is a partition once it has ended there. The private stages are per day.
+- ``release_periods``: calendar weeks, Monday to Sunday (``release.periods``), a partition once the week has ended.
+  A week's release reads its seven days through Dagster's ``TimeWindowPartitionMapping`` (inferred), so automation
+  releases it once every one of its days is ingested, and never before.
+- ``period_mode``: (week, mode), the six marginals: the UI shows one partition per week and mode. A run covers
+  whole weeks (Dagster splits a backfill of it into one run per week, its primary dimension), so a week is
+  released, checked and charged as one thing, and a refused week fails its own run only.
 
-from collections.abc import Iterable, Sequence
+Key strings: a day and a week are ISO dates (a week by its Monday); a (week, mode) key is ``mode|week`` (Dagster
+joins dimensions in the alphabetical order of their names). Inside a week's partition the stored pieces stay per
+service date: ``date`` for a week, ``date|mode`` for a (week, mode), the published layout's unit.
+"""
+
+from __future__ import annotations
 
 import dagster as dg
 
+from opal_dp import settings
 from opal_dp.network import MODES
+from opal_dp.release.periods import week_days
 
 # Run tags that make one run cover a range of partitions (with single-run backfill policies).
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+FIRST_DATE, TIMEZONE = settings.first_date_from_env(), settings.timezone_from_env()
 
-service_dates = dg.DynamicPartitionsDefinition(name="service_date")
+service_dates = dg.DailyPartitionsDefinition(start_date=FIRST_DATE, timezone=TIMEZONE)
+release_periods = dg.WeeklyPartitionsDefinition(start_date=FIRST_DATE, day_offset=1, timezone=TIMEZONE)
 modes = dg.StaticPartitionsDefinition(list(MODES))
-date_mode = dg.MultiPartitionsDefinition({"date": service_dates, "mode": modes})
+period_mode = dg.MultiPartitionsDefinition({"period": release_periods, "mode": modes})
 
 
-def date_and_mode(key: str | dg.MultiPartitionKey) -> tuple[str, str]:
-    """(date, mode) of a date x mode key, whether Dagster hands it over as a key or a plain string (``date|mode``:
-    Dagster joins the dimensions in name order); read directly, since a roll-up splits every key of the history."""
-    day, sep, mode = str(key).partition("|")
+def period_and_mode(key: str | dg.MultiPartitionKey) -> tuple[str, str]:
+    """(week, mode) of a (week, mode) key, whether Dagster hands it over as a key or a plain string ``mode|week``."""
+    mode, sep, period = str(key).partition("|")
+    if not (sep and period and mode in MODES):
+        raise ValueError(f"a (week, mode) partition key is '<mode>|<week>' with mode in {MODES}, got {str(key)!r}")
+    return period, mode
+
+
+def date_and_mode(piece: str) -> tuple[str, str]:
+    """(date, mode) of a stored ``date|mode`` piece of a (week, mode) partition."""
+    day, sep, mode = str(piece).partition("|")
     if not (sep and day and mode in MODES):
-        raise ValueError(f"a partition key is '<date>|<mode>' with mode in {MODES}, got {str(key)!r}")
+        raise ValueError(f"a piece key is '<date>|<mode>' with mode in {MODES}, got {str(piece)!r}")
     return day, mode
 
 
-def contiguous_ranges(ordered: Sequence[str], wanted: Iterable[str]) -> list[tuple[str, str]]:
-    """The fewest (first, last) ranges of ``ordered`` (a partitions definition's key order) covering
-    exactly the keys in ``wanted``: one run per range never touches a key that was not asked for."""
-    chosen = {str(k) for k in wanted}
-    ranges: list[tuple[str, str]] = []
-    run: list[str] = []
-    for key in map(str, ordered):
-        if key in chosen:
-            run.append(key)
-        elif run:
-            ranges.append((run[0], run[-1]))
-            run = []
-    if run:
-        ranges.append((run[0], run[-1]))
-    return ranges
+def pieces(partitions_def: dg.PartitionsDefinition, key: str) -> list[str]:
+    """The stored pieces of one partition: a week's dates, a (week, mode)'s ``date|mode``, a day itself."""
+    if partitions_def == period_mode:
+        period, mode = period_and_mode(key)
+        return [f"{day}|{mode}" for day in week_days(period)]
+    if partitions_def == release_periods:
+        return list(week_days(str(key)))
+    return [str(key)]
+
+
+def period_range(periods: list[str]) -> tuple[str, str]:
+    """The (week, mode) range of whole weeks ``periods[0]..periods[-1]``, every mode: one run's partitions."""
+    return f"{MODES[0]}|{periods[0]}", f"{MODES[-1]}|{periods[-1]}"

@@ -1,6 +1,8 @@
 """Synthetic card-day trips (issue 14): thin wrappers over ``release.synthetic.queries`` (the only step that
-reads private trips), ``release.synthetic.generator`` (post-processing of the stored DP draws) and
-``release.synthetic.publish``. Opt-in: the ``synthetic`` job, or ``python -m opal_dp.cli release --synthetic``."""
+reads private trips, one week at a time, charged to the week's card_period scope), ``release.synthetic.generator``
+(post-processing of the stored DP draws of every released week) and ``release.synthetic.publish``. Opt-in: the
+``synthetic`` and ``synthetic_publish`` jobs with ``privacy_budget.synthetic`` on, or ``python -m opal_dp.cli release
+--synthetic``."""
 
 import base64
 import json
@@ -12,13 +14,14 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from opal_dp.core import PrivacyUnit
+from opal_dp.core import LedgerError, PrivacyUnit
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
-from opal_dp.defs.shared.metadata import LEDGER_POOL, column_schema, labels
+from opal_dp.defs.shared.metadata import LEDGER_POOL, WEEK_A_RUN, column_schema, labels
+from opal_dp.defs.shared.partitions import release_periods
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.defs.shared.versions import raw_input_versions
+from opal_dp.defs.shared.weeks import period_inputs
 from opal_dp.defs.trips.private_stages import CARD_DAYS
 from opal_dp.permissions import make_dirs, reserve_private
 from opal_dp.prep.bounding import keep_mask, select_card_days
@@ -28,9 +31,10 @@ from opal_dp.release.marginals.schemas import SyntheticScores, SyntheticTrips
 from opal_dp.reports.synthetic_score import evaluate, period_plot, period_scores, score_plot
 from opal_dp.release.synthetic.generator import PARQUET, generate, write_synthetic
 from opal_dp.release.synthetic.publish import publish_synthetic, synthetic_statement
+from opal_dp.release.periods import week_days
 
 GROUP = "synthetic"
-MANIFEST = "release.json"
+WEEKS = "weeks"  # private: one manifest a released week
 
 
 def synthetic_dir(storage: OpalStorage) -> Path:
@@ -40,8 +44,9 @@ def synthetic_dir(storage: OpalStorage) -> Path:
 
 @dg.asset(
     group_name=GROUP,
-    ins={"binned_trips": dg.AssetIn(partition_mapping=dg.AllPartitionMapping()),
-         CARD_DAYS: dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
+    partitions_def=release_periods,
+    backfill_policy=WEEK_A_RUN,
+    ins={"binned_trips": dg.AssetIn(), CARD_DAYS: dg.AssetIn()},
     pool=LEDGER_POOL,
     **labels("dp", "sqlite"),
 )
@@ -49,51 +54,64 @@ def synthetic_release(
     context: dg.AssetExecutionContext, binned_trips: PartitionFrames, card_days: PartitionFrames,
     privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
 ) -> dg.MaterializeResult:
-    """The card-level DP queries of every binned day (``release.synthetic.queries``), charged to the ledger's
-    card_period scope of the period; records which draws stand for them."""
-    days = sorted(binned_trips)
-    if not days:
-        raise dg.Failure(description="no binned days to synthesise from")
-    stops, bounds = reference.stops(), privacy_budget.bounds
-    plan = sq.synthetic_plan(privacy_budget.synthetic_epsilon, privacy_budget.synthetic_delta, bounds, days, stops)
-    key = privacy_budget.key(storage, "bounding")
-    kept_cards = None
-    if bounds.max_days_per_card is not None:
-        chosen = select_card_days(pd.concat([card_days[d].assign(date=d) for d in days], ignore_index=True),
-                                  bounds.max_days_per_card, key)
-        kept_cards = {d: np.sort(g["card_id"].to_numpy(np.int64)) for d, g in chosen.groupby("date")}
-    truths, travelling = {}, {}
-    for day in days:
-        trips = binned_trips[day]
-        cards = None if kept_cards is None else kept_cards.get(day, np.zeros(0, np.int64))
-        keep = keep_mask(trips, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key, cards)
-        truths[day] = sq.true_histograms(trips.loc[keep], date.fromisoformat(day), plan.domain)
-        travelling[day] = trips.loc[keep, "card_id"].unique()
+    """The card-level DP queries of each week's binned days (``release.synthetic.queries``), charged to the week's
+    card_period scope; records which draws stand for them. Refused unless ``privacy_budget.synthetic`` is on: only
+    then are their charges in the weekly share and the caps."""
+    if not privacy_budget.synthetic:
+        raise dg.Failure(description="privacy_budget.synthetic is off: turn it on (release --synthetic), so that the "
+                                     "weekly share of the person cap and the caps make room for the synthetic trips")
+    stops, bounds, key = reference.stops(), privacy_budget.bounds, privacy_budget.key(storage, "bounding")
     ledger = privacy_budget.ledger(storage)
-    released = sq.release_queries(truths, sq.true_travel_days(travelling, plan), plan, ledger, storage.private_dir,
-                                  context.run.run_id,
-                                  privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw,
-                                  input_versions=raw_input_versions(storage, privacy_budget, days, plan.unit, lambda day: days))
-    spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
-    manifest = {"draws": [d.id for d in released.draws], "sigma": dict(released.sigma),
-                "district_names": list(released.district_names), "max_trips": released.max_trips,
-                "epsilon": spent.epsilon, "delta": spent.delta, "per": f"card over {plan.scope}"}
-    path = reserve_private(synthetic_dir(storage) / MANIFEST)
-    path.write_text(json.dumps(manifest, indent=2))
-    return dg.MaterializeResult(metadata={
-        "privacy_unit": PrivacyUnit.CARD_PERIOD.value,
-        "epsilon": spent.epsilon, "delta": spent.delta, "rho": spent.rho or 0.0,
-        "synthetic_epsilon": plan.epsilon, "synthetic_delta": plan.delta,
-        "sigma": dg.MetadataValue.json(dict(plan.sigma)),
-        "dates": len(days), "draws": len(released.draws),
-    })
+    for week, found in period_inputs(context, privacy_budget, reference, storage).items():
+        plan = sq.synthetic_plan(*privacy_budget.synthetic_budget, bounds, week_days(week), stops)
+        kept_cards = None
+        if bounds.max_days_per_card is not None:
+            chosen = select_card_days(pd.concat([card_days[d].assign(date=d) for d in found.days], ignore_index=True),
+                                      bounds.max_days_per_card, key)
+            kept_cards = {d: np.sort(g["card_id"].to_numpy(np.int64)) for d, g in chosen.groupby("date")}
+        truths, travelling = {}, {}
+        for day in found.days:
+            trips = binned_trips[day]
+            cards = None if kept_cards is None else kept_cards.get(day, np.zeros(0, np.int64))
+            keep = keep_mask(trips, date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key, cards)
+            truths[day] = sq.true_histograms(trips.loc[keep], date.fromisoformat(day), plan.domain)
+            travelling[day] = trips.loc[keep, "card_id"].unique()
+        try:
+            released = sq.release_queries(truths, sq.true_travel_days(travelling, plan), plan, ledger,
+                                          storage.private_dir, context.run.run_id,
+                                          privacy_budget.key(storage, "fingerprint"), fresh=privacy_budget.fresh_draw,
+                                          input_versions=found.scope_versions(PrivacyUnit.CARD_PERIOD))
+        except LedgerError as err:
+            raise dg.Failure(description=str(err)) from None
+        spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, plan.scope)
+        manifest = {"draws": [d.id for d in released.draws], "sigma": dict(released.sigma),
+                    "district_names": list(released.district_names), "max_trips": released.max_trips,
+                    "epsilon": spent.epsilon, "delta": spent.delta, "per": f"card over {plan.scope}"}
+        path = reserve_private(make_dirs(synthetic_dir(storage) / WEEKS) / f"{week}.json")
+        path.write_text(json.dumps(manifest, indent=2))
+        context.add_asset_metadata({
+            "privacy_unit": PrivacyUnit.CARD_PERIOD.value,
+            "epsilon": spent.epsilon, "delta": spent.delta, "rho": spent.rho or 0.0,
+            "synthetic_epsilon": plan.epsilon, "synthetic_delta": plan.delta,
+            "sigma": dg.MetadataValue.json(dict(plan.sigma)),
+            "dates": len(found.days), "draws": len(released.draws),
+            "days_left_out": ", ".join(found.without) or "none",
+        }, partition_key=week)
+    return dg.MaterializeResult()
+
+
+def manifests(storage: OpalStorage) -> list[dict]:
+    """The manifests of every released week, in week order."""
+    return [json.loads(p.read_text()) for p in sorted((synthetic_dir(storage) / WEEKS).glob("*.json"))]
 
 
 def load_release(storage: OpalStorage, privacy_budget: PrivacyBudget) -> sq.SyntheticRelease:
-    """The DP outputs alone, as ``synthetic_release`` stored them: its manifest and the ledger's draws."""
-    manifest = json.loads((synthetic_dir(storage) / MANIFEST).read_text())
+    """The DP outputs alone, as ``synthetic_release`` stored them: its weeks' manifests and the ledger's draws."""
+    weeks = manifests(storage)
+    if not weeks:
+        raise dg.Failure(description="no week's synthetic queries are released yet: run the synthetic job first")
     ledger = privacy_budget.ledger(storage)
-    draws = ledger.draws(manifest["draws"])
+    draws = ledger.draws([d for m in weeks for d in m["draws"]])
     charges = {c.id: c for c in ledger.charges(PrivacyUnit.CARD_PERIOD.value)}
     noisy: dict = {}
     weekly = {}
@@ -104,7 +122,8 @@ def load_release(storage: OpalStorage, privacy_budget: PrivacyBudget) -> sq.Synt
             weekly[d.part] = table
         else:
             noisy.setdefault(d.part, {})[query] = table
-    return sq.SyntheticRelease(noisy, manifest["max_trips"], manifest["sigma"], tuple(manifest["district_names"]),
+    first = weeks[0]
+    return sq.SyntheticRelease(noisy, first["max_trips"], first["sigma"], tuple(first["district_names"]),
                                tuple(draws), travel_days=weekly)
 
 
@@ -118,10 +137,9 @@ def synthetic_trips(privacy_budget: PrivacyBudget, storage: OpalStorage, referen
     stops = reference.stops()
     days = ((day, SyntheticTrips.validate(frame)) for day, frame in generate(release, stops))
     rows = write_synthetic(days, synthetic_dir(storage) / "staged")
-    manifest = json.loads((synthetic_dir(storage) / MANIFEST).read_text())
     return dg.MaterializeResult(metadata={"dagster/row_count": sum(rows.values()),
                                           "rows_per_date": dg.MetadataValue.json(rows),
-                                          **{k: manifest[k] for k in ("epsilon", "delta", "per")}})
+                                          "weeks": len(manifests(storage))})
 
 
 @dg.asset_check(asset=synthetic_trips, blocking=True)
@@ -137,9 +155,9 @@ def synthetic_card_ids_are_fresh(storage: OpalStorage, privacy_budget: PrivacyBu
 @dg.asset(group_name=GROUP, deps=[synthetic_trips], **labels("public", "parquet", "csv", "json"))
 def synthetic_published(privacy_budget: PrivacyBudget, storage: OpalStorage) -> dg.MaterializeResult:
     """Publish the staged synthetic trips with their privacy statement, built from the ledger."""
-    manifest = json.loads((synthetic_dir(storage) / MANIFEST).read_text())
     release_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    statement = synthetic_statement(privacy_budget.ledger(storage), manifest["draws"], release_id)
+    draws = [d for manifest in manifests(storage) for d in manifest["draws"]]
+    statement = synthetic_statement(privacy_budget.ledger(storage), draws, release_id)
     folder = publish_synthetic(storage.published_dir, synthetic_dir(storage) / "staged", statement)
     g = statement["guarantee"]
     return dg.MaterializeResult(metadata={"folder": str(folder), "epsilon": g["epsilon"], "delta": g["delta"],
@@ -166,7 +184,7 @@ def synthetic_report(
     dates = sorted(set(synthetic["tap_on_time"].dt.date.astype(str)) & set(ingested_trips))
     rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
     scores, distribution = evaluate(dates, ingested_trips.__getitem__, synthetic,
-                                    privacy_budget.synthetic_epsilon, privacy_budget.synthetic_delta,
+                                    *privacy_budget.synthetic_budget,
                                     privacy_budget.bounds, privacy_budget.key(storage, "bounding"),
                                     reference.stops(), rng)
     scores = SyntheticScores.validate(scores)

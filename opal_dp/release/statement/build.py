@@ -138,9 +138,10 @@ def privacy_statement(
 ) -> dict:
     """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone; ``tables``: the
     ``PageSummary`` of the published tables, or the tables (the public-domain design states its totals from
-    ``time``); ``data``: where the trips came from (``synthetic_sample``, ``synthetic_sample_dates``) and the dates
-    not (yet) released (``pending_dates``). Published partitions the ledger had drawn before under another input
-    version or a fresh draw are listed under ``corrections``."""
+    ``time``); ``data``: where the trips came from (``synthetic_sample``, ``synthetic_sample_dates``), the dates
+    not (yet) released (``pending_dates``) and those left out of a released week (``left_out_dates``). Published
+    partitions the ledger had drawn before under another input version or a fresh draw are listed under
+    ``corrections``."""
     names = [m.name for m in MARGINALS]
     wanted = {(p, n) for p in partitions for n in names}
     if set(evidence.draws) != wanted:
@@ -164,7 +165,8 @@ def privacy_statement(
         "person": evidence.person,
         "release": {"id": release_id, "created_at": created_at},
         "noise_seeded": seeded,
-        "data": dict(data or {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": []}),
+        "data": dict(data or {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": [],
+                              "left_out_dates": []}),
         "design": design,
         "privacy_unit": {
             "unit": unit.value,

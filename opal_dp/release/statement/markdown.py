@@ -207,11 +207,15 @@ def _data_lines(statement: Mapping) -> list[str]:
     ``synthetic_sample``: a statement may come without ``data``)."""
     data = statement.get("data") if isinstance(statement.get("data"), Mapping) else {}
     synthetic, pending = data.get("synthetic_sample_dates") or [], data.get("pending_dates") or []
+    left_out = data.get("left_out_dates") or []
     lines = []
     if synthetic_sample(statement) and 0 < len(synthetic) < statement["partitions"]["dates"]:
         lines += [f"Synthetic (the bundled sample): dates {', '.join(synthetic)}; the other dates are real data.", ""]
     if pending:
         lines += [f"Not in this release (data not ready or not usable): {', '.join(pending)}.", ""]
+    if left_out:
+        lines += [f"Left out of their released weeks (no data for them was released; each week's guarantee still "
+                  f"covers the whole week): {', '.join(left_out)}.", ""]
     for c in statement.get("corrections") or []:
         lines += [f"Corrected: {c['date']} {c['mode']} was released again (input version {c['input_version']}, "
                   f"draws {', '.join(map(str, c['draws']))}), replacing draws "

@@ -1,0 +1,99 @@
+"""Every privacy unit and product runs from the command line on the bundled sample (here at 1/50 of its scale, one
+week), and each budget flag changes what the ledger charges as ``--help`` says."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opal_dp.cli import _parser, budget_config, ensure_dagster_home
+from opal_dp.core import PrivacyUnit
+from opal_dp.core.ledger import DEFAULT_PERSON_CAP
+from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.release.share import split
+from opal_dp.settings import STRICT_PERMISSIONS_ENV
+from opal_dp_tests.browser.dagster_dev import REPO_ROOT
+
+ONE_WEEK_SAMPLE = ("from opal_dp.simulate import sample; sample.SAMPLE_SCALE = 0.002; "
+                   "sample.SAMPLE_DATES = sample.SAMPLE_DATES[:7]; ")
+
+
+def release(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, OpalStorage]:
+    """``python -m opal_dp.cli release --sample ...`` on a new data folder, in a process of its own."""
+    data, home = tmp_path / "data", ensure_dagster_home(tmp_path / "home")
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    env.pop(STRICT_PERMISSIONS_ENV, None)
+    code = f"{ONE_WEEK_SAMPLE}import sys; from opal_dp.cli import main; main(sys.argv[1:])"
+    done = subprocess.run([sys.executable, "-c", code, "release", "--data-dir", str(data), "--sample", *flags],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done, OpalStorage(data_dir=str(data))
+
+
+def statement(storage: OpalStorage, *folder: str) -> dict:
+    return json.loads(storage.published_dir.joinpath(*folder, "latest", "privacy.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unit", ["card_day", "trip"])
+def test_each_unit_releases_the_sample_from_the_command_line(tmp_path, unit):
+    """card_day takes its share of the person cap per date (365 dates a year), as card_period does per week; trip is
+    the 2016 reproduction (8 per (date, mode))."""
+    _, storage = release(tmp_path, "--privacy-unit", unit)
+    stated = statement(storage)
+    assert stated["privacy_unit"]["unit"] == unit and len(stated["guarantee"]["scopes"]) == (7 if unit == "card_day"
+                                                                                         else 28)
+    charges = PrivacyBudget(privacy_unit=unit).ledger(storage).charges(unit)
+    if unit == "card_day":
+        settings = PrivacyBudget(privacy_unit=unit)
+        assert settings.person_share and {c.scope for c in charges} == {f"2016-07-{d}" for d in range(25, 32)}
+        assert sum(settings.budget()[0].values()) < 1  # a date's share: about 1/365 of a year's
+        assert stated["person"]["bounded"] and stated["person"]["spent"]["epsilon"] <= DEFAULT_PERSON_CAP[0]
+    else:
+        assert {json.loads(c.mechanism)["epsilon"] for c in charges if c.marginal.startswith("tap")} == {1.0, 2.0}
+
+
+@pytest.mark.slow
+def test_synthetic_trips_release_with_the_default_in_the_same_weeks(tmp_path):
+    done, storage = release(tmp_path, "--synthetic")
+    synthetic, marginals = statement(storage, "synthetic"), statement(storage)
+    week = "2016-07-25..2016-07-31"
+    assert [s["scope"] for s in marginals["guarantee"]["scopes"]] == [week]
+    charges = PrivacyBudget(synthetic=True).ledger(storage).charges("card_period")
+    assert {c.scope for c in charges} == {week}  # the synthetic queries share the week's scope
+    assert any(c.marginal.startswith("synthetic:") for c in charges)
+    assert synthetic["privacy_unit"]["unit"] == "card_period" and "synthetic trips:" in done.stdout
+    # their cost is in the weekly share: the marginals get less than without them
+    assert sum(PrivacyBudget(synthetic=True).budget()[0].values()) < sum(PrivacyBudget().budget()[0].values())
+
+
+@pytest.mark.slow
+def test_the_budget_flags_set_what_the_ledger_charges(tmp_path):
+    _, storage = release(tmp_path, "--privacy-unit", "trip", "--epsilon", "4", "--delta", "3e-6")
+    charges = [c for c in PrivacyBudget(privacy_unit="trip").ledger(storage).charges("trip")]
+    expected_eps, expected_delta = split(4.0, 3e-6)
+    assert {c.marginal: c.epsilon for c in charges} == expected_eps
+    assert {c.marginal: c.delta for c in charges} == expected_delta
+
+
+def test_each_budget_flag_reaches_the_privacy_budget_resource():
+    parse = _parser().parse_args
+    assert budget_config(parse(["release"])) == {"privacy_unit": "card_period"}
+    person = PrivacyBudget(**budget_config(parse(["release", "--person-cap", "12,2e-6"])))
+    assert (person.person_cap_epsilon, person.person_cap_delta) == (12.0, 2e-6)
+    assert sum(person.budget()[0].values()) < sum(PrivacyBudget().budget()[0].values())  # a smaller weekly share
+    flags = budget_config(parse(["release", "--budget", '{"od_height": 3, "max_per_bin": 2}', "--max-per-bin", "1",
+                                 "--epsilon", "2"]))
+    assert flags["od_height"] == 3 and flags["max_per_bin"] == 1 and flags["epsilon"] == split(2.0, 1.0)[0]
+    assert PrivacyBudget(**flags).nominal[0] == pytest.approx(2.0)
+    assert budget_config(parse(["release", "--privacy-unit", "card_day"]))["privacy_unit"] == PrivacyUnit.CARD_DAY
+    with pytest.raises(SystemExit, match="--person-cap must be EPSILON or EPSILON,DELTA"):
+        budget_config(parse(["release", "--person-cap", "lots"]))
+    with pytest.raises(SystemExit, match="--budget: not a JSON object"):
+        budget_config(parse(["release", "--budget", "{od_height: 3"]))
