@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The synthetic benchmark's peers, in an environment of their own (`make synth-peers`).
 SYNTH_PEERS := $(VENV)-synth-peers
-# Exact versions with hashes (README: "Reproducible install"); pyproject.toml keeps ranges for library users.
+# Exact versions with hashes (docs/operating.md: "Reproducible install"); pyproject.toml keeps ranges for library users.
 LOCK := requirements/lock.txt
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
@@ -37,7 +37,7 @@ lock:
 $(DAGSTER_HOME): | $(STAMP)
 	@$(PY) -m opal_dp.cli dagster-home $@ >/dev/null
 
-# Default: one card protected over each calendar week at the weekly share of the person cap (README, "The default
+# Default: one card protected over each calendar week at the weekly share of the person cap (docs/privacy.md, "The default
 # release"); make release PRIVACY_UNIT=trip reproduces the 2016 trip-level release (no person-level bound).
 # On the default ./data the bundled synthetic sample is generated when raw/ holds no real day file (--sample);
 # with $OPAL_DP_DATA_DIR set, only the files there are released.
@@ -71,12 +71,12 @@ UI_HOST ?= 127.0.0.1
 ui: $(STAMP) | $(DAGSTER_HOME)
 	umask 077 && $(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
 
-# For people who look but must not launch or wipe anything (it still shows the internal figures: see README).
+# For people who look but must not launch or wipe anything (it still shows the internal figures: see docs/operating.md).
 ui-readonly: $(STAMP) | $(DAGSTER_HOME)
 	umask 077 && $(VENV)/bin/dagster-webserver -w workspace.yaml -h $(UI_HOST) --read-only
 
 # The weekly operation without the UI: the daemon alone runs sensors, automation, backfills and queued runs
-# (README "Weekly operation"; deploy/opal-dp-daemon.service runs the same as a service). Automation is on
+# (docs/operating.md "Weekly operation"; deploy/opal-dp-daemon.service runs the same as a service). Automation is on
 # (OPAL_DP_AUTOMATION=0 leaves the sensors as the UI set them). Never beside `make ui`, which runs a daemon itself.
 OPAL_DP_AUTOMATION ?= 1
 daemon: $(STAMP) | $(DAGSTER_HOME)
