@@ -46,9 +46,10 @@ class Mechanism(StrEnum):
 
     @classmethod
     def default_for(cls, unit: PrivacyUnit | str) -> Mechanism:
-        """SBH's Laplace for one trip or one card-day; the Gaussian where one card spans many partitions (zCDP
-        composes them tightly)."""
-        return cls.GAUSSIAN if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD else cls.LAPLACE
+        """SBH's Laplace for one trip (the 2016 release); the Gaussian for the card units, whose releases add up in one
+        person's account over a horizon (53 weeks, or 365 dates, of charges compose tightly and fast in zCDP; SBH's
+        Laplace pieces would need privacy-loss distributions, and allow about half the budget)."""
+        return cls.LAPLACE if PrivacyUnit(unit) is PrivacyUnit.TRIP else cls.GAUSSIAN
 
     @classmethod
     def parse(cls, value: str | Mechanism) -> Mechanism:

@@ -27,7 +27,7 @@ DAYS = ["2016-07-25", "2016-07-26"]
 KEY = ["mode", "date", "tap"]
 # card_day at the 2016 budgets with the OD tree (not its share of the person cap), as trip: the same figures to check
 SIXTEEN = {"epsilon": {m.name: m.default_epsilon for m in MARGINALS}, "delta": {m.name: DEFAULT_DELTA for m in MARGINALS},
-           "od_release": True, "od_epsilon": 1.0, "od_hierarchy_release": False,
+           "od_release": True, "od_epsilon": 1.0, "mechanism": "laplace", "od_hierarchy_release": False,
            "person_cap_epsilon": 1000.0, "person_cap_delta": 1e-3}
 
 

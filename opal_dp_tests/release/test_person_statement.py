@@ -71,6 +71,7 @@ def test_the_marginals_engine_charges_a_part_of_a_replaced_raw_file_anew(tmp_pat
 
     ledger = PrivacyLedger(tmp_path / "l.sqlite", WIDE)
     plan = build_plan("card_day", {m.name: m.default_epsilon for m in MARGINALS}, {m.name: 1e-9 for m in MARGINALS},
+                      mechanism="laplace",
                       laplace=DiscreteLaplace(SeededBits(1)))
     day = "2016-07-25"
     bus = release_partitions({f"{day}|bus": partition(3000, 0)}, plan, ledger, tmp_path, "r1", b"k" * 32,

@@ -104,7 +104,8 @@ def test_an_opted_in_hierarchy_fits_the_default_cap_of_a_date_and_would_not_with
     from opal_dp.release.settings import DEFAULT_DELTA
 
     sixteen = {"epsilon": {m.name: m.default_epsilon for m in MARGINALS},
-               "delta": {m.name: DEFAULT_DELTA for m in MARGINALS}, "od_release": True, "od_hierarchy_rho": 0.5}
+               "delta": {m.name: DEFAULT_DELTA for m in MARGINALS}, "od_release": True, "od_hierarchy_rho": 0.5,
+               "mechanism": "laplace"}  # SBH calibrated to the card-day
     settings = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=True, **sixteen)
     date = [m.cost() for m in settings.plan().mechanisms.values()] + [PrivacyCost.approx_dp(settings.od_budget, 0.0)]
     hierarchy = settings.od_hierarchy_costs(PrivacyUnit.CARD_DAY)

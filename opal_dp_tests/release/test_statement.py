@@ -134,7 +134,7 @@ def test_the_guarantee_and_the_examples_are_the_worst_scopes(tmp_path):
     assert (commuter["epsilon"], occasional["epsilon"]) == (180.0, 27.0)
 
 def test_card_day_states_the_bounds_and_the_per_date_scope(tmp_path):
-    s = statement(*released(tmp_path, unit="card_day"))
+    s = statement(*released(tmp_path, unit="card_day", mechanism="laplace"))  # SBH calibrated to the card-day
     assert s["privacy_unit"]["unit"] == "card_day" and s["privacy_unit"]["relation"] == "add_remove"
     assert s["privacy_unit"]["contribution_bounds"] == {"max_trips_per_card_day": 4, "max_per_bin": 1}
     assert [sc["scope"] for sc in s["guarantee"]["scopes"]] == ["2016-07-25", "2016-07-26"]
