@@ -79,6 +79,23 @@ def audit_false_alarm_from_env() -> float:
     return value
 
 
+AUDIT_RUNS_ENV = "OPAL_DP_AUDIT_RUNS"
+AUDIT_RUNS_RANGE = (10**5, 10**7)
+
+
+def audit_runs_from_env() -> int:
+    """``$OPAL_DP_AUDIT_RUNS``: releases per input of the ``privacy_audit`` before a publication (default 10^6).
+    Fewer runs lower the audit's power to find a leak (the planted-bug tests run their own numbers); below 10^5 the
+    trip unit's membership game cannot show its bound at the false-alarm rate above (at 2 x 10^4 its upper confidence
+    bound on a correct mechanism's release rate passes the bound), so it is refused, as is more than 10^7."""
+    text = os.environ.get(AUDIT_RUNS_ENV, "").strip()
+    low, high = AUDIT_RUNS_RANGE
+    value = 10**6 if not text else int(text) if text.isdigit() else -1
+    if not low <= value <= high:
+        raise ValueError(f"{AUDIT_RUNS_ENV} must be a whole number from {low} to {high}, got {text!r}")
+    return value
+
+
 WORKERS_ENV = "OPAL_DP_WORKERS"
 
 

@@ -21,8 +21,8 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-import opal_dp.defs.marginals.audit as audit_defs
 from opal_dp.cli import run_release
+from opal_dp.settings import AUDIT_RUNS_ENV
 from opal_dp.definitions import defs
 from opal_dp.defs.marginals.publish import PUBLICATION_STATE
 from opal_dp.defs.shared.budget import PrivacyBudget
@@ -95,7 +95,7 @@ def history(tmp_path_factory):
         steps[name] = (snapshot(storage), ledger_state(storage))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(audit_defs, "AUDIT_RUNS", AUDIT_RUNS)
+        patch.setenv(AUDIT_RUNS_ENV, str(AUDIT_RUNS))
         release([A], "first")
         with pytest.MonkeyPatch.context() as guard:
             attempts = forbid_reading_published(guard, storage, [CA])
@@ -173,7 +173,7 @@ def test_the_incremental_folder_is_what_a_publication_from_scratch_gives(history
     config = {"resources": {"storage": {"config": {"data_dir": scratch.data_dir}},
                             "privacy_budget": {"config": TRIP}}}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(audit_defs, "AUDIT_RUNS", AUDIT_RUNS)
+        patch.setenv(AUDIT_RUNS_ENV, str(AUDIT_RUNS))
         result = defs().resolve_job_def("rollup").execute_in_process(
             instance=instance, run_config=config, asset_selection=[dg.AssetKey("published_release")])
     assert result.success

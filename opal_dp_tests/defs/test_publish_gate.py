@@ -18,6 +18,7 @@ import pytest
 
 import opal_dp.defs.marginals.audit as audit_defs
 from opal_dp.cli import run_release
+from opal_dp.settings import AUDIT_RUNS_ENV
 from opal_dp.definitions import defs
 from opal_dp.defs.marginals.publish import PUBLICATION_STATE
 from opal_dp.defs.shared.budget import PrivacyBudget
@@ -41,7 +42,7 @@ def original(tmp_path_factory):
         write_day(storage.raw_dir, day.isoformat(), tiny_day(day.isoformat(), trips=1_500))
     instance = dg.DagsterInstance.ephemeral()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(audit_defs, "AUDIT_RUNS", AUDIT_RUNS)
+        patch.setenv(AUDIT_RUNS_ENV, str(AUDIT_RUNS))
         run_release(instance, data_dir=storage.root, budget=TRIP, without=other_days(d.isoformat() for d in DAYS))
     return instance, storage
 
@@ -56,7 +57,7 @@ def released(original, tmp_path, monkeypatch):
     shutil.copytree(storage.root, copy.root, symlinks=True)
     shutil.rmtree(copy.published_dir)
     shutil.rmtree(copy.private_dir / PUBLICATION_STATE)
-    monkeypatch.setattr(audit_defs, "AUDIT_RUNS", AUDIT_RUNS)
+    monkeypatch.setenv(AUDIT_RUNS_ENV, str(AUDIT_RUNS))
     return instance, copy
 
 

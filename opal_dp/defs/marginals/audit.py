@@ -16,9 +16,9 @@ from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.od.hierarchy import OD_HIERARCHY, hierarchy_plan, od_domain
 from opal_dp.release.marginals import public_domain as pd_design
-from opal_dp.settings import audit_false_alarm_from_env
+from opal_dp.settings import audit_false_alarm_from_env, audit_runs_from_env
 
-AUDIT_RUNS = 10**6
+
 def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
                      alpha: float) -> tuple[bool, dict]:
     """The OD hierarchy's measurement against every hierarchy charge the ledger holds (``audit.hierarchy``)."""
@@ -35,8 +35,8 @@ def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, refere
 @dg.asset(group_name="report", **labels("internal"))
 def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage,
                   reference: ReferenceNetwork) -> dg.MaterializeResult:
-    """10^6 releases on every neighbouring pair of the configured unit, with production noise and, for card
-    units, the production contribution bounding in the path. Under the public-domain design, the measurement
+    """``$OPAL_DP_AUDIT_RUNS`` (default 10^6) releases on every neighbouring pair of the configured unit, with
+    production noise and, for card units, the production contribution bounding in the path. Under the public-domain design, the measurement
     of each table (``opal_dp.audit.public_domain``) against the epsilon (delta 0) or rho charged for it.
 
     Fails (and so blocks publishing) if any event shows P[M(D) in S] - e^eps P[M(D') in S] > delta at
@@ -47,7 +47,7 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage,
     at half of alpha.
     """
     plan = privacy_budget.plan()
-    alpha = audit_false_alarm_from_env()
+    alpha, runs = audit_false_alarm_from_env(), audit_runs_from_env()
     hierarchy_passed, hierarchy = True, {}
     if privacy_budget.releases_od_hierarchy:
         alpha /= 2
@@ -56,7 +56,7 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage,
         distinct = {json.dumps(noise.describe(), sort_keys=True): tap for tap, noise in plan.noise.items()}
         # taps noised alike are audited once
         audited = [(tap, table) for tap in sorted(distinct.values()) for table in pd_design.TABLES]
-        reports = {f"tap_{tap}_{table}": audit_table(plan.noise[tap], table, plan.relation, runs=AUDIT_RUNS,
+        reports = {f"tap_{tap}_{table}": audit_table(plan.noise[tap], table, plan.relation, runs=runs,
                                                      alpha=alpha / len(audited)) for tap, table in audited}
         report = max(reports.values(), key=lambda r: r.worst.violation_lower - r.delta)
         extra = {"release_design": "public_domain", "tables_audited": len(reports),
@@ -64,16 +64,16 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage,
                      {name: {"claimed": r.epsilon, "lower_bound": r.epsilon_lower} for name, r in reports.items()})}
         passed, seconds = all(r.passed for r in reports.values()), sum(r.seconds for r in reports.values())
     elif plan.unit is PrivacyUnit.TRIP:
-        report = audit_mechanism(StabilityHistogram, plan.relation, runs=AUDIT_RUNS, alpha=alpha / 2)
+        report = audit_mechanism(StabilityHistogram, plan.relation, runs=runs, alpha=alpha / 2)
         mech = StabilityHistogram(report.epsilon, report.delta, trip_sensitivity(Relation(plan.relation)))
-        membership = membership_game(mech, runs=AUDIT_RUNS, alpha=alpha / 2)
+        membership = membership_game(mech, runs=runs, alpha=alpha / 2)
         extra = {"membership_release_rate": membership.rate, "membership_upper_bound": membership.upper,
                  "membership_allowed": membership.bound, "membership_exact": membership.exact}
         passed, seconds = report.passed and membership.passed, report.seconds + membership.seconds
     else:
         period_days = plan.periods.days if plan.periods else None  # card_period: audited at the plan's sensitivity, with its period
         mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds, unit=plan.unit, period_days=period_days)
-        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=AUDIT_RUNS, alpha=alpha,
+        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=runs, alpha=alpha,
                                   period_days=period_days)
         extra, passed, seconds = {"card_level_bounds": dg.MetadataValue.json(plan.bounds.describe())}, report.passed, report.seconds
     metadata = {
