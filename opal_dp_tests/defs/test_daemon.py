@@ -122,7 +122,8 @@ def test_with_the_daemon_running_a_new_raw_week_is_released_and_published_by_its
     assert all(rows > 0 for _, rows in delivered) and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs), [
         (run.job_name, run.status) for run in runs]
     assert all(run.tags.get("dagster/sensor_name") or run.tags.get("dagster/backfill")
-               for run in runs), "every run was started by a sensor or the automation's backfills"
+               or run.tags.get("dagster/schedule_name") == "weekly_publication"
+               for run in runs), "every run was started by a sensor, the automation's backfills or the weekly schedule"
     assert [run.job_name for run in runs].count("rollup") >= 1, "roll-up runs: ledger, audit, reports, publish"
     assert {"release_draws", "privacy_audit", "published_release"} <= materialised
     assert not materialised & {"synthetic_release", "synthetic_trips", "unit_comparison", "design_comparison",

@@ -78,8 +78,9 @@ def test_jobs_and_sensors_exist():
     for job in ("private_stages", "release", "release_od", "rollup", "compare_units", "compare_designs", "evaluate_od",
                 "synthetic", "synthetic_publish"):
         assert d.resolve_job_def(job)
-    for sensor in ("raw_file_sensor", "opal_dp_automation", "weekly_rollup"):
-        assert d.resolve_sensor_def(sensor)
+    for sensor in ("raw_file_sensor", "opal_dp_automation"):
+        assert d.resolve_sensor_def(sensor).description
+    assert d.resolve_schedule_def("weekly_publication").description
 
 
 def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation():
@@ -91,7 +92,7 @@ def test_every_asset_has_a_data_class_owner_kind_code_reference_and_automation()
         assert spec.owners == ["team:opal-data"] and "python" in spec.kinds, key
         assert "dagster/code_references" in spec.metadata, key
         opt_in = key in ON_DEMAND or spec.group_name == "synthetic"  # od_hierarchy: part of the release
-        weekly = key in ROLLUP  # launched together by the weekly_rollup sensor, not by conditions
+        weekly = key in ROLLUP  # launched together by the weekly_publication schedule, not by conditions
         assert (spec.automation_condition is None) == (opt_in or weekly), key
     internal = {k for k, s in specs().items() if s.tags["data_class"] == "internal"}
     assert {"true_cells", "utility_report", "disclosure_risk", "unit_comparison", "design_comparison",
@@ -129,19 +130,20 @@ def test_the_release_is_what_make_release_builds_and_nothing_opt_in():
     assert jobs["rollup"] == ROLLUP
     automation = d.resolve_sensor_def("opal_dp_automation")
     assert {k.to_user_string() for k in automation.asset_selection.resolve(graph)} <= set().union(*jobs.values())
-    assert d.resolve_sensor_def("weekly_rollup").job_name == "rollup"
+    assert d.resolve_schedule_def("weekly_publication").job_name == "rollup"
 
 
 def test_one_switch_starts_the_sensors():
-    """OPAL_DP_AUTOMATION=1 in the daemon's environment turns all three sensors on; without it they are off."""
-    code = ("from opal_dp.definitions import defs; "
-            "print(sorted((s.name, s.default_status.value) for s in defs().sensors))")
+    """OPAL_DP_AUTOMATION=1 in the daemon's environment turns both sensors and the weekly schedule on; without it they
+    are off."""
+    code = ("from opal_dp.definitions import defs; d = defs(); "
+            "print(sorted((s.name, s.default_status.value) for s in [*d.sensors, *d.schedules]))")
     statuses = {}
     for switch in ("", "1"):
         env = {**os.environ, "OPAL_DP_AUTOMATION": switch, "PYTHONPATH": str(REPO_ROOT)}
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         statuses[switch] = done.stdout.strip()
-    names = ("opal_dp_automation", "raw_file_sensor", "weekly_rollup")
+    names = ("opal_dp_automation", "raw_file_sensor", "weekly_publication")
     assert statuses[""] == str([(n, "STOPPED") for n in names])
     assert statuses["1"] == str([(n, "RUNNING") for n in names])

@@ -1,71 +1,59 @@
-"""The weekly roll-up sensor: one rollup run after each tick, only once something was released since the last
-publication and nothing is in progress."""
+"""The weekly publication: a schedule on the agency's clock (its next tick in the configured time zone, shown by the
+UI) that launches one rollup run at a tick only when something was released since the last publication."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 import pytest
-from dagster._utils.schedules import is_valid_cron_schedule
+from dagster._utils.schedules import is_valid_cron_schedule, schedule_execution_time_iterator
 
 from opal_dp import settings
 from opal_dp.definitions import defs
-from opal_dp.defs.shared.weekly import PUBLISHED, RELEASED, weekly_rollup
+from opal_dp.defs.shared.weekly import PUBLISHED, RELEASED, weekly_publication
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT
 
-LAST_WEEK = "0"  # a cursor before every tick: the roll-up is due
+TICK = datetime(2016, 8, 1, 6, tzinfo=ZoneInfo("Australia/Sydney"))
 
 
-def tick(instance: dg.DagsterInstance, cursor: str | None):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs())
-    return weekly_rollup(context), context.cursor
+def tick(instance: dg.DagsterInstance):
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=TICK)
+    return weekly_publication(context)
 
 
 def released(instance: dg.DagsterInstance, week: str = "2016-07-25") -> None:
     instance.report_runless_asset_event(dg.AssetMaterialization(RELEASED, partition=f"bus|{week}"))
 
 
-def test_switched_on_it_waits_for_the_next_tick():
-    instance = dg.DagsterInstance.ephemeral()
-    released(instance)
-    result, cursor = tick(instance, None)
-    assert isinstance(result, dg.SkipReason) and "first roll-up after" in result.skip_message
-    again, _ = tick(instance, cursor)  # the tick it started at does not count
-    assert isinstance(again, dg.SkipReason) and "next tick" in again.skip_message
+def test_the_weekly_publication_ticks_on_mondays_at_six_in_the_agency_s_time_zone():
+    schedule = defs().resolve_schedule_def("weekly_publication")
+    assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 6 * * 1", "Australia/Sydney")
+    after = datetime(2026, 11, 28, 12, tzinfo=timezone.utc)  # a Saturday
+    upcoming = next(schedule_execution_time_iterator(after.timestamp(), schedule.cron_schedule,
+                                                     schedule.execution_timezone))  # the UI's "next tick"
+    assert upcoming.isoformat() == "2026-11-30T06:00:00+11:00"  # Monday 06:00 Sydney summer time
+    assert upcoming.astimezone(timezone.utc).isoformat() == "2026-11-29T19:00:00+00:00"
 
 
-def test_after_a_tick_it_launches_one_rollup_when_something_was_released():
-    instance = dg.DagsterInstance.ephemeral()
-    nothing, cursor = tick(instance, LAST_WEEK)
+def test_a_tick_launches_one_rollup_only_when_something_was_released_since_the_last_publication():
+    with dg.instance_for_test() as instance:
+        _ticks(instance)
+
+
+def _ticks(instance: dg.DagsterInstance) -> None:
+    nothing = tick(instance)
     assert isinstance(nothing, dg.SkipReason) and "nothing released" in nothing.skip_message
-    assert cursor == LAST_WEEK  # still due: the first release after the tick is published when it ends
     released(instance)
-    request, cursor = tick(instance, cursor)
-    assert isinstance(request, dg.RunRequest) and request.run_key.startswith("weekly-rollup-")
-    once, _ = tick(instance, cursor)
-    assert isinstance(once, dg.SkipReason) and "next tick" in once.skip_message
-
-
-def test_a_publication_newer_than_every_release_launches_nothing():
-    instance = dg.DagsterInstance.ephemeral()
-    released(instance)
+    request = tick(instance)
+    assert isinstance(request, dg.RunRequest) and request.run_key == f"weekly-publication-{TICK.isoformat()}"
     instance.report_runless_asset_event(dg.AssetMaterialization(PUBLISHED))
-    result, _ = tick(instance, LAST_WEEK)
-    assert isinstance(result, dg.SkipReason) and "nothing released" in result.skip_message
-
-
-def test_it_waits_while_a_run_is_in_progress():
-    instance = dg.DagsterInstance.ephemeral()
-    released(instance)
-    job = defs().resolve_job_def("rollup")
-    run = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED)
-    result, cursor = tick(instance, LAST_WEEK)
-    assert isinstance(result, dg.SkipReason) and run.run_id in result.skip_message and cursor == LAST_WEEK
-    instance.report_run_canceled(run)
-    assert isinstance(tick(instance, cursor)[0], dg.RunRequest)
+    again = tick(instance)
+    assert isinstance(again, dg.SkipReason) and "nothing released" in again.skip_message
 
 
 def test_the_service_files_switch_automation_on_with_valid_settings(monkeypatch):
@@ -93,6 +81,8 @@ def test_the_service_files_switch_automation_on_with_valid_settings(monkeypatch)
     (settings.TIMEZONE_ENV, "Sydney", settings.publish_schedule_from_env),
     (settings.FIRST_DATE_ENV, "2016-07-26", settings.first_date_from_env),
     (settings.FIRST_DATE_ENV, "July 2016", settings.first_date_from_env),
+    (settings.AUDIT_RUNS_ENV, "20000", settings.audit_runs_from_env),
+    (settings.AUDIT_RUNS_ENV, "1e6", settings.audit_runs_from_env),
 ])
 def test_a_bad_setting_is_refused_by_name(monkeypatch, name, value, read):
     monkeypatch.setenv(name, value)

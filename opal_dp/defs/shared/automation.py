@@ -1,9 +1,9 @@
 """Automation: each raw day is ingested as it arrives, each week is released once all its days are ingested
-(conditions declared on the assets), and the release is published weekly (``weekly.weekly_rollup``).
+(conditions declared on the assets), and the release is published weekly (``weekly.weekly_publication``).
 
 One switch, ``OPAL_DP_AUTOMATION=1`` in the environment of the daemon (``make daemon``, ``deploy/``), starts the
-three sensors (``raw_file_sensor``, ``opal_dp_automation``, ``weekly_rollup``); without it they wait to be
-switched on in the UI (Automation). The instance remembers a switch made in the UI, which then wins over the
+two sensors (``raw_file_sensor``, ``opal_dp_automation``) and the schedule ``weekly_publication``; without it they
+wait to be switched on in the UI (Automation). The instance remembers a switch made in the UI, which then wins over the
 default. ``$OPAL_DP_SENSOR_INTERVAL`` (seconds, default 60) is how often each of them looks.
 
 - ``raw_file_sensor`` records each new or replaced raw file as a new version of the external asset
@@ -17,8 +17,8 @@ default. ``$OPAL_DP_SENSOR_INTERVAL`` (seconds, default 60) is how often each of
 - ``opal_dp_automation`` evaluates these conditions over ``jobs.THE_RELEASE`` only (never the opt-in synthetic
   assets or the on-demand reports); it emits backfills, the same as a UI launch, and a backfill of week
   partitions is one run per week (``partitions``), so a refused week fails its own run and no other.
-- The roll-up (ledger summary, audit, reports, publish) carries no condition: ``weekly_rollup`` launches it as
-  one ``rollup`` run once a week.
+- The roll-up (ledger summary, audit, reports, publish) carries no condition: the schedule ``weekly_publication``
+  launches it as one ``rollup`` run once a week, on the agency's clock.
 
 Privacy parameters are deployment configuration (the ``privacy_budget`` resource), and publishing builds the
 statement from the ledger, so whatever path released a draw, the publication states what the ledger holds.

@@ -1,13 +1,13 @@
-"""The weekly publication: one ``rollup`` run (ledger summary, audit, internal reports, publish) per tick of
-``$OPAL_DP_PUBLISH_CRON`` (default Mondays 06:00) in ``$OPAL_DP_PUBLISH_TIMEZONE`` (default UTC).
+"""The weekly publication: a schedule on the agency's clock, ``$OPAL_DP_PUBLISH_CRON`` (default Mondays 06:00) in
+``$OPAL_DP_TIMEZONE`` (default Australia/Sydney), that launches one ``rollup`` run (ledger summary, audit, internal
+reports, publish) at each tick where something was released since the last publication. The UI shows its next
+tick; ``OPAL_DP_AUTOMATION=1`` switches it on with the sensors.
 
-``weekly_rollup`` is a sensor on that cron rather than a schedule, and the roll-up assets carry no automation
-condition, so that the week's publication is one run in which the audit gates the publication (a failed audit
-skips ``published_release``): after the tick it waits until no run or backfill is in progress (so a day being
-released is not left half out), and it launches nothing when nothing was released since the last publication.
-At most one roll-up per tick; a week with no new day publishes nothing, and then the first day released after
-the tick is published when its release ends. A roll-up never waits for a late or failed day: it publishes the
-partitions whose releases are complete in the ledger and lists the others as pending.
+The roll-up carries no automation condition, so that a week's publication is one run in which the audit gates the
+publication (a failed audit skips ``published_release``). A roll-up never waits for a late or failed day: it
+publishes the weeks whose releases are complete in the ledger and lists the others as pending; a week still being
+released when it runs is published at the next tick (the ledger's writers share one pool, so the roll-up's ledger
+steps wait for a running release's).
 
 Gating across runs: Dagster's blocking checks hold back only the steps of their own run, and the releases run
 before the roll-up. A release evaluates its blocking checks inside its step before storing anything (a failure
@@ -16,22 +16,19 @@ stores nothing of that run), and ``published_release`` checks again exactly what
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import dagster as dg
-from dagster._utils.schedules import get_latest_completed_cron_tick, get_next_cron_tick, is_valid_cron_schedule
+from dagster._utils.schedules import is_valid_cron_schedule
 
 from opal_dp import settings
-from opal_dp.defs.shared.automation import SENSOR_INTERVAL, SWITCH
+from opal_dp.defs.shared.automation import SWITCH
 from opal_dp.defs.shared.jobs import rollup_job
 
-PUBLISH_CRON, PUBLISH_TIMEZONE = settings.publish_schedule_from_env()
+PUBLISH_CRON, TIMEZONE = settings.publish_schedule_from_env()
 if not is_valid_cron_schedule(PUBLISH_CRON):
     raise ValueError(f"{settings.PUBLISH_CRON_ENV} must be a cron schedule such as "
                      f"{settings.DEFAULT_PUBLISH_CRON!r}, got {PUBLISH_CRON!r}")
 RELEASED, PUBLISHED = dg.AssetKey("release_draws"), dg.AssetKey("published_release")
-ACTIVE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-          dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+SCHEDULE_STATUS = dg.DefaultScheduleStatus(SWITCH.value)
 
 
 def _last_materialised(instance: dg.DagsterInstance, key: dg.AssetKey) -> float | None:
@@ -39,37 +36,19 @@ def _last_materialised(instance: dg.DagsterInstance, key: dg.AssetKey) -> float 
     return event.timestamp if event else None
 
 
-def _in_progress(instance: dg.DagsterInstance) -> str | None:
-    from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
-
-    runs = instance.get_run_records(dg.RunsFilter(statuses=ACTIVE), limit=1)
-    if runs:
-        return f"run {runs[0].dagster_run.run_id}"
-    backfills = instance.get_backfills(filters=BulkActionsFilter(statuses=[BulkActionStatus.REQUESTED]), limit=1)
-    return f"backfill {backfills[0].backfill_id}" if backfills else None
-
-
-@dg.sensor(
+@dg.schedule(
     job=rollup_job,
-    minimum_interval_seconds=SENSOR_INTERVAL,
-    default_status=SWITCH,
-    description=f"The weekly publication ({PUBLISH_CRON}, {PUBLISH_TIMEZONE}): one rollup run after the tick, once "
-                "nothing is in progress and something was released since the last publication.",
+    cron_schedule=PUBLISH_CRON,
+    execution_timezone=TIMEZONE,
+    default_status=SCHEDULE_STATUS,
+    description=f"The weekly publication ({PUBLISH_CRON} in {TIMEZONE}: $OPAL_DP_PUBLISH_CRON, $OPAL_DP_TIMEZONE): one "
+                "rollup run (ledger summary, privacy audit, internal reports, publish) when something was released "
+                "since the last publication; otherwise the tick is skipped, saying so.",
 )
-def weekly_rollup(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-    now = datetime.now(timezone.utc)
-    tick = get_latest_completed_cron_tick(PUBLISH_CRON, now, PUBLISH_TIMEZONE)
-    upcoming = get_next_cron_tick(PUBLISH_CRON, now, PUBLISH_TIMEZONE)
-    if context.cursor is None:  # switched on: the first roll-up follows the next tick
-        context.update_cursor(str(tick.timestamp()))
-        return dg.SkipReason(f"switched on: first roll-up after {upcoming.isoformat()}")
-    if float(context.cursor) >= tick.timestamp():
-        return dg.SkipReason(f"waiting for the next tick, {upcoming.isoformat()}")
-    busy = _in_progress(context.instance)
-    if busy:
-        return dg.SkipReason(f"roll-up due since {tick.isoformat()}, waiting for {busy} to end")
-    released, published = _last_materialised(context.instance, RELEASED), _last_materialised(context.instance, PUBLISHED)
+def weekly_publication(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+    released = _last_materialised(context.instance, RELEASED)
+    published = _last_materialised(context.instance, PUBLISHED)
     if released is None or (published is not None and published >= released):
         return dg.SkipReason("nothing released since the last publication")
-    context.update_cursor(str(tick.timestamp()))
-    return dg.RunRequest(run_key=f"weekly-rollup-{tick.isoformat()}", tags={"opal_dp/publish_tick": tick.isoformat()})
+    tick = context.scheduled_execution_time
+    return dg.RunRequest(run_key=f"weekly-publication-{tick.isoformat()}", tags={"opal_dp/publish_tick": tick.isoformat()})
