@@ -31,6 +31,7 @@ from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.publish import latest_release, read_index
 from opal_dp.release.share import split
 from opal_dp.release.statement.build import stated_design
+from opal_dp.release.statement.person import person_account
 from opal_dp.runs import ReleaseRuns, run_release
 
 __all__ = ["main", "run_release", "budget_config", "ensure_dagster_home", "summary"]
@@ -344,6 +345,12 @@ def _ledger(args: argparse.Namespace) -> None:
     for person in ledger.person_cap_history():
         print(f"  person cap over {person.horizon_days} days: {person.action} {person.set_at} "
               f"epsilon={person.epsilon:g} delta={person.delta:g} ({person.reason})")
+    account = person_account(ledger)
+    if account:
+        print(f"  person account: the worst {account['horizon_days']}-day window ({account['window']}) has spent "
+              f"epsilon={account['epsilon_spent']:.4g} delta={account['delta_spent']:.3g} of the person cap "
+              f"(epsilon={account['cap_epsilon']:g}, delta={account['cap_delta']:g}): {account['share_of_cap']:.1%}, "
+              f"about epsilon={account['epsilon_remaining']:.4g} left")
     for row in ledger.summary():
         g = row.guarantee
         print(f"  {row.unit} {row.scope}: epsilon={g.epsilon:.6g} delta={g.delta:.3g} charges={row.charges} "

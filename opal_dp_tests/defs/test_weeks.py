@@ -91,6 +91,20 @@ def test_a_bad_day_holds_its_own_week_and_every_other_week_goes_ahead(tmp_path):
     assert tags[WEEKS_TAG] == WEEKS[0][0] and tags[UNIT_TAG] == "card_period"
     assert tags[RELEASE_ID_TAG] == statement["release"]["id"]
     assert {len(job_runs(home, job)) for job in ("private_stages", "release_od", "rollup")} == {1}
+    with dg.DagsterInstance.from_config(str(home)) as instance:  # the person account as numbers the UI plots
+        published = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
+        week = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(["release", "tap_on_time"]), asset_partitions=[f"bus|{WEEKS[0][0]}"]), limit=1)
+    person = statement["person"]
+    assert published.metadata["person_epsilon_spent"].value == pytest.approx(person["spent"]["epsilon"])
+    assert published.metadata["person_cap_epsilon"].value == 20.0
+    assert 0 < published.metadata["person_share_of_cap"].value < 1
+    meta = week.records[0].asset_materialization.metadata
+    assert meta["scope_rho"].value > 0 and meta["charge"].value.startswith("zCDP rho=")  # never "epsilon 0"
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    shown = subprocess.run([sys.executable, "-m", "opal_dp.cli", "ledger", "show", "--data-dir", str(data)],
+                           capture_output=True, text=True, env=env, timeout=300, cwd=REPO_ROOT)
+    assert shown.returncode == 0 and "person account: the worst 365-day window" in shown.stdout, shown.stderr
 
     deliver(data, WEEKS[2], seed=50)  # a third week, the bad day still bad: it goes ahead
     third = release(data, home)

@@ -25,7 +25,7 @@ from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
 from opal_dp.release.od.hierarchy_publish import hierarchy_gate
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
-from opal_dp.release.statement.person import person_section
+from opal_dp.release.statement.person import person_account, person_section
 from opal_dp.release.statement.runs import draws_of
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.publish import files_of, publish, published_index
@@ -164,6 +164,17 @@ def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, 
     return gates
 
 
+def _person_metadata(ledger: PrivacyLedger) -> dict:
+    """The person account as numbers the UI plots across publications (``release.statement.person.person_account``):
+    the worst horizon window's epsilon and delta spent, the cap, the share of it and the headroom left."""
+    account = person_account(ledger)
+    if account is None:
+        return {}
+    return {f"person_{key}": dg.MetadataValue.float(float(value)) for key, value in account.items()
+            if key in ("epsilon_spent", "delta_spent", "cap_epsilon", "cap_delta", "epsilon_remaining", "share_of_cap")
+            } | {"person_window": account["window"]}
+
+
 def _draws_of(entry: dict) -> list[int]:
     return sorted([*entry["draws"].values(), *([entry["od"]] if entry["od"] is not None else []),
                    *(row["draw_id"] for row in entry["hierarchy"])])
@@ -263,7 +274,7 @@ def _publish_release(
     except PublishRefused as refused:
         raise dg.Failure(description=refused.description,
                          metadata={"failed_checks": dg.MetadataValue.json(refused.failed_checks)}) from None
-    status = {"path": dg.MetadataValue.path(str(folder)),
+    status = {**_person_metadata(ledger), "path": dg.MetadataValue.path(str(folder)),
               "dates_published": len(changed) if statements else 0,
               "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed] if statements else []),
               "partitions_published": len({k for k, _ in draw_ids}),

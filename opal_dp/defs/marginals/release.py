@@ -26,6 +26,7 @@ from opal_dp.release.marginals.tables import BY_NAME, MARGINALS
 from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
 from opal_dp.release.options import Design
 from opal_dp.release.periods import week_of
+from opal_dp.release.statement.person import person_account
 
 RELEASE_PREFIX = "release"
 TRUE_CELLS, RELEASE_DRAWS = "true_cells", "release_draws"
@@ -147,7 +148,7 @@ def release_marginals(
             plausible[time].append({"partition": key, "passed": str(ok), **figures})
     problems = blocking_problems(under_check)
     failed = [p for found in problems.values() for p in found]
-    _record_per_partition(context, released_by_key, spend, plan, problems, plausible)
+    _record_per_partition(context, released_by_key, spend, plan, problems, plausible, ledger)
     if failed:  # the checks gate: nothing of this run is stored, so nothing downstream can use it
         yield from _check_results(list(released_by_key), problems, plausible, plan.design)
         raise dg.Failure(description="blocking checks failed; no release asset was stored:\n" + "\n".join(failed[:20]))
@@ -163,7 +164,8 @@ def release_marginals(
                 "privacy_unit": plan.unit.value,
                 "relation": plan.relation.value,
                 **{k: dg.MetadataValue.json(v) if isinstance(v, dict) else v
-                   for k, v in described.items() if k != "seeded"},
+                   for k, v in described.items() if k not in ("seeded", "cost")},
+                "charge": _charge_text(plan.mechanisms[marginal.name].cost()),
                 "noise_seeded": described["seeded"],
                 "noise_source": "seeded PRNG (TEST ONLY)" if described["seeded"] else "OS CSPRNG (os.urandom)",
             },
@@ -174,7 +176,7 @@ def release_marginals(
 
 
 def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]],
-                          plausible: dict[str, list[dict]]) -> None:
+                          plausible: dict[str, list[dict]], ledger) -> None:
     """Per-(week, mode) metadata, folded into each partition's materialisation (no event of its own), over its
     (date, mode) pieces: rows, its own blocking checks' outcome, its ledger draws and the largest spend of its scopes,
     and the warning check's outcome."""
@@ -183,6 +185,8 @@ def _record_per_partition(context, released_by_key: dict, spend: dict, plan, pro
     for key in released_by_key:
         day, mode = date_and_mode(key)
         by_partition.setdefault(f"{mode}|{week_of(day)}", []).append(key)
+    person = {f"person_{k}": float(v) for k, v in (person_account(ledger) or {}).items()
+              if k in ("epsilon_spent", "share_of_cap", "epsilon_remaining")}
     for partition, keys in by_partition.items():
         scopes = [spend[plan.scope(*date_and_mode(k))] for k in keys]
         for m in MARGINALS:
@@ -203,12 +207,21 @@ def _record_per_partition(context, released_by_key: dict, spend: dict, plan, pro
                           + f"; {', '.join(sorted({r.decision for r in results}))})",
                 "scope_epsilon": max(g.epsilon for g in scopes),
                 "scope_delta": max(g.delta for g in scopes),
+                **({"scope_rho": max(g.rho for g in scopes)} if all(g.rho is not None for g in scopes) else {}),
+                **person,
                 **({"plausible_totals": "passed" if all(r["passed"] == "True" for r in rows)
                     else "WARNING: totals disagree"} if rows else {}),
             }, asset_key=RELEASE_KEYS[m.name], partition_key=partition)
         context.add_asset_metadata({"dagster/row_count": sum(len(released_by_key[k]) for k in keys)},
                                    asset_key=RELEASE_DRAWS, partition_key=partition)
         context.add_asset_metadata({"dagster/row_count": len(keys)}, asset_key=TRUE_CELLS, partition_key=partition)
+
+
+def _charge_text(cost) -> str:
+    """A marginal's charge as its measure states it: rho for zCDP (never "epsilon 0"), epsilon otherwise."""
+    if cost.measure == "zcdp":
+        return f"zCDP rho={cost.rho:.6g} with delta={cost.delta:.3g} (its epsilon is the week scope's composition)"
+    return f"epsilon={cost.epsilon:.6g} delta={cost.delta:.3g}"
 
 
 def _check_results(keys: list[str], problems: dict[str, list[str]], plausible: dict[str, list[dict]],

@@ -55,3 +55,19 @@ def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Colle
         "this_release_charges": int_runs(c.id for c in mine),
         "trip_unit_charges": int_runs(c.id for c in trips),
     }
+
+
+def person_account(ledger: PrivacyLedger) -> dict | None:
+    """The person account as it stands, for operators (``ledger show``, the UI's numeric metadata): the worst horizon
+    window over every card-level charge the ledger holds, what it has spent, the cap, and the headroom left (the cap's
+    epsilon minus the window's; compositions are not additive, so the headroom is a guide, the ledger the judge).
+    None before the first card-level charge."""
+    charges = [c for c in ledger.charges() if PrivacyUnit(c.unit).bounds_cards]
+    if not charges:
+        return None
+    spend = ledger.person_spend(min(c.first_date for c in charges), max(c.last_date for c in charges))
+    cap, spent = spend.cap, spend.guarantee
+    return {"window": f"{spend.window[0]}..{spend.window[1]}", "horizon_days": cap.horizon_days,
+            "epsilon_spent": spent.epsilon, "delta_spent": spent.delta, "rho_spent": spent.rho,
+            "cap_epsilon": cap.epsilon, "cap_delta": cap.delta,
+            "epsilon_remaining": max(cap.epsilon - spent.epsilon, 0.0), "share_of_cap": spent.epsilon / cap.epsilon}
