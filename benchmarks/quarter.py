@@ -132,7 +132,7 @@ def _child(data: Path, progress: Path, weeks: int, number: int) -> None:
     with dg.DagsterInstance.local_temp(str(home)) as instance:
         files = published_files(published)
         started = time.time()
-        results = run_release(instance, dates=week)  # the default: a year of weeks fits its person cap
+        results = run_release(instance, dates=week).runs  # the default: a year of weeks fits its person cap
         ended = time.time()
         after = published_files(published)
         records = instance.fetch_materializations(dg.AssetRecordsFilter(

@@ -1,5 +1,6 @@
-"""The Dagster UI in a real browser: every stage is in the lineage graph, and one partition of the
-first stage can be materialised from the UI.
+"""The Dagster UI in a real browser: every stage is in the lineage graph, and several days of the first stage are
+materialised from the UI as the data team does it (a backfill of a date range, Dagster's default executor: a process
+per step, the step's per-day worker processes in it) and the run finishes.
 
 Runs ``dagster dev`` on a throwaway instance (temp DAGSTER_HOME, temp OPAL_DP_DATA_DIR holding one
 small raw day) and drives Debian's Chromium through Playwright. Screenshots land in
@@ -29,9 +30,9 @@ from opal_dp_tests.browser.chromium import (
 )
 from opal_dp_tests.browser.dagster_dev import AUTOMATION_TAGS, DagsterDev, write_raw_day
 
-SERVICE_DAY = date(2016, 7, 25)
-FIRST_STAGE_ASSET = "ingested_trips"  # group "ingest", partitioned by the dynamic "service_date"
-RUN_TIMEOUT_S = 120
+SERVICE_DAYS = [date(2016, 7, 25), date(2016, 7, 26), date(2016, 7, 27)]
+FIRST_STAGE_ASSET = "ingested_trips"  # group "ingest", partitioned by service date (daily time windows)
+RUN_TIMEOUT_S = 300  # a backfill run: a process per step (the default executor), workers in the step
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
 pytestmark = BROWSER_MARKS
@@ -49,7 +50,8 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
     require_chromium()  # only reachable in CI (skipped otherwise)
     root = tmp_path_factory.mktemp("dagster_ui")
     data_dir = root / "data"
-    write_raw_day(data_dir / "raw", SERVICE_DAY)
+    for day in SERVICE_DAYS:
+        write_raw_day(data_dir / "raw", day)
     server = DagsterDev(home=root / "dagster_home", data_dir=data_dir, log_path=root / "dagster_dev.log")
     server.prepare_instance()
     server.start()
@@ -96,7 +98,7 @@ def _check_lineage_graph(page: Page, server: DagsterDev, groups: set[str]) -> No
     screenshot(page, "ui_asset_lineage")
 
 
-def _launch_one_partition(page: Page, server: DagsterDev, asset: str, partition: str) -> None:
+def _launch_days(page: Page, server: DagsterDev, asset: str, first: str, last: str) -> None:
     page.goto(f"{server.url}/assets/{asset}")
     # The accessible name carries the icon's text ("materialization Materialize…").
     page.get_by_role("button", name=re.compile(r"(^|\s)Materialize…?$")).first.click()
@@ -104,45 +106,44 @@ def _launch_one_partition(page: Page, server: DagsterDev, asset: str, partition:
     launch = page.get_by_role("dialog").filter(has_text=re.compile(r"Launch runs? to materialize"))
     extra = page.get_by_role("dialog").filter(has_text="Additional assets will be materialized")
     expect(launch.or_(extra)).to_be_visible(timeout=30_000)
-    if extra.is_visible():  # ingest is a non-subsettable multi-asset: rejected_trips comes along
+    if extra.is_visible():  # ingest is a non-subsettable multi-asset: the day's other assets come along
         extra.get_by_role("button", name="Confirm").click()
     expect(launch).to_be_visible(timeout=30_000)
-
-    launch.get_by_text("Select a partition or create one").click()
-    page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(partition)}")).click()
-    launch.get_by_text(re.compile(r"Launch runs? to materialize")).click()  # close the picker
-    expect(launch.get_by_text("1 partition", exact=True)).to_be_visible(timeout=10_000)
-    launch.get_by_role("button", name=re.compile(r"^Launch 1 run$")).click()
+    show_all = launch.get_by_text("Show all partitions")  # 2016 is outside the last 90 days it offers first
+    expect(show_all).to_be_visible(timeout=30_000)
+    show_all.click()
+    expect(show_all).to_be_hidden(timeout=10_000)
+    selection = launch.get_by_role("textbox").first
+    selection.fill(f"[{first}...{last}]")
+    selection.press("Enter")
+    expect(launch.get_by_text("3 partitions", exact=True)).to_be_visible(timeout=10_000)
+    screenshot(page, "ui_launch_days")
+    launch.get_by_role("button", name=re.compile(r"^Launch (backfill|3 runs?)$")).click()
     expect(launch).to_be_hidden(timeout=30_000)
 
 
-def _wait_for_ui_run(server: DagsterDev, partition: str, before: set[str]) -> dict:
-    """The run the UI launched: new, for ``partition``, not started by a sensor/schedule/automation
-    (those stay queued on this instance, see ``dagster_dev.DAGSTER_YAML``)."""
+def _wait_for_ui_runs(server: DagsterDev, before: set[str]) -> list[dict]:
+    """The runs the UI launched (new, not started by a sensor, schedule or automation: those stay queued on this
+    instance, see ``dagster_dev.DAGSTER_YAML``), once every one of them has ended."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
     ours: list[dict] = []
     while time.monotonic() < deadline:
-        runs = server.runs(tags=[{"key": "dagster/partition", "value": partition}])
-        ours = [
-            r for r in runs
-            if r["runId"] not in before and not {t["key"] for t in r["tags"]} & set(AUTOMATION_TAGS)
-        ]
-        if len(ours) > 1:
-            raise AssertionError(f"expected one run launched from the UI, got {ours}")
-        if ours and ours[0]["status"] in TERMINAL:
-            return ours[0]
+        ours = [r for r in server.runs() if r["runId"] not in before
+                and not {t["key"] for t in r["tags"]} & set(AUTOMATION_TAGS)]
+        if ours and all(r["status"] in TERMINAL for r in ours):
+            return ours
         time.sleep(1.0)
-    raise AssertionError(f"no finished UI run for partition {partition} after {RUN_TIMEOUT_S} s: {ours}")
+    raise AssertionError(f"the UI's runs did not finish after {RUN_TIMEOUT_S} s: {ours}")
 
 
-def test_lineage_graph_and_materialise_one_partition_from_ui(dagster_ui: DagsterDev) -> None:
+def test_lineage_graph_and_several_days_materialised_from_the_ui(dagster_ui: DagsterDev) -> None:
     server = dagster_ui
     groups = defined_groups()
     served = {node["groupName"] for node in server.graphql("{ assetNodes { groupName } }")["assetNodes"]}
     assert served == groups, f"dagster dev serves groups {sorted(served)}, definitions have {sorted(groups)}"
-    partition = SERVICE_DAY.isoformat()
-    written = server.data_dir / "private" / FIRST_STAGE_ASSET / f"{partition}.parquet"
-    assert not written.exists()
+    days = [day.isoformat() for day in SERVICE_DAYS]
+    written = [server.data_dir / "private" / FIRST_STAGE_ASSET / f"{day}.parquet" for day in days]
+    assert not any(path.exists() for path in written)
     before = {r["runId"] for r in server.runs()}
     (ARTIFACTS / "ui_failure.png").unlink(missing_ok=True)  # only a failure of this run leaves one
 
@@ -154,9 +155,10 @@ def test_lineage_graph_and_materialise_one_partition_from_ui(dagster_ui: Dagster
             _dismiss_community_modal(page)
             try:
                 _check_lineage_graph(page, server, groups)
-                _launch_one_partition(page, server, FIRST_STAGE_ASSET, partition)
-                run = _wait_for_ui_run(server, partition, before)
-                assert run["status"] == "SUCCESS", f"run {run['runId']} ended {run['status']}"
+                _launch_days(page, server, FIRST_STAGE_ASSET, days[0], days[-1])
+                runs = _wait_for_ui_runs(server, before)
+                assert all(r["status"] == "SUCCESS" for r in runs), [(r["runId"], r["status"]) for r in runs]
+                run = runs[0]
 
                 page.goto(f"{server.url}/runs/{run['runId']}")
                 expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=30_000)
@@ -179,5 +181,6 @@ def test_lineage_graph_and_materialise_one_partition_from_ui(dagster_ui: Dagster
     assert [FIRST_STAGE_ASSET] in [key["path"] for key in run["assetSelection"] or []], run
     automated = [r for r in server.runs() if {t["key"] for t in r["tags"]} & set(AUTOMATION_TAGS)]
     assert all(r["status"] == "QUEUED" for r in automated), f"automation runs should stay queued: {automated}"
-    assert written.is_file(), f"{written} missing; private/ holds {sorted(server.data_dir.rglob('*.parquet'))}"
-    assert len(pd.read_parquet(written)) > 0
+    for path in written:
+        assert path.is_file(), f"{path} missing; private/ holds {sorted(server.data_dir.rglob('*.parquet'))}"
+        assert len(pd.read_parquet(path)) > 0
