@@ -16,7 +16,7 @@ POSTGRES := /usr/share/doc/postgresql/copyright
 REDIS := /usr/bin/redis-server
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: release test cluster-test ui ui-readonly daemon bench clean lock mutation synth-peers synth-peers-lock
+.PHONY: release test check cluster-test ui ui-readonly daemon bench clean lock mutation synth-peers synth-peers-lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -57,23 +57,30 @@ $(REDIS):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
 
-# One worker per core; a test file's tests share a worker (module fixtures run once).
+# One worker per core; a test file's tests share a worker (module fixtures run once). The 25 slowest tests are
+# printed, so that the next one to grow shows. The suite is two tiers: `make check` (every test but the slow tier:
+# end-to-end releases through Dagster, the command line, the daemon, Celery, a browser, the benchmark) before each
+# commit, `make test` (everything; CI) before each push.
 test: $(STAMP) $(SYNTH_PEERS)/.installed-stamp $(CHROMIUM) $(POSTGRES) $(REDIS)
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PY) -m pytest -n auto --dist loadfile --durations=25
+
+check: $(STAMP) $(POSTGRES)
+	$(PY) -m pytest -n auto --dist loadfile --durations=10 -m "not slow"
 
 # The deploy/ profile on localhost: PostgreSQL, Redis and 2 Celery workers release the sample (also in `make test`).
 cluster-test: $(STAMP) $(POSTGRES) $(REDIS)
 	$(PY) -m pytest -p no:cacheprovider opal_dp_tests/test_cluster.py
 
-# The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it).
+# The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it), on UI_PORT.
 UI_HOST ?= 127.0.0.1
+UI_PORT ?= 3000
 # umask 077: what Dagster writes into its home (event log, compute logs) stays private.
 ui: $(STAMP) | $(DAGSTER_HOME)
-	umask 077 && $(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST)
+	umask 077 && $(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
 
 # For people who look but must not launch or wipe anything (it still shows the internal figures: see docs/operating.md).
 ui-readonly: $(STAMP) | $(DAGSTER_HOME)
-	umask 077 && $(VENV)/bin/dagster-webserver -w workspace.yaml -h $(UI_HOST) --read-only
+	umask 077 && $(VENV)/bin/dagster-webserver -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT) --read-only
 
 # The weekly operation without the UI: the daemon alone runs sensors, automation, backfills and queued runs
 # (docs/operating.md "Weekly operation"; deploy/opal-dp-daemon.service runs the same as a service). Automation is on

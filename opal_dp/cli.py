@@ -123,6 +123,10 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
                      f"{storage.private_dir / 'rejected_trips'}, private; counts per reason on ingested_trips)")
     if data.get("left_out_dates"):
         lines.append(f"left out of their released weeks: {', '.join(data['left_out_dates'])}")
+    unset = [name for name in (settings.PUBLISHER_ENV, settings.CONTACT_ENV) if not os.environ.get(name, "").strip()]
+    if unset and "rollup" in results:
+        lines.append(f"warning: {' and '.join(unset)} not set: the page and its citation say \"not stated\" (set "
+                     "them in the environment of the publishing run)")
     person = statement["person"]
     if person["bounded"]:
         cap, spent = person["cap"], person["spent"]
@@ -228,10 +232,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from opal_dp.simulate.sample import BrokenSampleRecord
+
     args = _parser().parse_args(argv)
     if args.command == "release":
-        with private_umask():  # what Dagster writes (its home, event log) is private too
-            _release(args)
+        try:
+            with private_umask():  # what Dagster writes (its home, event log) is private too
+                _release(args)
+        except BrokenSampleRecord as err:
+            raise SystemExit(str(err)) from None
     elif args.command == "ledger":
         _ledger(args)
     else:

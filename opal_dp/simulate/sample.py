@@ -62,9 +62,23 @@ def _is_sample(path: Path, recorded: dict[str, str]) -> bool:
     return path.name in recorded and path.exists() and _sha256(path) == recorded[path.name]
 
 
+class BrokenSampleRecord(ValueError):
+    """The sample's record cannot be read: its message names the file and the fix, in one line."""
+
+
 def _recorded(raw_dir: Path) -> dict[str, str]:
     marker = Path(raw_dir) / MARKER
-    return json.loads(marker.read_text(encoding="utf-8"))["files"] if marker.exists() else {}
+    if not marker.exists():
+        return {}
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise TypeError("files is not a mapping of file names to SHA-256 digests")
+        return files
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise BrokenSampleRecord(f"{marker}: the sample's record is not readable; delete it (the sample's days then "
+                                 "count as real data) or delete raw/ and run make release again to regenerate "
+                                 "the sample with its record") from None
 
 
 def _record(raw_dir: Path, files: dict[str, str]) -> None:

@@ -167,3 +167,13 @@ def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(t
         assert marker not in printed.stdout + printed.stderr + held.stdout + held.stderr + logs
     for out in (printed, held):
         assert "dagster._core" not in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr
+
+
+def test_a_corrupt_sample_record_stops_the_release_in_one_line_naming_the_file_and_the_fix(tmp_path, home):
+    (tmp_path / "raw").mkdir(mode=0o700)
+    record = tmp_path / "raw" / "SYNTHETIC_SAMPLE.json"
+    record.write_text("{not json", encoding="utf-8")
+    run = release(tmp_path, "--sample", prelude=SMALL_SAMPLE)
+    said = run.stderr.strip().splitlines()
+    assert run.returncode != 0 and "Traceback" not in run.stderr and len(said) == 1, run.stderr
+    assert said[0].startswith(f"{record}: the sample's record is not readable; delete it") and "make release" in said[0]

@@ -27,13 +27,12 @@ from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 WEEKS = [[(date(2016, 7, 25) + timedelta(days=7 * w + d)).isoformat() for d in range(7)] for w in range(3)]
 BAD = WEEKS[1][2]
-JOB_RUNS = """
-query JobRuns($job: String!) {
-  pipelineOrError(params: {pipelineName: $job, repositoryName: "__repository__", repositoryLocationName: "opal_dp"}) {
-    ... on Pipeline { runs { runId status tags { key value } } }
-  }
-}
-"""
+JOBS = ("private_stages", "release", "release_od", "rollup")
+JOB_RUNS = "query JobRuns {" + "".join(f"""
+  {job}: pipelineOrError(params: {{pipelineName: "{job}", repositoryName: "__repository__",
+                                   repositoryLocationName: "opal_dp"}}) {{
+    ... on Pipeline {{ runs {{ runId status tags {{ key value }} }} }}
+  }}""" for job in JOBS) + "\n}"
 
 
 def release(data: Path, home: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -58,17 +57,17 @@ def charged_weeks(data: Path) -> set[str]:
     return {c.scope for c in PrivacyBudget().ledger(OpalStorage(data_dir=str(data))).charges()}
 
 
-def job_runs(home: Path, job: str) -> list[dict]:
-    """The runs the UI's job page lists: Dagster's GraphQL over the workspace of ``workspace.yaml``."""
+def job_runs(home: Path) -> dict[str, list[dict]]:
+    """The runs each job's page in the UI lists: Dagster's GraphQL over the workspace of ``workspace.yaml``."""
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import WorkspaceFileTarget
     from dagster_graphql.test.utils import execute_dagster_graphql
 
     with dg.DagsterInstance.from_config(str(home)) as instance, WorkspaceProcessContext(
             instance, WorkspaceFileTarget([str(REPO_ROOT / "workspace.yaml")])) as workspace:
-        result = execute_dagster_graphql(workspace.create_request_context(), JOB_RUNS, {"job": job})
+        result = execute_dagster_graphql(workspace.create_request_context(), JOB_RUNS)
     assert not result.errors, result.errors
-    return result.data["pipelineOrError"]["runs"]
+    return {job: result.data[job]["runs"] for job in JOBS}
 
 
 @pytest.mark.slow
@@ -85,12 +84,13 @@ def test_a_bad_day_holds_its_own_week_and_every_other_week_goes_ahead(tmp_path):
     statement = json.loads((data / "published" / LATEST / "privacy.json").read_text())
     assert set(statement["data"]["pending_dates"]) == {d.replace("-", "") for d in WEEKS[1]}
 
-    runs = job_runs(home, "release")  # the CLI's runs are the UI's: on the job's page, tagged
+    pages = job_runs(home)  # the CLI's runs are the UI's: on the jobs' pages, tagged
+    runs = pages["release"]
     assert len(runs) == 1 and runs[0]["status"] == "SUCCESS"
     tags = {t["key"]: t["value"] for t in runs[0]["tags"]}
     assert tags[WEEKS_TAG] == WEEKS[0][0] and tags[UNIT_TAG] == "card_period"
     assert tags[RELEASE_ID_TAG] == statement["release"]["id"]
-    assert {len(job_runs(home, job)) for job in ("private_stages", "release_od", "rollup")} == {1}
+    assert {len(pages[job]) for job in ("private_stages", "release_od", "rollup")} == {1}
     with dg.DagsterInstance.from_config(str(home)) as instance:  # the person account as numbers the UI plots
         published = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
         week = instance.fetch_materializations(dg.AssetRecordsFilter(
@@ -121,7 +121,7 @@ def test_a_bad_day_holds_its_own_week_and_every_other_week_goes_ahead(tmp_path):
     again = release(data, home)  # nothing new: one line, no run launched
     assert again.returncode == 0 and again.stdout.count("\n") == 1, again.stdout
     assert again.stdout.startswith("nothing new to release: 21 days stand published as ")
-    assert len(job_runs(home, "release")) == 3
+    assert len(job_runs(home)["release"]) == 3
 
 
 @pytest.mark.slow
