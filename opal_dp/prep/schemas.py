@@ -32,17 +32,19 @@ class RejectedTrips(pa.DataFrameModel):
     ``line`` is the CSV line (the header is line 1) or the 1-based Parquet row.
     """
 
-    source_file: Series[str]
-    line: Series[int] = pa.Field(ge=1)
-    field: Series[str]
-    reason: Series[str]
-    card_id: Series[str] = pa.Field(nullable=True)
-    mode: Series[str] = pa.Field(nullable=True)
-    tap_on_time: Series[str] = pa.Field(nullable=True)
-    tap_on_stop: Series[str] = pa.Field(nullable=True)
-    tap_off_time: Series[str] = pa.Field(nullable=True)
-    tap_off_stop: Series[str] = pa.Field(nullable=True)
-    raw_line: Series[str] = pa.Field(nullable=True)  # the whole line, when it could not be split
+    source_file: Series[str] = pa.Field(description="the raw file the row came from")
+    line: Series[int] = pa.Field(ge=1, description="its CSV line (the header is line 1) or 1-based Parquet row")
+    field: Series[str] = pa.Field(description="the first field at fault")
+    reason: Series[str] = pa.Field(description="why the row was rejected")
+    card_id: Series[str] = pa.Field(
+        nullable=True, description="the card's id (private: dropped by contribution bounding)")
+    mode: Series[str] = pa.Field(nullable=True, description="bus, ferry, light_rail or train")
+    tap_on_time: Series[str] = pa.Field(nullable=True, description="tap-on time, local")
+    tap_on_stop: Series[str] = pa.Field(nullable=True, description="tap-on stop id (the public stop list)")
+    tap_off_time: Series[str] = pa.Field(nullable=True, description="tap-off time, local; empty without a tap-off")
+    tap_off_stop: Series[str] = pa.Field(nullable=True, description="tap-off stop id; empty without a tap-off")
+    raw_line: Series[str] = pa.Field(
+        nullable=True, description="the whole raw line, when it could not be split into fields (private)")
 
     class Config:
         strict = True
@@ -52,12 +54,15 @@ class IngestedTrips(pa.DataFrameModel):
     """Accepted raw trips (one row per trip) of one service day, typed. The card id is kept only until
     contribution bounding; strict, so no other column can ride along."""
 
-    card_id: Series[int] = pa.Field(gt=0)
-    mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
-    tap_on_time: Series[pd.Timestamp]
-    tap_on_stop: Series["int32"]
-    tap_off_time: Series[pd.Timestamp] = pa.Field(nullable=True)
-    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(nullable=True)
+    card_id: Series[int] = pa.Field(gt=0, description="the card's id (private: dropped by contribution bounding)")
+    mode: Series[pd.CategoricalDtype] = pa.Field(
+        categories_within={"allowed": list(MODES)}, description="bus, ferry, light_rail or train")
+    tap_on_time: Series[pd.Timestamp] = pa.Field(description="tap-on time, local")
+    tap_on_stop: Series["int32"] = pa.Field(description="tap-on stop id (the public stop list)")
+    tap_off_time: Series[pd.Timestamp] = pa.Field(
+        nullable=True, description="tap-off time, local; empty without a tap-off")
+    tap_off_stop: Series[pd.Int32Dtype] = pa.Field(
+        nullable=True, description="tap-off stop id; empty without a tap-off")
 
     class Config:
         strict = True
@@ -66,10 +71,13 @@ class IngestedTrips(pa.DataFrameModel):
 class PartitionTrips(pa.DataFrameModel):
     """One (date, mode) partition: only tap-on/tap-off windows and locations (seed §4.1 step 5)."""
 
-    tap_on_window: Series["int16"] = pa.Field(ge=0, lt=WINDOWS_PER_DAY)
-    tap_on_loc: Series[pd.CategoricalDtype]
-    tap_off_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
-    tap_off_loc: Series[pd.CategoricalDtype]
+    tap_on_window: Series["int16"] = pa.Field(
+        ge=0, lt=WINDOWS_PER_DAY, description="tap-on 15-minute window of the day (0 = 0:00-0:15)")
+    tap_on_loc: Series[pd.CategoricalDtype] = pa.Field(
+        description="tap-on location: postcode for bus, stop name otherwise")
+    tap_off_window: Series["int16"] = pa.Field(
+        ge=UNKNOWN, lt=WINDOWS_PER_DAY, description="tap-off 15-minute window; -1 without a tap-off")
+    tap_off_loc: Series[pd.CategoricalDtype] = pa.Field(description="tap-off location; -1 without a tap-off")
 
     class Config:
         strict = True
@@ -79,7 +87,8 @@ class BinnedTrips(PartitionTrips):
     """Trips of one service day with 15-minute windows and published location labels, without card id
     (bounded and anonymised)."""
 
-    mode: Series[pd.CategoricalDtype] = pa.Field(categories_within={"allowed": list(MODES)})
+    mode: Series[pd.CategoricalDtype] = pa.Field(
+        categories_within={"allowed": list(MODES)}, description="bus, ferry, light_rail or train")
 
     class Config:
         strict = True
@@ -88,7 +97,7 @@ class BinnedTrips(PartitionTrips):
 class CardBinnedTrips(BinnedTrips):
     """Binned trips of one service day that still carry the card id, for contribution bounding only."""
 
-    card_id: Series[int] = pa.Field(gt=0)
+    card_id: Series[int] = pa.Field(gt=0, description="the card's id (private: dropped by contribution bounding)")
 
     class Config:
         strict = True
@@ -97,7 +106,7 @@ class CardBinnedTrips(BinnedTrips):
 class CardDays(pa.DataFrameModel):
     """The distinct card ids that travelled on one service day (private; distinct by construction)."""
 
-    card_id: Series[int] = pa.Field(gt=0)
+    card_id: Series[int] = pa.Field(gt=0, description="the card's id (private: dropped by contribution bounding)")
 
     class Config:
         strict = True

@@ -60,6 +60,7 @@ def test_every_dataframe_asset_shows_its_column_schema():
                 "privacy_ledger", "utility_report", "release_draws"}) and key != "raw_trip_files":
             schema = spec.metadata.get("dagster/column_schema")
             assert isinstance(schema, dg.TableSchema) and schema.columns, key
+            assert all(column.description for column in schema.columns), key  # shown in the UI beside each column
 
 
 def test_release_assets_have_blocking_checks():

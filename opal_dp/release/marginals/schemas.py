@@ -14,8 +14,9 @@ OTHER_WINDOW = -2  # a public-domain remainder row's time window in a released f
 
 
 class TimeRelease(pa.DataFrameModel):
-    time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
-    count: Series["int64"] = pa.Field(ge=1)
+    time_window: Series["int16"] = pa.Field(
+        ge=UNKNOWN, lt=WINDOWS_PER_DAY, description="15-minute window of the day (-1: no tap-off; -2: the remainder row of a location)")
+    count: Series["int64"] = pa.Field(ge=1, description="the count: noisy (DP) in a release, true in internal tables")
 
     class Config:
         strict = True
@@ -23,8 +24,9 @@ class TimeRelease(pa.DataFrameModel):
 
 
 class LocRelease(pa.DataFrameModel):
-    loc: Series[pd.CategoricalDtype]
-    count: Series["int64"] = pa.Field(ge=1)
+    loc: Series[pd.CategoricalDtype] = pa.Field(
+        description="location: postcode for bus, stop name otherwise; -1 unknown; other: a remainder row")
+    count: Series["int64"] = pa.Field(ge=1, description="the count: noisy (DP) in a release, true in internal tables")
 
     class Config:
         strict = True
@@ -32,9 +34,11 @@ class LocRelease(pa.DataFrameModel):
 
 
 class TimeLocRelease(pa.DataFrameModel):
-    time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
-    loc: Series[pd.CategoricalDtype]
-    count: Series["int64"] = pa.Field(ge=1)
+    time_window: Series["int16"] = pa.Field(
+        ge=UNKNOWN, lt=WINDOWS_PER_DAY, description="15-minute window of the day (-1: no tap-off; -2: the remainder row of a location)")
+    loc: Series[pd.CategoricalDtype] = pa.Field(
+        description="location: postcode for bus, stop name otherwise; -1 unknown; other: a remainder row")
+    count: Series["int64"] = pa.Field(ge=1, description="the count: noisy (DP) in a release, true in internal tables")
 
     class Config:
         strict = True
@@ -44,9 +48,11 @@ class TimeLocRelease(pa.DataFrameModel):
 class TimeLocRemainderRelease(pa.DataFrameModel):
     """A public-domain joint: listed cells and remainder rows (``time_window = -2``: time = other)."""
 
-    time_window: Series["int16"] = pa.Field(ge=OTHER_WINDOW, lt=WINDOWS_PER_DAY)
-    loc: Series[pd.CategoricalDtype]
-    count: Series["int64"] = pa.Field(ge=1)
+    time_window: Series["int16"] = pa.Field(
+        ge=OTHER_WINDOW, lt=WINDOWS_PER_DAY, description="15-minute window of the day (-1: no tap-off; -2: the remainder row of a location)")
+    loc: Series[pd.CategoricalDtype] = pa.Field(
+        description="location: postcode for bus, stop name otherwise; -1 unknown; other: a remainder row")
+    count: Series["int64"] = pa.Field(ge=1, description="the count: noisy (DP) in a release, true in internal tables")
 
     class Config:
         strict = True
@@ -58,11 +64,14 @@ class TrueCells(pa.DataFrameModel):
     over all trips, ``bounded_count`` over those kept by contribution bounding (the mechanism's input).
     The checks and the internal utility report derive every true marginal from them."""
 
-    tap: Series[pd.CategoricalDtype] = pa.Field(isin=["on", "off"])  # categorical: no per-row type check
-    time_window: Series["int16"] = pa.Field(ge=UNKNOWN, lt=WINDOWS_PER_DAY)
-    loc: Series[pd.CategoricalDtype]
-    count: Series["int64"] = pa.Field(ge=1)
-    bounded_count: Series["int64"] = pa.Field(ge=0)
+    tap: Series[pd.CategoricalDtype] = pa.Field(isin=["on", "off"], description="on or off")
+    time_window: Series["int16"] = pa.Field(
+        ge=UNKNOWN, lt=WINDOWS_PER_DAY, description="15-minute window of the day (-1: no tap-off; -2: the remainder row of a location)")
+    loc: Series[pd.CategoricalDtype] = pa.Field(
+        description="location: postcode for bus, stop name otherwise; -1 unknown; other: a remainder row")
+    count: Series["int64"] = pa.Field(ge=1, description="the count: noisy (DP) in a release, true in internal tables")
+    bounded_count: Series["int64"] = pa.Field(
+        ge=0, description="true count after contribution bounding: what the mechanism reads (internal, not DP)")
 
     class Config:
         strict = True
@@ -71,9 +80,9 @@ class TrueCells(pa.DataFrameModel):
 class ReleaseDraws(pa.DataFrameModel):
     """The ledger draw (and its charge) that stands for each released marginal of a partition."""
 
-    marginal: Series[str] = pa.Field(unique=True)
-    draw_id: Series[int] = pa.Field(ge=1)
-    charge_id: Series[int] = pa.Field(ge=1)
+    marginal: Series[str] = pa.Field(unique=True, description="which of the six marginals")
+    draw_id: Series[int] = pa.Field(ge=1, description="the ledger draw that stands for it")
+    charge_id: Series[int] = pa.Field(ge=1, description="the ledger charge of that draw")
 
     class Config:
         strict = True
@@ -82,17 +91,19 @@ class ReleaseDraws(pa.DataFrameModel):
 class LedgerSummary(pa.DataFrameModel):
     """What each ledger scope costs one privacy unit, against the cap in force (internal)."""
 
-    unit: Series[str]
-    scope: Series[str]
-    epsilon: Series[float] = pa.Field(ge=0)
-    delta: Series[float] = pa.Field(ge=0)
-    rho: Series[float] = pa.Field(ge=0, nullable=True)
-    cap_epsilon: Series[float] = pa.Field(gt=0)
-    cap_delta: Series[float] = pa.Field(gt=0)
-    charges: Series[int] = pa.Field(ge=1)
-    draws: Series[int] = pa.Field(ge=0)
-    pending: Series[int] = pa.Field(ge=0)
-    last_charge_at: Series[str]
+    unit: Series[str] = pa.Field(description="privacy unit: trip, card_day or card_period")
+    scope: Series[str] = pa.Field(description="ledger scope: a (date, mode), a date, or a week")
+    epsilon: Series[float] = pa.Field(
+        ge=0, description="epsilon one unit has lost in the scope (the ledger's composition)")
+    delta: Series[float] = pa.Field(ge=0, description="delta of that guarantee")
+    rho: Series[float] = pa.Field(
+        ge=0, nullable=True, description="zCDP rho of the scope's zCDP charges (empty where not all are zCDP)")
+    cap_epsilon: Series[float] = pa.Field(gt=0, description="the scope cap's epsilon in force")
+    cap_delta: Series[float] = pa.Field(gt=0, description="the scope cap's delta in force")
+    charges: Series[int] = pa.Field(ge=1, description="charges on the scope")
+    draws: Series[int] = pa.Field(ge=0, description="draws on the scope")
+    pending: Series[int] = pa.Field(ge=0, description="draws charged but not yet stored and completed")
+    last_charge_at: Series[str] = pa.Field(description="when the scope was last charged (UTC)")
 
     class Config:
         strict = True
@@ -101,12 +112,15 @@ class LedgerSummary(pa.DataFrameModel):
 class UtilitySummary(pa.DataFrameModel):
     """Cost of the protection per marginal and mode, measured against the truth (internal)."""
 
-    marginal: Series[str]
-    mode: Series[str]
-    share_of_bins_suppressed: Series[float] = pa.Field(ge=0, le=1)
-    share_of_trips_suppressed: Series[float] = pa.Field(ge=0, le=1)
-    mean_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
-    bins_released: Series[int] = pa.Field(ge=0)
+    marginal: Series[str] = pa.Field(description="which of the six marginals")
+    mode: Series[str] = pa.Field(description="bus, ferry, light_rail or train")
+    share_of_bins_suppressed: Series[float] = pa.Field(
+        ge=0, le=1, description="share of true bins not released (internal, not DP)")
+    share_of_trips_suppressed: Series[float] = pa.Field(
+        ge=0, le=1, description="share of trips in bins not released (internal, not DP)")
+    mean_relative_error: Series[float] = pa.Field(
+        ge=0, nullable=True, description="mean relative error of released counts against the truth (internal, not DP)")
+    bins_released: Series[int] = pa.Field(ge=0, description="bins released")
 
     class Config:
         strict = True
@@ -123,15 +137,20 @@ def schema_for(marginal: Marginal, design: Design | str = Design.SBH) -> type[pa
 class UnitComparison(pa.DataFrameModel):
     """The three privacy units on the same data (internal report, not DP)."""
 
-    unit: Series[str] = pa.Field(isin=["trip", "card_day", "card_period"])
-    mechanism: Series[str]
-    share_of_trips_in_released_cells: Series[float] = pa.Field(ge=0, le=1, nullable=True)
-    released_cells: Series[int] = pa.Field(ge=0)
-    mean_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
-    median_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
-    suppressed_trips: Series[int] = pa.Field(ge=0)
-    share_dropped_by_bounding: Series[float] = pa.Field(ge=0, le=1)
-    trips: Series[int] = pa.Field(ge=0)
+    unit: Series[str] = pa.Field(
+        isin=["trip", "card_day", "card_period"], description="privacy unit: trip, card_day or card_period")
+    mechanism: Series[str] = pa.Field(description="noise mechanism")
+    share_of_trips_in_released_cells: Series[float] = pa.Field(
+        ge=0, le=1, nullable=True, description="share of trips in released cells (internal, not DP)")
+    released_cells: Series[int] = pa.Field(ge=0, description="cells released")
+    mean_relative_error: Series[float] = pa.Field(
+        ge=0, nullable=True, description="mean relative error of released counts against the truth (internal, not DP)")
+    median_relative_error: Series[float] = pa.Field(
+        ge=0, nullable=True, description="median relative error against the truth (internal, not DP)")
+    suppressed_trips: Series[int] = pa.Field(ge=0, description="trips in cells not released (internal, not DP)")
+    share_dropped_by_bounding: Series[float] = pa.Field(
+        ge=0, le=1, description="share of trips removed by contribution bounding (internal, not DP)")
+    trips: Series[int] = pa.Field(ge=0, description="true trips (internal, not DP)")
 
     class Config:
         strict = True
@@ -140,20 +159,32 @@ class UnitComparison(pa.DataFrameModel):
 class DesignComparison(pa.DataFrameModel):
     """The two release designs on the same data, unit and budget (internal report, not DP)."""
 
-    design: Series[str] = pa.Field(isin=[d.value for d in Design], unique=True)
-    share_of_trips_in_listed_cells: Series[float] = pa.Field(ge=0, le=1, nullable=True)
-    listed_cells: Series[int] = pa.Field(ge=0)
-    mean_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
-    median_relative_error: Series[float] = pa.Field(ge=0, nullable=True)
-    rmse_time: Series[float] = pa.Field(ge=0, nullable=True)
-    rmse_loc: Series[float] = pa.Field(ge=0, nullable=True)
-    false_cells_per_day: Series[float] = pa.Field(ge=0)
-    differencing_residual: Series[int] = pa.Field(ge=0)
-    listed_true_zero_share: Series[float] = pa.Field(ge=0, le=1)
-    lone_trip_listed_probability: Series[float] = pa.Field(ge=0, le=1)
-    empty_cell_listed_probability: Series[float] = pa.Field(ge=0, le=1)
-    expected_false_cells_per_day: Series[float] = pa.Field(ge=0)
-    trips: Series[int] = pa.Field(ge=0)
+    design: Series[str] = pa.Field(
+        isin=[d.value for d in Design], unique=True, description="release design: sbh or public_domain")
+    share_of_trips_in_listed_cells: Series[float] = pa.Field(
+        ge=0, le=1, nullable=True, description="share of trips in individually listed cells (internal, not DP)")
+    listed_cells: Series[int] = pa.Field(ge=0, description="cells listed individually")
+    mean_relative_error: Series[float] = pa.Field(
+        ge=0, nullable=True, description="mean relative error of released counts against the truth (internal, not DP)")
+    median_relative_error: Series[float] = pa.Field(
+        ge=0, nullable=True, description="median relative error against the truth (internal, not DP)")
+    rmse_time: Series[float] = pa.Field(
+        ge=0, nullable=True, description="root mean squared error of the time marginal (internal, not DP)")
+    rmse_loc: Series[float] = pa.Field(
+        ge=0, nullable=True, description="root mean squared error of the location marginal (internal, not DP)")
+    false_cells_per_day: Series[float] = pa.Field(
+        ge=0, description="listed cells with no trip, per day (internal, not DP)")
+    differencing_residual: Series[int] = pa.Field(
+        ge=0, description="mass an outsider recovers by differencing the tables (internal)")
+    listed_true_zero_share: Series[float] = pa.Field(
+        ge=0, le=1, description="share of listed cells whose true count is 0 (internal, not DP)")
+    lone_trip_listed_probability: Series[float] = pa.Field(
+        ge=0, le=1, description="probability that a cell of one trip is listed")
+    empty_cell_listed_probability: Series[float] = pa.Field(
+        ge=0, le=1, description="probability that an empty cell is listed")
+    expected_false_cells_per_day: Series[float] = pa.Field(
+        ge=0, description="expected listed cells with no trip, per day")
+    trips: Series[int] = pa.Field(ge=0, description="true trips (internal, not DP)")
 
     class Config:
         strict = True
@@ -172,12 +203,16 @@ class SyntheticTrips(IngestedTrips):
 class SyntheticScores(pa.DataFrameModel):
     """Internal, not DP: the synthetic trips and two baselines scored against the true trips."""
 
-    method: Series[str]
-    k_marginal: Series[float] = pa.Field(ge=0, le=1000)
-    k_marginal_2way: Series[float] = pa.Field(ge=0, le=1000)
-    od_top100_l1: Series[float] = pa.Field(ge=0, le=2)
-    trips_per_card_day_l1: Series[float] = pa.Field(ge=0, le=2)
-    rows: Series[int] = pa.Field(ge=0)
+    method: Series[str] = pa.Field(description="synthesizer or baseline")
+    k_marginal: Series[float] = pa.Field(
+        ge=0, le=1000, description="SDNist 3-way k-marginal score (0-1000; internal, not DP)")
+    k_marginal_2way: Series[float] = pa.Field(
+        ge=0, le=1000, description="SDNist 2-way k-marginal score (0-1000; internal, not DP)")
+    od_top100_l1: Series[float] = pa.Field(
+        ge=0, le=2, description="L1 distance of the top 100 OD pairs' shares (0-2; internal, not DP)")
+    trips_per_card_day_l1: Series[float] = pa.Field(
+        ge=0, le=2, description="L1 distance of the trips-per-card-day distribution (0-2; internal, not DP)")
+    rows: Series[int] = pa.Field(ge=0, description="rows generated")
 
     class Config:
         strict = True
