@@ -256,15 +256,18 @@ class _Launcher:
 
 
 @cache
-def _definitions() -> dg.Definitions:
+def _definitions(settings: tuple[tuple[str, str], ...]) -> dg.Definitions:
     from opal_dp.definitions import defs
 
     return defs()
 
 
 def job_by_name(name: str) -> dg.JobDefinition:
-    """The job, from the definitions (loaded once per process), wherever a step runs."""
-    return _definitions().resolve_job_def(name)
+    """The job, from the definitions, wherever a step runs: loaded once per process and per value of the
+    ``OPAL_DP_*`` settings they are built from (the executor, the schedule's clock), so a process whose settings
+    change (a test, a notebook) never runs a job defined under the old ones."""
+    settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("OPAL_DP_")))
+    return _definitions(settings).resolve_job_def(name)
 
 
 def job_origin(job: str):

@@ -91,7 +91,10 @@ def period_input(private_dir: Path, period: str, cut: DayCut, without: Collectio
 
 
 def store_period_input(private_dir: Path, found: PeriodInput) -> None:
-    """Record what the week's release read (private): later steps of the same release read exactly these days."""
+    """Record what the week's release reads (private): later steps of the same release read exactly these days. An
+    unchanged record is left as it is, so its modification time is when the week's input or settings last changed."""
+    if released_period_input(private_dir, found.period) == found:
+        return
     path = reserve_private(make_dirs(Path(private_dir) / RECORDS) / f"{found.period}.json")
     path.write_text(found.to_json(), encoding="utf-8")
 

@@ -1,14 +1,16 @@
 """Jobs, one per partitioning scheme (Dagster runs one scheme per job), and the run plan every path follows.
 
 "The release" (what ``make release`` builds) is four jobs, run in this order: ``private_stages`` (per service day,
-as raw files arrive), ``release`` (per week and mode: the six marginals), ``release_od`` (per week: the OD tree and
-the OD hierarchy) and ``rollup`` (ledger, audit, reports, publish). Their union is ``THE_RELEASE``, the selection
+as raw files arrive), ``release_od`` (per week: the OD tree and the OD hierarchy), ``release`` (per week and mode: the
+six marginals) and ``rollup`` (ledger, audit, reports, publish). The OD products are drawn before the marginals, as
+when they were built with the private stages, so that a seeded release draws its noise in the same order
+(``benchmarks/same_release.py``). Their union is ``THE_RELEASE``, the selection
 automation may launch; the opt-in ``synthetic`` jobs and the on-demand internal reports (``compare_units``,
 ``compare_designs``, ``evaluate_od``) are outside it and run only when launched.
 
 A backfill of everything launched from the UI, the automation's backfills and ``make release`` make the same
-runs: one ``private_stages`` run over the new days (single-run backfill policy), one ``release`` and one
-``release_od`` run per week (Dagster splits a (week, mode) range along its week dimension; the week assets run one
+runs: one ``private_stages`` run over the new days (single-run backfill policy), one ``release_od`` and one
+``release`` run per week (Dagster splits a (week, mode) range along its week dimension; the week assets run one
 week a run), and one ``rollup``. A week is the unit of work: it is released, checked and charged in its own runs,
 so a week that is refused fails alone.
 """
@@ -32,7 +34,7 @@ private_stages_job = dg.define_asset_job(
 release_job = dg.define_asset_job(
     "release",
     selection=dg.AssetSelection.groups("partition", "release") - dg.AssetSelection.assets("privacy_ledger"),
-    description="The release, 2 of 4 (per week and mode, one run a week): the week's (date, mode) pieces and the six "
+    description="The release, 3 of 4 (per week and mode, one run a week): the week's (date, mode) pieces and the six "
                 "DP marginals under the configured privacy unit, charged to the ledger; refused, with nothing "
                 "charged, while a day of the week is not ingested.",
 )
@@ -40,7 +42,7 @@ release_job = dg.define_asset_job(
 release_od_job = dg.define_asset_job(
     "release_od",
     selection=dg.AssetSelection.assets(*OD_ASSETS),
-    description="The release, 3 of 4 (per week, one run a week): the OD prefix tree and the hierarchical OD release of "
+    description="The release, 2 of 4 (per week, one run a week): the OD prefix tree and the hierarchical OD release of "
                 "each date of the week, charged to the ledger (nothing when they are off).",
 )
 
@@ -93,9 +95,9 @@ evaluate_od_job = dg.define_asset_job(
 
 def run_plan(day_ranges: list[tuple[str, str]], weeks: list[str]) -> list[tuple[str, tuple[str, str] | None]]:
     """(job, partition range or None): the ingest of contiguous ranges of service dates, then each week's release
-    in runs of its own, then the roll-up."""
+    in runs of its own (its OD products, then its marginals), then the roll-up."""
     return [
         *(("private_stages", span) for span in day_ranges),
-        *(run for week in weeks for run in (("release", period_range([week])), ("release_od", (week, week)))),
+        *(run for week in weeks for run in (("release_od", (week, week)), ("release", period_range([week])))),
         ("rollup", None),
     ]

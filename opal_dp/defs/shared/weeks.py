@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dagster as dg
 
 from opal_dp.defs.shared.budget import PrivacyBudget
@@ -9,7 +11,7 @@ from opal_dp.defs.shared.partitions import period_and_mode
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.period_input import (WITHOUT_TAG, PeriodInput, PeriodNotReady, period_input,
-                                          stored_period_input, without_days)
+                                          store_period_input, stored_period_input, without_days)
 
 
 def run_weeks(context: dg.AssetExecutionContext) -> list[str]:
@@ -20,13 +22,19 @@ def run_weeks(context: dg.AssetExecutionContext) -> list[str]:
 def period_inputs(context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, reference: ReferenceNetwork,
                   storage: OpalStorage) -> dict[str, PeriodInput]:
     """Each week of the run as its days' records stand (the run's ``opal_dp/without_days`` tag names the days the
-    operator releases it without); a week not ready fails the step, naming the days, before anything is charged."""
+    operator releases it without), recorded with the settings' fingerprint as what the week's release reads (the
+    record is rewritten only when that changes: its time is when this release of the week began); a week not
+    ready fails the step, naming the days, before anything is charged."""
     cut = privacy_budget.day_cut(reference.stops())
     without = without_days(context.run.tags.get(WITHOUT_TAG))
     try:
-        return {week: period_input(storage.private_dir, week, cut, without) for week in run_weeks(context)}
+        found = {week: period_input(storage.private_dir, week, cut, without) for week in run_weeks(context)}
     except PeriodNotReady as err:
         raise dg.Failure(description=str(err)) from None
+    for week, wanted in found.items():
+        found[week] = replace(wanted, settings=privacy_budget.fingerprint())
+        store_period_input(storage.private_dir, found[week])
+    return found
 
 
 def recorded_inputs(context: dg.AssetExecutionContext, storage: OpalStorage) -> dict[str, PeriodInput]:

@@ -13,7 +13,6 @@ day cap the cards' kept days are chosen over their whole week by the week's ``tr
 """
 
 
-from dataclasses import replace
 
 import dagster as dg
 import numpy as np
@@ -31,7 +30,7 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.parallel import map_calls
 from opal_dp.prep.bounding import select_card_days
 from opal_dp.prep.day_files import Bounding, DayCap, DayFailure, DayPaths, day_pass, split_day
-from opal_dp.release.period_input import PeriodInput, store_period_input
+from opal_dp.release.period_input import PeriodInput
 from opal_dp.release.periods import week_of
 from opal_dp.prep.schemas import (
     BinnedTrips,
@@ -158,7 +157,6 @@ def trip_partitions(
     bounds, key = privacy_budget.bounds, privacy_budget.key(storage, "bounding")
     calls, pieces = [], StoredPartitions()
     for period, found in inputs.items():
-        store_period_input(storage.private_dir, replace(found, settings=privacy_budget.fingerprint()))
         kept = _kept_days(found, bounds.max_days_per_card, card_days, key) \
             if privacy_budget.unit is PrivacyUnit.CARD_PERIOD and bounds.max_days_per_card is not None else None
         for day in found.days:
