@@ -62,10 +62,10 @@ $(REDIS):
 # end-to-end releases through Dagster, the command line, the daemon, Celery, a browser, the benchmark) before each
 # commit, `make test` (everything; CI) before each push.
 test: $(STAMP) $(SYNTH_PEERS)/.installed-stamp $(CHROMIUM) $(POSTGRES) $(REDIS)
-	$(PY) -m pytest -n auto --dist loadfile --durations=25
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
 
 check: $(STAMP) $(POSTGRES)
-	$(PY) -m pytest -n auto --dist loadfile --durations=10 -m "not slow"
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10 -m "not slow"
 
 # The deploy/ profile on localhost: PostgreSQL, Redis and 2 Celery workers release the sample (also in `make test`).
 cluster-test: $(STAMP) $(POSTGRES) $(REDIS)

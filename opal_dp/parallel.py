@@ -26,7 +26,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures import CancelledError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import cache
 from pathlib import Path
@@ -99,8 +99,11 @@ def start_in_background(workers: int | None = None) -> None:
     def start() -> None:
         pool = _pool(workers)
         with tempfile.TemporaryDirectory(prefix="opal_dp-start-") as folder:
-            for future in [pool.submit(_arrive, folder, workers) for _ in range(workers)]:
-                future.result()
+            try:
+                for future in [pool.submit(_arrive, folder, workers) for _ in range(workers)]:
+                    future.result()
+            except (RuntimeError, CancelledError, BrokenProcessPool):
+                pass  # the process ended first (nothing to release) or the pool broke: a real call says so itself
 
     threading.Thread(target=start, name="opal_dp-workers-start", daemon=True).start()
 
