@@ -17,6 +17,7 @@ import dagster as dg
 import pytest
 
 from opal_dp.defs.marginals.release import CHECK_SPECS
+from opal_dp.release.marginals.checks import DESIGN_CHECKS
 from opal_dp.defs.shared.executor import BACKEND_ENV, BROKER_ENV, EXECUTOR_ENV
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
@@ -103,8 +104,10 @@ def test_full_release_of_the_sample_through_two_celery_workers(cluster):
         weeks = len({week_of(d.isoformat()) for d in SAMPLE_DATES})
         assert [len(runs) for runs in results.runs.values()] == [len(SAMPLE_DATES) // 7, weeks, weeks, 1]
         evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
-        assert all(e.partition is None for e in evaluations)  # one evaluation per check and run, all partitions
-        assert len(evaluations) == weeks * len(CHECK_SPECS) and all(e.passed for e in evaluations)
+        sbh = [s for s in CHECK_SPECS if s.name in DESIGN_CHECKS["sbh"]]  # one evaluation per check and partition
+        assert {(e.asset_check_key, e.partition) for e in evaluations if e.blocking} == {
+            (s.key, f"{mode}|{week_of(d.isoformat())}") for s in sbh for mode in MODES for d in SAMPLE_DATES}
+        assert all(e.passed for e in evaluations if e.blocking)
         steps = {e.step_key for runs in results.runs.values() for run in runs for e in run.all_events
                  if e.is_step_success}
         on_workers = {e.step_key: e.event_specific_data.metadata["Celery worker"].value

@@ -1,6 +1,8 @@
-"""The Dagster UI in a real browser: every stage is in the lineage graph, and several days of the first stage are
-materialised from the UI as the data team does it (a backfill of a date range, Dagster's default executor: a process
-per step, the step's per-day worker processes in it) and the run finishes.
+"""The Dagster UI in a real browser: every stage is in the lineage graph; after a release on its instance the
+publication's page shows the person account as numbers and the publication gate's checks, and a release asset's
+page each checked property by name; several days of the first stage are materialised from the UI as the data team
+does it (a backfill of a date range, Dagster's default executor: a process per step, the step's per-day worker
+processes in it) and the run finishes.
 
 Runs ``dagster dev`` on a throwaway instance (temp DAGSTER_HOME, temp OPAL_DP_DATA_DIR holding one
 small raw day) and drives Debian's Chromium through Playwright. Screenshots land in
@@ -10,7 +12,10 @@ missing (``apt-get install -y chromium``); in CI (env ``CI`` set) it always runs
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from datetime import date
 
@@ -28,9 +33,13 @@ from opal_dp_tests.browser.chromium import (
     screenshot,
     sync_playwright,
 )
-from opal_dp_tests.browser.dagster_dev import AUTOMATION_TAGS, DagsterDev, write_raw_day
+from opal_dp.defs.marginals.gate_checks import GATE_CHECKS
+from opal_dp.release.marginals.checks import DESIGN_CHECKS
+from opal_dp_tests.browser.dagster_dev import AUTOMATION_TAGS, REPO_ROOT, DagsterDev, write_raw_day
+from opal_dp_tests.conftest import other_days
 
 SERVICE_DAYS = [date(2016, 7, 25), date(2016, 7, 26), date(2016, 7, 27)]
+RELEASED_DAYS = [date(2016, 8, 1), date(2016, 8, 2)]  # another week: the UI's backfill of SERVICE_DAYS is unaffected
 FIRST_STAGE_ASSET = "ingested_trips"  # group "ingest", partitioned by service date (daily time windows)
 RUN_TIMEOUT_S = 300  # a backfill run: a process per step (the default executor), workers in the step
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
@@ -54,6 +63,7 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
         write_raw_day(data_dir / "raw", day)
     server = DagsterDev(home=root / "dagster_home", data_dir=data_dir, log_path=root / "dagster_dev.log")
     server.prepare_instance()
+    _release_a_week_before(server.home, root / "released")
     server.start()
     try:
         server.wait_ready(timeout=120)
@@ -64,6 +74,35 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+def _release_a_week_before(home, data_dir) -> None:
+    """A release on the UI's instance before it starts (the command line, the week of ``RELEASED_DAYS`` without its
+    other days, its own data directory): its runs, metadata and checks are what the asset pages show."""
+    for day in RELEASED_DAYS:
+        write_raw_day(data_dir / "raw", day)
+    others = [f"--without={d}" for d in other_days(day.isoformat() for day in RELEASED_DAYS)]
+    done = subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--data-dir", str(data_dir), *others],
+                          env={**os.environ, "DAGSTER_HOME": str(home)}, capture_output=True, text=True, timeout=600,
+                          cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def _check_asset_pages(page: Page, server: DagsterDev) -> None:
+    """The person account's numbers on the publication's page, and each check by name: the publication gate's on
+    ``published_release``, each property on a release asset."""
+    page.goto(f"{server.url}/assets/published_release?view=events")
+    for name in ("person_epsilon_spent", "person_share_of_cap", "person_epsilon_remaining"):
+        expect(page.get_by_text(name, exact=True).first).to_be_visible()
+    screenshot(page, "ui_publication_person_account")
+    page.goto(f"{server.url}/assets/published_release?view=checks")
+    for name in GATE_CHECKS:
+        expect(page.get_by_text(name, exact=True).first).to_be_visible()
+    screenshot(page, "ui_publication_gate_checks")
+    page.goto(f"{server.url}/assets/release/tap_on_time?view=checks")
+    for name in (*DESIGN_CHECKS["sbh"], "plausible_totals"):
+        expect(page.get_by_text(name, exact=True).first).to_be_visible()
+    screenshot(page, "ui_release_checks")
 
 
 def _dismiss_community_modal(page: Page) -> None:
@@ -155,6 +194,7 @@ def test_lineage_graph_and_several_days_materialised_from_the_ui(dagster_ui: Dag
             _dismiss_community_modal(page)
             try:
                 _check_lineage_graph(page, server, groups)
+                _check_asset_pages(page, server)
                 _launch_days(page, server, FIRST_STAGE_ASSET, days[0], days[-1])
                 runs = _wait_for_ui_runs(server, before)
                 assert all(r["status"] == "SUCCESS" for r in runs), [(r["runId"], r["status"]) for r in runs]

@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from opal_dp.definitions import defs
+from opal_dp.defs.shared.partitions import period_mode
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT
 
 EXPECTED_GROUPS = {
@@ -63,15 +64,22 @@ def test_every_dataframe_asset_shows_its_column_schema():
             assert all(column.description for column in schema.columns), key  # shown in the UI beside each column
 
 
-def test_release_assets_have_blocking_checks():
-    """One blocking check per release asset (evaluated once per run), which names every check it runs."""
+def test_each_release_asset_has_one_blocking_check_per_property_per_partition():
+    """Each property a name of its own on each release asset, blocking, per (week, mode) partition, saying which
+    design evaluates it; the warning check only on the time marginals."""
     graph = defs().resolve_asset_graph()
-    (key,) = [c for c in graph.asset_check_keys if c.asset_key.to_user_string() == "release/tap_on_time_loc"]
-    spec = graph.get_check_spec(key)
-    assert key.name == "blocking_checks" and spec.blocking
-    assert all(f"`{name}`" in spec.description for name in (
-        "no_new_points", "counts_above_threshold", "canonical_order", "schema_valid", "budget_recorded",
-        "no_identifiers", "within_public_domain", "listed_counts_reach_tau", "sums_exact"))
+    keys = [c for c in graph.asset_check_keys if c.asset_key.to_user_string() == "release/tap_on_time"]
+    names = {"no_new_points", "counts_above_threshold", "canonical_order", "schema_valid", "budget_recorded",
+             "no_identifiers", "within_public_domain", "listed_counts_reach_tau", "sums_exact"}
+    assert {k.name for k in keys} == names | {"plausible_totals"}
+    for key in keys:
+        spec = graph.get_check_spec(key)
+        assert spec.partitions_def == period_mode and spec.blocking == (key.name != "plausible_totals"), key
+    assert "Evaluated under the sbh release design." in graph.get_check_spec(next(k for k in keys if k.name == "no_new_points")).description
+    assert "Evaluated under the sbh and public_domain release designs." in graph.get_check_spec(
+        next(k for k in keys if k.name == "schema_valid")).description
+    loc = {c.name for c in graph.asset_check_keys if c.asset_key.to_user_string() == "release/tap_on_loc"}
+    assert loc == names
 
 
 def test_jobs_and_sensors_exist():

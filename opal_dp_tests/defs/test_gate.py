@@ -15,6 +15,7 @@ from opal_dp.cli import run_release
 from opal_dp.definitions import defs
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.release.marginals.checks import DESIGN_CHECKS
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
 from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.conftest import other_days
@@ -59,18 +60,18 @@ def test_a_release_failing_a_blocking_check_is_not_stored_and_never_published(st
     (failed,) = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
     assert failed.job_name == "release" and (failed.tags[RANGE_START], failed.tags[RANGE_END]) == (
         "bus|2016-07-25", "train|2016-07-25")
-    pieces = {f"{d.isoformat()}|{mode}" for d in DAYS for mode in ("bus", "ferry", "light_rail", "train")}
     for marginal in MARGINALS:  # the whole run is refused: no piece of the week is stored, whatever its mode
         assert not instance.get_materialized_partitions(dg.AssetKey(["release", marginal.name]))
         assert not list(storage.private_dir.joinpath("release", marginal.name).rglob("*.parquet"))
-    check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        [dg.AssetCheckKey(dg.AssetKey(["release", "tap_on_loc"]), "blocking_checks")])
-    (evaluation,) = check.values()
-    assert evaluation.run_id == failed.run_id and evaluation.status.value == "FAILED"
-    by_partition = evaluation.event.dagster_event.event_specific_data.metadata["by_partition"]
-    outcome = {r.data["partition"]: r.data["passed"] for r in by_partition.records}  # one evaluation, each piece
-    assert outcome == {key: str(key != BAD_KEY) for key in pieces}
-    assert {r.data["partition"] for r in by_partition.records if r.data["counts_above_threshold"]} == {BAD_KEY}
+    evaluations = [e.dagster_event.event_specific_data for e in instance.all_logs(failed.run_id)
+                   if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+                   and e.dagster_event.event_specific_data.asset_key == dg.AssetKey(["release", "tap_on_loc"])]
+    outcome = {(e.check_name, e.partition): e.passed for e in evaluations}  # each property of each partition
+    bad = f"{BAD_KEY.split('|')[1]}|2016-07-25"
+    assert outcome == {(name, f"{mode}|2016-07-25"): not (name == "counts_above_threshold" and f"{mode}|2016-07-25" == bad)
+                       for name in DESIGN_CHECKS["sbh"] for mode in ("bus", "ferry", "light_rail", "train")}
+    (failing,) = [e for e in evaluations if not e.passed]
+    assert failing.metadata["failures"].value == 1 and f"{BAD_KEY} tap_on_loc:" in failing.metadata["first_failures"].value
     failure = next(e for e in instance.all_logs(failed.run_id) if e.dagster_event and e.dagster_event.is_step_failure)
     assert f"{BAD_KEY} tap_on_loc:" in failure.dagster_event.step_failure_data.error.message
     assert "rollup" not in result.runs and not storage.published_dir.exists()  # nothing released: nothing to publish

@@ -15,7 +15,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.marginals.checks import DESIGN_CHECKS
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.network import load_stops
+from opal_dp.network import MODES, load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.publish import od_tables
 from opal_dp.release.publish import (LATEST, LATEST_JSON, MANIFEST, files_of, latest_release, to_open_data,
@@ -53,8 +53,11 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
     # and one OD release run for the week (every mode in it), one rollup.
     assert [len(runs) for runs in results.runs.values()] == [2, 1, 1, 1]
     evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
-    # One evaluation per check and run, covering the run's partitions: never one per partition.
-    assert len(evaluations) == len(CHECK_SPECS) and all(e.partition is None for e in evaluations)
+    # One evaluation per check of the design in use, release asset and (week, mode) partition of the run.
+    sbh = [s for s in CHECK_SPECS if s.name in DESIGN_CHECKS["sbh"] or s.name == "plausible_totals"]
+    assert len(evaluations) == len(sbh) * len(MODES), len(evaluations)
+    assert {(e.asset_check_key, e.partition) for e in evaluations} == {
+        (s.key, f"{mode}|2016-07-25") for s in sbh for mode in MODES}
     assert all(e.passed for e in evaluations if e.check_name != "plausible_totals")
     meta = {}
     for m in results["release"][0].get_asset_materialization_events():
@@ -71,19 +74,21 @@ def test_all_blocking_checks_pass_and_epsilon_is_in_metadata(released):
 
 
 def test_each_partitions_check_outcome_is_in_its_checks_table_and_its_materialisation(released):
-    """What the UI shows per partition now that a run's checks are evaluated once: every partition of the run in
-    each release asset's ``by_partition`` table, with no failure of any check of the design, and again in that
-    partition's materialisation metadata."""
+    """What the UI shows per partition: each property checked on each (week, mode) partition, named by the check
+    (only the design's: the public-domain design's checks are not evaluated under sbh), its dates counted, and the
+    partition's outcome again in its materialisation metadata."""
     instance, results = released
-    pieces = {f"{d.isoformat()}|{m}" for d in DAYS for m in ("bus", "ferry", "light_rail", "train")}
-    keys = {f"{m}|2016-07-25" for m in ("bus", "ferry", "light_rail", "train")}
+    keys = {f"{m}|2016-07-25" for m in MODES}
     evaluations = [e for run in results["release"] for e in run.get_asset_check_evaluations()]
-    for spec in CHECK_SPECS:
-        rows = [r.data for e in evaluations if e.asset_check_key == spec.key for r in e.metadata["by_partition"].records]
-        assert sorted(r["partition"] for r in rows) == sorted(pieces), spec.key
-        if spec.name == "blocking_checks":
-            assert all(r["passed"] == "True" and set(DESIGN_CHECKS["sbh"]) <= set(r) for r in rows), spec.key
-            assert not {name for r in rows for name in r} & {"within_public_domain", "sums_exact"}, spec.key
+    checked = {e.check_name for e in evaluations}
+    assert checked == {*DESIGN_CHECKS["sbh"], "plausible_totals"}
+    assert not checked & {"within_public_domain", "listed_counts_reach_tau", "sums_exact"}
+    for e in evaluations:
+        assert e.partition in keys and e.metadata["dates"].value == len(DAYS), e
+        if e.check_name != "plausible_totals":
+            assert e.passed and e.blocking and e.metadata["failures"].value == 0, e
+        else:
+            assert {r.data["partition"].split("|")[1] for r in e.metadata["by_date"].records} == {e.partition.split("|")[0]}
     for marginal in MARGINALS:
         records = instance.fetch_materializations(dg.AssetKey(["release", marginal.name]), limit=100).records
         by_partition = {r.partition_key: r.asset_materialization.metadata for r in records}

@@ -20,10 +20,12 @@ import opal_dp.defs.marginals.audit as audit_defs
 from opal_dp.cli import run_release
 from opal_dp.settings import AUDIT_RUNS_ENV
 from opal_dp.definitions import defs
+from opal_dp.defs.marginals.gate_checks import GATE_CHECKS
 from opal_dp.defs.marginals.publish import PUBLICATION_STATE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS
+from opal_dp.release.periods import week_of
 from opal_dp_tests.audit.planted import ScaleBug
 from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, TRIP
@@ -107,7 +109,33 @@ def test_a_release_asset_that_is_not_the_ledgers_draw_is_not_published(released)
     result = run(instance, storage, ["published_release"])
     assert not result.success
     assert f"{TAMPERED[0]} {TAMPERED[1]}: the release asset is not the ledger's stored draw" in failure_messages(result)
+    assert gate_checks(result) == {("dates_are_the_ledgers_draws", False)}  # the UI names the check that refused
     assert releases(storage) == before
+
+
+def gate_checks(result) -> set[tuple[str, bool]]:
+    return {(e.check_name, e.passed) for e in result.get_asset_check_evaluations()}
+
+
+def test_publication_waits_for_an_audit_stored_after_the_latest_draws(released):
+    """On an instance that holds no audit, then one older than the latest release draws, the publication is refused
+    by its ``audit_passed`` check and writes nothing; once an audit is stored after them, every gate check passes
+    and the release is published. Kills a gate that publishes without a passing audit of the current draws."""
+    _, storage = released
+    instance = dg.DagsterInstance.ephemeral()
+    before = releases(storage)
+    for event in ([], [dg.AssetMaterialization("privacy_audit"),
+                       dg.AssetMaterialization("release_draws", partition=f"bus|{week_of(DAYS[0].isoformat())}")]):
+        for materialisation in event:
+            instance.report_runless_asset_event(materialisation)
+        result = run(instance, storage, ["published_release"])
+        assert not result.success and gate_checks(result) == {("audit_passed", False)}
+        assert "no privacy audit passed since the latest release was drawn" in failure_messages(result)
+        assert releases(storage) == before
+    instance.report_runless_asset_event(dg.AssetMaterialization("privacy_audit"))
+    result = run(instance, storage, ["published_release"])
+    assert result.success and gate_checks(result) == {(name, True) for name in GATE_CHECKS}
+    assert (storage.published_dir / "latest" / "privacy.json").exists()
 
 
 def test_a_stored_draw_failing_a_blocking_check_is_not_published(released):

@@ -17,8 +17,11 @@ import pytest
 
 from opal_dp.cli import ensure_dagster_home
 from opal_dp.defs.shared.budget import PrivacyBudget
+from opal_dp.defs.marginals.gate_checks import GATE_CHECKS
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.tags import RELEASE_ID_TAG, UNIT_TAG, WEEKS_TAG
+from opal_dp.network import MODES
+from opal_dp.release.marginals.checks import DESIGN_CHECKS
 from opal_dp.release.publish import LATEST
 from opal_dp.release.statement.runs import partition_keys
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
@@ -95,6 +98,15 @@ def test_a_bad_day_holds_its_own_week_and_every_other_week_goes_ahead(tmp_path):
         published = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
         week = instance.fetch_materializations(dg.AssetRecordsFilter(
             asset_key=dg.AssetKey(["release", "tap_on_time"]), asset_partitions=[f"bus|{WEEKS[0][0]}"]), limit=1)
+        checks = {key: instance.event_log_storage.get_asset_check_execution_history(key, limit=10)
+                  for key in (*(dg.AssetCheckKey(dg.AssetKey(["release", "tap_on_time"]), name)
+                                for name in DESIGN_CHECKS["sbh"]),
+                              *(dg.AssetCheckKey(dg.AssetKey("published_release"), name) for name in GATE_CHECKS))}
+    for key, history in checks.items():  # each property of each partition, and the publication gate, by name
+        outcome = {(r.partition, r.status.value) for r in history}
+        wanted = {(None, "SUCCEEDED")} if key.asset_key == dg.AssetKey("published_release") else {
+            (f"{mode}|{WEEKS[0][0]}", "SUCCEEDED") for mode in MODES}
+        assert outcome == wanted, (key, outcome)
     person = statement["person"]
     assert published.metadata["person_epsilon_spent"].value == pytest.approx(person["spent"]["epsilon"])
     assert published.metadata["person_cap_epsilon"].value == 20.0

@@ -1,12 +1,15 @@
 """Publish: the released marginals become the open-data files and their privacy statement, built from the
 ledger records of the draws that produced them; date by date, each date once (``release.publish``)."""
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pandas as pd
 
 from opal_dp.core import PrivacyLedger
+from opal_dp.defs.marginals.gate_checks import (AUDIT_PASSED, DATES, FOLDER, GATE_CHECK_SPECS, STATEMENT,
+                                                audit_stands, failed_check, passed_checks, refused)
 from opal_dp.defs.marginals.release import RELEASE_DRAWS, RELEASE_KEYS, TRUE_CELLS
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.heap import earlier_objects_frozen
@@ -28,7 +31,7 @@ from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_account, person_section
 from opal_dp.release.statement.runs import draws_of
 from opal_dp.release.page.summary import PageSummary
-from opal_dp.release.publish import files_of, publish, published_index
+from opal_dp.release.publish import PublishedFormatError, files_of, publish, published_index
 from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.build import (
@@ -145,7 +148,7 @@ def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, 
         try:
             evidence = ledger_evidence(ledger, entry["draws"], with_person=False)
         except StatementError as err:
-            raise dg.Failure(description=f"publishing refused: {err}") from err
+            raise refused(DATES, f"publishing refused: {err}") from err
         tree = {day: trees[day]} if entry["od"] is not None else {}
         rows = {day: hierarchy[day]} if entry["hierarchy"] else {}
         od = {}
@@ -154,7 +157,7 @@ def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, 
             if rows:
                 problems += hierarchy_gate(rows, ledger, storage.private_dir, plan.domain, plan.tau)
             if problems:
-                raise dg.Failure(description="publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
+                raise refused(DATES, "publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
             od = od_tables(tree, alphabet, privacy_budget.od_top_sequences, rows)
         keys = sorted({key for key, _ in entry["draws"]})
         gates.append(DateGate(
@@ -192,7 +195,7 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
                                       data_origin(storage, draw_ids, *unpublished))
     except StatementError as err:
-        raise dg.Failure(description=f"publishing refused: {err}") from err
+        raise refused(STATEMENT, f"publishing refused: {err}") from err
     if od or rows:  # the person's share of this release counts every file in it, the OD releases too
         statement["od"] = od_statement(od, ledger, rows)
         trees = {d.charge_id for d in ledger.draws(draws_of(statement["od"]["draws"]))}
@@ -213,6 +216,7 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
                 "OD hierarchy when it is on, else the DP tree) and od-sequences.csv (the tree) of the dates whose OD "
                 "assets are complete, checked by the same gate. A run with nothing new writes nothing.",
     freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)),
+    check_specs=GATE_CHECK_SPECS,
     pool=LEDGER_POOL,
     **labels("public", "csv"),
 )
@@ -226,12 +230,20 @@ def published_release(
     reference: ReferenceNetwork,
     storage: OpalStorage,
     **releases: PartitionFrames,
-) -> dg.MaterializeResult:
+) -> Iterator[dg.AssetCheckResult | dg.MaterializeResult]:
     """Publish the dates whose draws are new or changed (gated one date at a time), then the combined files, the
-    statement and the page over everything published; a run with nothing new writes nothing."""
+    statement and the page over everything published; a run with nothing new writes nothing. A refusal records the
+    gate check that refused it (``gate_checks``)."""
     with earlier_objects_frozen():  # it reads the whole history: its cost must not include re-scanning the heap
-        return _publish_release(context, true_cells, release_draws, od_prefix_tree, od_hierarchy, privacy_budget,
-                                reference, storage, releases)
+        try:
+            result = _publish_release(context, true_cells, release_draws, od_prefix_tree, od_hierarchy,
+                                      privacy_budget, reference, storage, releases)
+        except dg.Failure as failure:
+            check = failed_check(failure)
+            if check is not None:
+                yield check
+            raise
+    yield result
 
 
 def _publish_release(
@@ -247,6 +259,7 @@ def _publish_release(
     if not draw_ids:
         raise dg.Failure(description="nothing to publish yet: no week's release is complete (pending: "
                                      + ("; ".join(f"{d}: {why}" for d, why in pending.items()) or "none") + ")")
+    audit = audit_stands(context.instance)
     for day, why in {**pending, **left_out}.items():
         context.log.warning(f"not in this release: {day}: {why}")
     dates = _dates(draw_ids, od_prefix_tree, od_hierarchy, privacy_budget, PartitionRows(state / "tree_draws.json"),
@@ -254,8 +267,8 @@ def _publish_release(
     index = published_index(storage.published_dir)
     dropped = sorted(set(index["dates"]) - {d.replace("-", "") for d in dates})
     if dropped:
-        raise dg.Failure(description=f"publishing refused: published dates are no longer complete: {', '.join(dropped)} "
-                                     "(nothing is ever unpublished; release them again first)")
+        raise refused(DATES, f"publishing refused: published dates are no longer complete: {', '.join(dropped)} "
+                             "(nothing is ever unpublished; release them again first)")
     changed = [d for d, e in dates.items() if index["dates"].get(d.replace("-", ""), {}).get("draws") != _draws_of(e)]
     now = datetime.now(timezone.utc)
     release_id = context.run.tags.get(RELEASE_ID_TAG) or f"{now:%Y%m%dT%H%M%SZ}-{context.run.run_id[:8]}"
@@ -271,18 +284,22 @@ def _publish_release(
     try:
         folder = publish(storage.published_dir, gates, statement_of, reference.stops(), state, PageSettings.from_env(),
                          prepare=gate_date)
-    except PublishRefused as refused:
-        raise dg.Failure(description=refused.description,
-                         metadata={"failed_checks": dg.MetadataValue.json(refused.failed_checks)}) from None
+    except PublishRefused as gate:
+        raise refused(DATES, gate.description, {"failed_checks": dg.MetadataValue.json(gate.failed_checks)}) from None
+    except PublishedFormatError as err:
+        raise refused(FOLDER, f"publishing refused, the new folder is not well formed: {err}") from None
     status = {**_person_metadata(ledger), "path": dg.MetadataValue.path(str(folder)),
               "dates_published": len(changed) if statements else 0,
               "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed] if statements else []),
               "partitions_published": len({k for k, _ in draw_ids}),
               "days_pending": dg.MetadataValue.json(pending),
               "days_left_out": dg.MetadataValue.json(left_out)}
+    covered = {DATES: {"dates_gated": len(changed) if statements else 0, "dates_standing": len(dates)},
+               STATEMENT: {"draws_stated": sum(len(_draws_of(e)) for e in dates.values())},
+               AUDIT_PASSED: audit, FOLDER: {"folder": dg.MetadataValue.path(str(folder))}}
     if not statements:
         context.log.info("nothing new to publish: every published date's draws are unchanged")
-        return dg.MaterializeResult(metadata=status)
+        return dg.MaterializeResult(metadata=status, check_results=passed_checks(covered))
     statement = statements[-1]
     if statement["noise_seeded"]:
         context.log.warning("SEEDED noise: this release is NOT private; never hand it out")
@@ -302,5 +319,6 @@ def _publish_release(
             "noise_seeded": statement["noise_seeded"],
             "synthetic_sample": statement["data"]["synthetic_sample"],
             "privacy_statement": dg.MetadataValue.md(render_markdown(statement)),
-        }
+        },
+        check_results=passed_checks(covered),
     )

@@ -34,27 +34,30 @@ RELEASE_KEYS = {m.name: dg.AssetKey([RELEASE_PREFIX, m.name]) for m in MARGINALS
 # One-way marginals of the same taps, whose released totals must roughly agree (warning check).
 PLAUSIBLE_PAIRS = {"tap_on_time": "tap_on_loc", "tap_off_time": "tap_off_loc"}
 
-BLOCKING = "blocking_checks"
-GATE = ("Every blocking check of the release design in use, on this marginal of every partition of the run; passes "
-        "only if all of them pass on all of them. Evaluated in the release step before anything is stored: if it "
-        "fails, the step fails and no release asset of the run is stored; the publish gate evaluates the checks "
-        "again on what it publishes. One evaluation per run (not one per partition and check: each is an event "
-        "Dagster stores): its `by_partition` table holds each partition's failures per check, and each "
-        "partition's materialisation says its outcome again (`blocking_checks`). The checks:")
+CHECKED = ("Evaluated per (week, mode) partition in the release step, on each (date, mode) piece of it, before "
+           "anything is stored: if any fails, the step fails and no release asset of the run is stored (the publish "
+           "gate evaluates it again on what it publishes).")
+
+
+def _designs(check: str) -> str:
+    """Which release designs evaluate a check (a run evaluates only its design's checks)."""
+    names = [str(d) for d, checks in DESIGN_CHECKS.items() if check in checks]
+    return f"Evaluated under the {' and '.join(names)} release design{'s' if len(names) > 1 else ''}."
+
+
 CHECK_SPECS = [
-    dg.AssetCheckSpec(BLOCKING, asset=RELEASE_KEYS[m.name], blocking=True,
-                      description=GATE + "".join(
-                          f"\n- `{check}` ({' and '.join(d for d, names in DESIGN_CHECKS.items() if check in names)}"
-                          f" design): {(function.__doc__ or check.replace('_', ' ')).strip()}"
-                          for check, function in BLOCKING_CHECKS.items()))
-    for m in MARGINALS
+    dg.AssetCheckSpec(check, asset=RELEASE_KEYS[m.name], blocking=True, partitions_def=period_mode,
+                      description=f"{(function.__doc__ or check.replace('_', ' ')).strip()} {_designs(check)} "
+                                  + CHECKED)
+    for m in MARGINALS for check, function in BLOCKING_CHECKS.items()
 ] + [
-    dg.AssetCheckSpec("plausible_totals", asset=RELEASE_KEYS[time],
+    dg.AssetCheckSpec("plausible_totals", asset=RELEASE_KEYS[time], partitions_def=period_mode,
                       description=f"Released totals of {time} and {loc} differ by no more than suppression "
-                                  "plus a 1e-6 Chernoff bound on the noise (warning only). One evaluation per run, "
-                                  "each partition's figures in its `by_partition` table and its materialisation.")
+                                  "plus a 1e-6 Chernoff bound on the noise (warning only), per (week, mode) partition.")
     for time, loc in PLAUSIBLE_PAIRS.items()
 ]
+"""One check per property and release asset, each evaluated per partition: the UI shows which property of which
+partition failed. The checks of the other release design show as not executed."""
 
 
 @dg.multi_asset(
@@ -94,6 +97,7 @@ CHECK_SPECS = [
     partitions_def=period_mode,
     backfill_policy=SINGLE_RUN,
     check_specs=CHECK_SPECS,
+    can_subset=True,  # so that only the design's checks are evaluated; the assets themselves go together
     pool=LEDGER_POOL,
 )
 def release_marginals(
@@ -105,7 +109,13 @@ def release_marginals(
     storage: OpalStorage,
 ):
     """Six marginals from one read of each (date, mode) piece of the run's weeks, exactly the days ``trip_partitions``
-    recorded for each week, versioned by their days' records; every draw is charged to the ledger first."""
+    recorded for each week, versioned by their days' records; every draw is charged to the ledger first. The six
+    marginals of a week are drawn and charged together: a selection of some of them is refused before anything is
+    charged."""
+    if set(context.selected_asset_keys) != set(context.assets_def.keys):
+        raise dg.Failure(description="the six marginals of a week are released together, with their draws and true "
+                                     "cells: materialise all the assets of release_marginals (any one of them is "
+                                     "selected with the others in the release job)")
     stops = reference.stops()
     plan = privacy_budget.plan(stops)
     params = {name: mechanism.describe() for name, mechanism in plan.mechanisms.items()}
@@ -226,32 +236,31 @@ def _charge_text(cost) -> str:
 
 def _check_results(keys: list[str], problems: dict[str, list[str]], plausible: dict[str, list[dict]],
                    design: Design):
-    """One result per check spec, for all the run's partitions: each release asset's blocking checks together,
-    each partition's failures per check in ``by_partition`` (a few events per run instead of one per partition,
-    marginal and check)."""
+    """One evaluation per check of the design, release asset and (week, mode) partition, over the partition's
+    (date, mode) pieces ``keys``: its failures, at most 20 of them listed."""
+    partitions: dict[str, list[str]] = {}
+    for key in keys:
+        day, mode = date_and_mode(key)
+        partitions.setdefault(f"{mode}|{week_of(day)}", []).append(key)
     for marginal in MARGINALS:
-        mine = {(key, check): [p for p in found if p.startswith(f"{key} {marginal.name}:")]
-                for check, found in problems.items() for key in keys}
-        failed = [f"{check}: {p}" for (_, check), found in mine.items() for p in found]
-        rows = [{"partition": key, "passed": str(not any(mine[key, check] for check in problems)),
-                 **{check: float(len(mine[key, check])) for check in problems}} for key in keys]
-        yield dg.AssetCheckResult(
-            asset_key=RELEASE_KEYS[marginal.name],
-            check_name=BLOCKING,
-            passed=not failed,
-            severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"release_design": str(design), "checks": ", ".join(problems), "failures": len(failed),
-                      "partitions": len(keys), "first_failures": dg.MetadataValue.md("\n".join(failed[:20]) or "none"),
-                      "by_partition": partition_table(rows)},
-        )
+        for partition, pieces in partitions.items():
+            prefixes = tuple(f"{piece} {marginal.name}:" for piece in pieces)
+            for check, found in problems.items():
+                failed = [p for p in found if p.startswith(prefixes)]
+                yield dg.AssetCheckEvaluation(
+                    asset_key=RELEASE_KEYS[marginal.name], check_name=check, passed=not failed, blocking=True,
+                    severity=dg.AssetCheckSeverity.ERROR, partition=partition,
+                    metadata={"release_design": str(design), "dates": len(pieces), "failures": len(failed),
+                              "first_failures": dg.MetadataValue.md("\n".join(failed[:20]) or "none")})
     for time, rows in plausible.items():
-        yield dg.AssetCheckResult(
-            asset_key=RELEASE_KEYS[time],
-            check_name="plausible_totals",
-            passed=all(r["passed"] == "True" for r in rows),
-            severity=dg.AssetCheckSeverity.WARN,
-            metadata={"by_partition": partition_table(rows), "compared_with": BY_NAME[PLAUSIBLE_PAIRS[time]].name},
-        )
+        for partition, pieces in partitions.items():
+            mine = [r for r in rows if r["partition"] in pieces]
+            yield dg.AssetCheckEvaluation(
+                asset_key=RELEASE_KEYS[time], check_name="plausible_totals", blocking=False,
+                passed=all(r["passed"] == "True" for r in mine), severity=dg.AssetCheckSeverity.WARN,
+                partition=partition,
+                metadata={"dates": len(pieces), "by_date": partition_table(mine),
+                          "compared_with": BY_NAME[PLAUSIBLE_PAIRS[time]].name})
 
 
 LEDGER_COLUMNS = {"unit": "string", "scope": "string", "epsilon": "float", "delta": "float", "rho": "float",

@@ -58,6 +58,8 @@ class ReleaseUnderCheck:
 
 
 def no_new_points(r: ReleaseUnderCheck) -> str | None:
+    """Every released bin is present in the true data: no bin is invented (sbh design: bins absent from the data
+    are never drawn)."""
     labels = r.truth[LOC].cat.categories if r.marginal.by_loc else pd.Index([])
     new = ~np.isin(_bin_keys(r.released, r.marginal, labels), _bin_keys(r.truth, r.marginal, labels))
     if not new.any():
@@ -79,6 +81,7 @@ def _bin_keys(frame: pd.DataFrame, marginal: Marginal, labels: pd.Index) -> np.n
 
 
 def counts_above_threshold(r: ReleaseUnderCheck) -> str | None:
+    """Integer counts, each at least the ceiling of the mechanism's threshold, which is the one it records."""
     counts = r.released[COUNT]
     floor = r.mechanism["min_released_count"]
     if floor != math.ceil(r.mechanism["threshold"]):
@@ -90,6 +93,8 @@ def counts_above_threshold(r: ReleaseUnderCheck) -> str | None:
 
 
 def canonical_order(r: ReleaseUnderCheck) -> str | None:
+    """Rows in the canonical (time, location) order over the sorted public location labels: the order says
+    nothing about the data."""
     columns = []
     if r.marginal.by_time:
         columns.append(r.released[TIME].to_numpy("int64"))
@@ -108,6 +113,7 @@ def canonical_order(r: ReleaseUnderCheck) -> str | None:
 
 
 def schema_valid(r: ReleaseUnderCheck) -> str | None:
+    """The table satisfies its published Pandera schema (columns, types, ranges)."""
     schema = schema_for(r.marginal, r.design)
     try:
         schema.validate(r.released, lazy=True)
@@ -131,6 +137,8 @@ def budget_recorded(r: ReleaseUnderCheck) -> str | None:
 
 
 def no_identifiers(r: ReleaseUnderCheck) -> str | None:
+    """Only the marginal's own columns, location values from the public label universe and time values that are
+    15-minute window indices: no card id or raw value can be in the table."""
     expected = [*r.marginal.dimensions, COUNT]
     if list(r.released.columns) != expected:
         return f"columns {list(r.released.columns)}; a release may only hold {expected}"
