@@ -62,10 +62,10 @@ $(REDIS):
 # end-to-end releases through Dagster, the command line, the daemon, Celery, a browser, the benchmark) before each
 # commit, `make test` (everything; CI) before each push.
 test: $(STAMP) $(SYNTH_PEERS)/.installed-stamp $(CHROMIUM) $(POSTGRES) $(REDIS)
-	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
+	$(PY) -m pytest -n auto --dist loadfile --durations=25
 
 check: $(STAMP) $(POSTGRES)
-	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10 -m "not slow"
+	$(PY) -m pytest -n auto --dist loadfile --durations=10 -m "not slow"
 
 # The deploy/ profile on localhost: PostgreSQL, Redis and 2 Celery workers release the sample (also in `make test`).
 cluster-test: $(STAMP) $(POSTGRES) $(REDIS)
@@ -74,9 +74,12 @@ cluster-test: $(STAMP) $(POSTGRES) $(REDIS)
 # The UI shows internal, non-DP figures: it binds to this machine only (UI_HOST=0.0.0.0 exposes it), on UI_PORT.
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
-# umask 077: what Dagster writes into its home (event log, compute logs) stays private.
+# umask 077: what Dagster writes into its home (event log, compute logs) stays private. `dg dev` serves the project
+# of pyproject.toml ([tool.dg]: the code location opal_dp, as workspace.yaml). It stops on SIGTERM through its SIGINT
+# handler, and a shell starts background jobs with SIGINT ignored: SIGINT is set back to its default first.
+DEFAULT_SIGINT := $(PY) -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])'
 ui: $(STAMP) | $(DAGSTER_HOME)
-	umask 077 && $(VENV)/bin/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
+	umask 077 && VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(DEFAULT_SIGINT) dg dev --host $(UI_HOST) --port $(UI_PORT)
 
 # For people who look but must not launch or wipe anything (it still shows the internal figures: see docs/operating.md).
 ui-readonly: $(STAMP) | $(DAGSTER_HOME)

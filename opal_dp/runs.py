@@ -15,6 +15,7 @@ executor, the Celery workers of ``deploy/``).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
@@ -42,6 +43,8 @@ from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.period_input import RECORDS, PeriodNotReady, period_input, released_period_input
 from opal_dp.release.periods import name, week_days, week_of
 from opal_dp.release.publish import LATEST, read_index
+from opal_dp.release.statement.build import STATEMENT_JSON
+from opal_dp.release.synthetic.publish import SYNTHETIC
 from opal_dp.release.settings import PrivacySettings
 
 BUDGET = "privacy_budget"
@@ -147,7 +150,8 @@ def run_release(
                 out.refused[name(week_days(week))] = failure_message(job, result)
                 break
     released = [d for d in _released_dates(location, days) if _week_released(instance, location, week_of(d), False)]
-    if released and (set(launcher.results) - {"private_stages"} or not set(released) <= _published_dates(location)):
+    if released and (set(launcher.results) - {"private_stages"} or not set(released) <= _published_dates(location)
+                     or synthetic and not set(released) <= _published_dates(location, SYNTHETIC)):
         result = launcher.run("rollup", None, [])
         if not result.success:
             raise SystemExit(failure_message("rollup", result))
@@ -184,8 +188,11 @@ def _dates(span: tuple[str, str]) -> list[str]:
     return [datetime.fromordinal(o).date().isoformat() for o in range(first, last + 1)]
 
 
-def _published_dates(location: DataLocation) -> set[str]:
-    """The service dates (ISO) the latest publication holds."""
+def _published_dates(location: DataLocation, product: str = "") -> set[str]:
+    """The service dates (ISO) the latest publication holds (of the marginals, or of the synthetic trips)."""
+    if product == SYNTHETIC:
+        stated = location.published_dir / SYNTHETIC / LATEST / STATEMENT_JSON
+        return set(json.loads(stated.read_text(encoding="utf-8"))["release"]["dates"]) if stated.exists() else set()
     folder = location.published_dir / LATEST
     if not (folder / "index.json").exists():
         return set()

@@ -26,28 +26,10 @@ os.environ[AUDIT_RUNS_ENV] = SUITE_AUDIT_RUNS
 PUBLISH_STEP = "opal_dp.defs.marginals.publish."
 
 
-SLOW_S, FAST_S = 20.0, 0.2
-"""What a test is expected to take, for the order of the suite's files: a ``slow`` test its marker's ``seconds``
-(the longest few say, from ``make test``'s durations) or ``SLOW_S``, any other test ``FAST_S``."""
-
-
-def expected_seconds(item) -> float:
-    slow = item.get_closest_marker("slow")
-    return FAST_S if slow is None else float(slow.kwargs.get("seconds", SLOW_S))
-
-
 def pytest_collection_modifyitems(config, items):
-    """The files run longest first (``make test`` and ``make check`` pass ``--no-loadscope-reorder`` so that
-    pytest-xdist keeps this order, each file on one worker): the long end-to-end files start at once and the
-    suite does not end on one worker running one of them while the other waits.
-
-    Under `make mutation` (mutmut names the mutant in ``MUTANT_UNDER_TEST``), the publish gate's end-to-end
+    """Under `make mutation` (mutmut names the mutant in ``MUTANT_UNDER_TEST``), the publish gate's end-to-end
     tests run only against mutants of the publish step: they reach nearly every function of the core, whose
     mutants their unit tests cover, and would cost a release per mutant."""
-    cost: dict[str, float] = {}
-    for item in items:
-        cost[item.nodeid.split("::")[0]] = cost.get(item.nodeid.split("::")[0], 0.0) + expected_seconds(item)
-    items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a file's own order is kept
     mutant = os.environ.get("MUTANT_UNDER_TEST", "")
     if "." not in mutant or mutant.startswith(PUBLISH_STEP):
         return

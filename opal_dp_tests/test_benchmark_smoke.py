@@ -14,7 +14,7 @@ from opal_dp.release.publish import FILES, TABLES
 PIPELINE_RUNS = {"private_stages", "release", "release_od", "rollup"}
 
 
-@pytest.mark.slow(seconds=110)
+@pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
     assert main(["--scale", "0.005", "--no-peers", "--repeat", "1", "--out", str(tmp_path),
                  "--units", "trip,card_day", "--compare-units", "--compare-designs"]) == 0

@@ -29,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = REPO_ROOT / "deploy"
 WORKERS = 2
 
-pytestmark = pytest.mark.slow(seconds=65)
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

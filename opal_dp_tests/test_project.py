@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 MAX_LINES = 40
 
 
-@pytest.mark.slow(seconds=80)
+@pytest.mark.slow
 def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_path):
     if not (REPO / ".git").exists() or shutil.which("git") is None or shutil.which("make") is None:
         pytest.fail("this test needs the project's git checkout, git and make")
@@ -69,9 +69,9 @@ def dry_run(target: str, *settings: str) -> str:
 
 
 def test_the_ui_binds_to_this_machine_only_and_has_a_read_only_mode():
-    assert "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000" in dry_run("ui")
+    assert "dg dev --host 127.0.0.1 --port 3000" in dry_run("ui")
     assert re.search(r"dagster-webserver -w workspace.yaml -h 127.0.0.1 -p 3000 --read-only", dry_run("ui-readonly"))
-    assert "-h 127.0.0.1 -p 3100" in dry_run("ui", "UI_PORT=3100")
+    assert "--host 127.0.0.1 --port 3100" in dry_run("ui", "UI_PORT=3100")
 
 
 def test_the_lock_installs_the_peers_make_bench_runs():

@@ -100,6 +100,19 @@ def _write_handmade_day(raw_dir: Path, day: date, per_mode: int = 25) -> Path:
     return path
 
 
+def running_in_group(pgid: int) -> list[int]:
+    """The processes of a process group that still run (a zombie has ended: only its parent's wait is missing)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
 def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> None:
     """Stop a Dagster process started with ``start_new_session=True`` (it stops cleanly on SIGINT), then SIGKILL its
     whole process group: code servers and runs are in it, and none may outlive the test."""
@@ -122,7 +135,7 @@ def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> None:
 
 @dataclass
 class DagsterDev:
-    """A ``dagster dev`` process serving ``workspace.yaml`` from the repository root."""
+    """``make ui`` (``dg dev``, the project of the repository root) on a throwaway home and port."""
 
     home: Path
     data_dir: Path
@@ -158,20 +171,32 @@ class DagsterDev:
         }
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it until stop()
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml",
-                 "-h", "127.0.0.1", "-p", str(self.port)],
+            self.proc = subprocess.Popen(  # what an operator runs (a background pytest may hand it SIGINT ignored)
+                ["make", "-s", "-o", ".venv/.installed-stamp", "ui", f"DAGSTER_HOME={self.home}",
+                 "UI_HOST=127.0.0.1", f"UI_PORT={self.port}"],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                # `dagster dev` stops on SIGINT; a background pytest may hand it SIGINT ignored.
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
         finally:
             log.close()
+
+    def terminate(self, timeout: float = 60.0) -> float:
+        """SIGTERM to the UI's process group, as a service manager or ``kill`` stops it: the seconds until every
+        process of the group has exited (``timeout`` if some have not; then they are killed)."""
+        proc, self.proc = self.proc, None
+        start = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+        while time.monotonic() - start < timeout:
+            proc.poll()
+            if not running_in_group(proc.pid):
+                return time.monotonic() - start
+            time.sleep(0.2)
+        stop_group(proc)
+        return timeout
 
     def stop(self, timeout: float = 30.0) -> None:
         proc, self.proc = self.proc, None

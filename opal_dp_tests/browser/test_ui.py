@@ -43,6 +43,7 @@ RELEASED_DAYS = [date(2016, 8, 1), date(2016, 8, 2)]  # another week: the UI's b
 FIRST_STAGE_ASSET = "ingested_trips"  # group "ingest", partitioned by service date (daily time windows)
 RUN_TIMEOUT_S = 300  # a backfill run: a process per step (the default executor), workers in the step
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+UI_STOP_S = 15  # the UI and everything it started, after SIGTERM
 
 pytestmark = BROWSER_MARKS
 
@@ -73,7 +74,9 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
     try:
         yield server
     finally:
-        server.stop()
+        if server.proc is not None:
+            seconds = server.terminate()  # as `kill` or a service manager stops it
+            assert seconds < UI_STOP_S, f"make ui still ran {seconds:.0f} s after SIGTERM:\n{server.log_tail()}"
 
 
 def _release_a_week_before(home, data_dir) -> None:

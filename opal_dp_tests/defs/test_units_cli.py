@@ -1,5 +1,5 @@
 """Every privacy unit and product runs from the command line on the bundled sample (here at 1/50 of its scale, one
-week), and each budget flag changes what the ledger charges as ``--help`` says."""
+week; the synthetic product both weeks), and each budget flag changes what the ledger charges as ``--help`` says."""
 
 from __future__ import annotations
 
@@ -20,16 +20,17 @@ from opal_dp.release.share import split
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT
 
-ONE_WEEK_SAMPLE = ("from opal_dp.simulate import sample; sample.SAMPLE_SCALE = 0.002; "
-                   "sample.SAMPLE_DATES = sample.SAMPLE_DATES[:7]; ")
+SMALL_SAMPLE = "from opal_dp.simulate import sample; sample.SAMPLE_SCALE = 0.002; "  # its two weeks
+ONE_WEEK_SAMPLE = f"{SMALL_SAMPLE}sample.SAMPLE_DATES = sample.SAMPLE_DATES[:7]; "
 
 
-def release(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, OpalStorage]:
+def release(tmp_path: Path, *flags: str, sample: str = ONE_WEEK_SAMPLE) -> tuple[subprocess.CompletedProcess,
+                                                                                  OpalStorage]:
     """``python -m opal_dp.cli release --sample ...`` on a new data folder, in a process of its own."""
     data, home = tmp_path / "data", ensure_dagster_home(tmp_path / "home")
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     env.pop(STRICT_PERMISSIONS_ENV, None)
-    code = f"{ONE_WEEK_SAMPLE}import sys; from opal_dp.cli import main; main(sys.argv[1:])"
+    code = f"{sample}import sys; from opal_dp.cli import main; main(sys.argv[1:])"
     done = subprocess.run([sys.executable, "-c", code, "release", "--data-dir", str(data), "--sample", *flags],
                           capture_output=True, text=True, env=env, timeout=900, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -59,15 +60,20 @@ def test_each_unit_releases_the_sample_from_the_command_line(tmp_path, unit):
         assert {json.loads(c.mechanism)["epsilon"] for c in charges if c.marginal.startswith("tap")} == {1.0, 2.0}
 
 
-@pytest.mark.slow(seconds=50)
+@pytest.mark.slow
 def test_synthetic_trips_release_with_the_default_in_the_same_weeks(tmp_path):
-    done, storage = release(tmp_path, "--synthetic")
+    """Both weeks of the sample: the synthetic queries are charged to each week's scope, and their one publication
+    states each week's guarantee, the worst first."""
+    done, storage = release(tmp_path, "--synthetic", sample=SMALL_SAMPLE)
     synthetic, marginals = statement(storage, "synthetic"), statement(storage)
-    week = "2016-07-25..2016-07-31"
-    assert [s["scope"] for s in marginals["guarantee"]["scopes"]] == [week]
+    weeks = ["2016-07-25..2016-07-31", "2016-08-08..2016-08-14"]
+    assert [s["scope"] for s in marginals["guarantee"]["scopes"]] == weeks
     charges = PrivacyBudget(synthetic=True).ledger(storage).charges("card_period")
-    assert {c.scope for c in charges} == {week}  # the synthetic queries share the week's scope
-    assert any(c.marginal.startswith("synthetic:") for c in charges)
+    assert {c.scope for c in charges} == set(weeks)  # the synthetic queries share the weeks' scopes
+    assert {c.scope for c in charges if c.marginal.startswith("synthetic:")} == set(weeks)
+    assert [s["scope"] for s in synthetic["guarantee"]["scopes"]] == weeks
+    assert synthetic["guarantee"]["per"] == "card over each calendar week"
+    assert synthetic["guarantee"]["epsilon"] == max(s["epsilon"] for s in synthetic["guarantee"]["scopes"])
     assert synthetic["privacy_unit"]["unit"] == "card_period" and "synthetic trips:" in done.stdout
     # their cost is in the weekly share: the marginals get less than without them
     assert sum(PrivacyBudget(synthetic=True).budget()[0].values()) < sum(PrivacyBudget().budget()[0].values())

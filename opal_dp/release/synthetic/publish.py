@@ -4,7 +4,8 @@ Published under ``published/synthetic/<release_id>/`` (``synthetic_trips.parquet
 ``privacy.json``, ``PRIVACY.md``), written in a staging folder, fsynced, renamed, then ``synthetic/latest``
 repointed, under the marginal publisher's lock (``release.publish``). Every figure of the statement is what the
 ledger recorded for the draws the rows were generated from; the guarantee is the ledger's composition of
-everything charged to the period for ``card_period``, so it includes any card_period marginal release, and its
+everything charged to a week for ``card_period`` (the worst week's, each week's listed), so it includes any
+card_period marginal release, and its
 ``person`` section (``release.statement.person``), which PRIVACY.md opens with, is one person's total over the horizon
 across every card-level file of every product (marginals, OD trees, these queries).
 """
@@ -44,16 +45,20 @@ def synthetic_statement(ledger: PrivacyLedger, draw_ids: Sequence[int], release_
     used = [charges.get(d.charge_id) for d in draws]
     if any(c is None or not c.marginal.startswith(MARGINAL_PREFIX) for c in used):
         raise StatementError("a synthetic release may only cite card_period draws of the synthetic queries")
-    scopes = {c.scope for c in used}
     bounds = {c.bounds for c in used}
-    if len(scopes) != 1 or len(bounds) != 1:
-        raise StatementError(f"a synthetic release must come from one period and one set of bounds, got {scopes}")
-    scope = scopes.pop()
-    spent = ledger.spend(PrivacyUnit.CARD_PERIOD.value, scope)
+    if len(bounds) != 1:
+        raise StatementError(f"a synthetic release must come from one set of bounds, got {len(bounds)}")
+    spent = {scope: ledger.spend(PrivacyUnit.CARD_PERIOD.value, scope) for scope in sorted({c.scope for c in used})}
+    worst = max(spent, key=lambda scope: (spent[scope].epsilon, spent[scope].delta))
     cap = ledger.cap(PrivacyUnit.CARD_PERIOD.value)
-    queries = {}
-    for charge in sorted({c.id: c for c in used}.values(), key=lambda c: c.marginal):
-        queries[charge.marginal.removeprefix(MARGINAL_PREFIX)] = {**json.loads(charge.mechanism), "charge": charge.id}
+    queries: dict[str, dict] = {}
+    for charge in sorted({c.id: c for c in used}.values(), key=lambda c: (c.marginal, c.scope)):
+        name, mechanism = charge.marginal.removeprefix(MARGINAL_PREFIX), json.loads(charge.mechanism)
+        stated = queries.setdefault(name, {**mechanism, "charges": []})
+        if {k: v for k, v in stated.items() if k != "charges"} != mechanism:
+            raise StatementError(f"the synthetic query {name} was drawn with other parameters in another week: "
+                                 "publish the weeks of each setting separately")
+        stated["charges"].append(charge.id)
     dates = sorted({d.date for d in draws})
     return {
         "schema": SCHEMA,
@@ -63,9 +68,12 @@ def synthetic_statement(ledger: PrivacyLedger, draw_ids: Sequence[int], release_
         "ledger": {"id": ledger.ledger_id, "draws": draws_section(d.id for d in draws)},
         "privacy_unit": {"unit": PrivacyUnit.CARD_PERIOD.value, "protects": PrivacyUnit.CARD_PERIOD.protects,
                          "relation": used[0].relation, "bounds": json.loads(bounds.pop())},
-        "guarantee": {"epsilon": spent.epsilon, "delta": spent.delta, "rho": spent.rho, "per": f"card over {scope}",
-                      "composition": spent.composition,
-                      "includes": "everything charged to this period for card_period, marginal releases included"},
+        "guarantee": {"epsilon": spent[worst].epsilon, "delta": spent[worst].delta, "rho": spent[worst].rho,
+                      "per": f"card over {worst}" if len(spent) == 1 else "card over each calendar week",
+                      "composition": spent[worst].composition,
+                      "scopes": [{"scope": scope, "epsilon": g.epsilon, "delta": g.delta, "rho": g.rho}
+                                 for scope, g in spent.items()],
+                      "includes": "everything charged to the week for card_period, marginal releases included"},
         "cap": {"epsilon": cap.epsilon, "delta": cap.delta, "set_at": cap.set_at, "action": cap.action},
         "queries": queries,
         "archetypes": list(ARCHETYPES),
