@@ -30,7 +30,7 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.options import Design
 from opal_dp.release.settings import DEFAULT_DELTA
-from opal_dp.release.publish import LATEST
+from opal_dp.release.published_folder import LATEST
 
 REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pipeline`` resolves
 STORAGE = OpalStorage(data_dir=str(settings.data_dir_from_env()))  # the child's data directory (set by the parent)

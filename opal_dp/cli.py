@@ -28,7 +28,7 @@ from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, priv
 from opal_dp.prep.day_records import read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.options import Design, Mechanism
-from opal_dp.release.publish import latest_release, read_index
+from opal_dp.release.published_folder import latest_release, read_index
 from opal_dp.release.share import split
 from opal_dp.release.statement.build import stated_design
 from opal_dp.release.statement.person import person_account

@@ -42,7 +42,7 @@ from opal_dp.prep.day_records import DayCut, DayRecord, read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.period_input import RECORDS, PeriodNotReady, period_input, released_period_input
 from opal_dp.release.periods import name, week_days, week_of
-from opal_dp.release.publish import LATEST, read_index
+from opal_dp.release.published_folder import LATEST, read_index
 from opal_dp.release.statement.build import STATEMENT_JSON
 from opal_dp.release.synthetic.publish import SYNTHETIC
 from opal_dp.release.settings import PrivacySettings

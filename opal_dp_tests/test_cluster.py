@@ -21,7 +21,7 @@ from opal_dp.release.marginals.checks import DESIGN_CHECKS
 from opal_dp.defs.shared.executor import BACKEND_ENV, BROKER_ENV, EXECUTOR_ENV
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.publish import latest_release, validate_published
+from opal_dp.release.published_folder import latest_release, validate_published
 from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
 from opal_dp.simulate.sample import SAMPLE_DATES, ensure_sample
 

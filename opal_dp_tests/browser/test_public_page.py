@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.publish import LATEST, files_of
+from opal_dp.release.published_folder import LATEST, files_of
 from opal_dp.release.settings import DEFAULT_DELTA
 from opal_dp.release.page.render import PAGE
 from opal_dp.settings import DATA_DIR_ENV, PUBLISHER_ENV

@@ -25,7 +25,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.network import MODES
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.publish import LATEST, LATEST_JSON, latest_release, validate_published
+from opal_dp.release.published_folder import LATEST, LATEST_JSON, latest_release, validate_published
 from opal_dp_tests.conftest import other_days
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 

@@ -16,7 +16,7 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.core.accounting import compose
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.release.publish import LATEST
+from opal_dp.release.published_folder import LATEST
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.runs import dates_of, draws_of, ints_of
 from opal_dp_tests.fuzz.raw import tiny_day, write_day

@@ -27,7 +27,7 @@ from opal_dp.definitions import defs
 from opal_dp.defs.marginals.publish import PUBLICATION_STATE
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.release.publish import latest_release, validate_published
+from opal_dp.release.published_folder import latest_release, validate_published
 from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, TRIP

@@ -20,7 +20,7 @@ import pytest
 
 from opal_dp.cli import ensure_dagster_home
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
-from opal_dp.release.publish import LATEST
+from opal_dp.release.published_folder import LATEST
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE
 from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.fuzz.raw import tiny_day, write_day

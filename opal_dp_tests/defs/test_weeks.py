@@ -22,7 +22,7 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.tags import RELEASE_ID_TAG, UNIT_TAG, WEEKS_TAG
 from opal_dp.network import MODES
 from opal_dp.release.marginals.checks import DESIGN_CHECKS
-from opal_dp.release.publish import LATEST
+from opal_dp.release.published_folder import LATEST
 from opal_dp.release.statement.runs import partition_keys
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT

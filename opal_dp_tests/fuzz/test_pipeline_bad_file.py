@@ -11,10 +11,9 @@ import pandas as pd
 import pytest
 
 from opal_dp import settings
-from opal_dp.network import MODES
 from opal_dp.cli import run_release
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.release.publish import LATEST, validate_published
+from opal_dp.release.published_folder import LATEST, validate_published
 from opal_dp_tests.fuzz.raw import tiny_day, write_day
 
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

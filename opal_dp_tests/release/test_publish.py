@@ -29,16 +29,9 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES, load_stops
 from opal_dp.release import publish as publish_module
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.publish import (
-    FILES,
-    DateFiles,
-    LATEST_JSON,
-    PublishedFormatError,
-    latest_release,
-    publish,
-    to_open_data,
-    validate_published,
-)
+from opal_dp.release.open_data import PublishedFormatError, to_open_data
+from opal_dp.release.published_folder import FILES, LATEST_JSON, latest_release, validate_published
+from opal_dp.release.publish import DateFiles, publish
 from opal_dp.private_files import write_parquet_atomic
 from opal_dp.settings import WORKERS_ENV
 from opal_dp_tests.release.test_statement import PARTS, released as ledger_release

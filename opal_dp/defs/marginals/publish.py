@@ -31,7 +31,9 @@ from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_account, person_section
 from opal_dp.release.statement.runs import draws_of
 from opal_dp.release.page.summary import PageSummary
-from opal_dp.release.publish import PublishedFormatError, files_of, publish, published_index
+from opal_dp.release.open_data import PublishedFormatError
+from opal_dp.release.published_folder import files_of, published_index
+from opal_dp.release.publish import publish
 from opal_dp.release.page.catalogue import PageSettings
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.build import (

@@ -24,7 +24,8 @@ from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.permissions import PUBLIC_DIR, make_dirs
 from opal_dp.release.synthetic.archetypes import ARCHETYPES
 from opal_dp.private_files import fsync_folder
-from opal_dp.release.publish import LATEST, LINK_PREFIX, RELEASE_ID, STAGING_PREFIX, publish_lock, write_durably
+from opal_dp.release.published_folder import LATEST, LINK_PREFIX, RELEASE_ID, STAGING_PREFIX
+from opal_dp.release.publish import publish_lock, write_durably
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, StatementError
 from opal_dp.release.statement.person import person_section
 from opal_dp.release.statement.plain import plain_guarantee
