@@ -30,8 +30,8 @@ from opal_dp.core.ledger import (
     LedgerResetRefused,
     PrivacyLedger,
     Request,
-    _by_ids,
 )
+from opal_dp.core.ledger_reads import _by_ids
 from opal_dp.core.ledger_backends import open_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
