@@ -98,6 +98,24 @@ def test_each_partitions_check_outcome_is_in_its_checks_table_and_its_materialis
         assert all(("plausible_totals" in m) == (marginal.name in PLAUSIBLE_PAIRS) for m in by_partition.values())
 
 
+def test_one_release_asset_alone_is_refused_before_anything_is_charged(released):
+    """The release multi-asset is subsettable only so that a run evaluates its design's checks: materialising one
+    marginal without the others (as the UI's asset page offers) fails with a reason, and the ledger is unchanged."""
+    from opal_dp.definitions import defs
+
+    instance, _ = released
+    ledger = PrivacyBudget(**TRIP).ledger(default_storage())
+    before = [(c.id, c.scope, c.marginal) for c in ledger.charges()]
+    result = defs().resolve_job_def("release").execute_in_process(
+        instance=instance, asset_selection=[dg.AssetKey(["release", "tap_on_time"])],
+        partition_key=dg.MultiPartitionKey({"mode": "bus", "period": "2016-07-25"}),
+        run_config={"resources": {"privacy_budget": {"config": TRIP}}}, raise_on_error=False)
+    assert not result.success
+    failures = [e.step_failure_data.user_failure_data for e in result.all_events if e.is_step_failure]
+    assert any(f and "the six marginals of a week are released together" in f.description for f in failures)
+    assert [(c.id, c.scope, c.marginal) for c in ledger.charges()] == before
+
+
 def test_the_ledger_is_a_table_in_the_ui_without_nan(released):
     instance, _ = released
     meta = instance.get_latest_materialization_event(dg.AssetKey("privacy_ledger")).asset_materialization.metadata
