@@ -15,6 +15,7 @@ expressions. Both backends run that SQL unchanged apart from the placeholder sty
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,10 +61,27 @@ class SQLiteBackend:
         make_dirs(self.path.parent)
         reserve_private(self.path)  # 0600 before SQLite opens it; its -wal and -shm files take that mode
         with self.connect() as conn:
-            if conn.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
+            if self._journal_mode(conn, "PRAGMA journal_mode=WAL") != "wal":
                 from opal_dp.core.ledger_records import LedgerError
 
                 raise LedgerError(f"cannot put the ledger {self.path} in WAL mode")
+
+    @staticmethod
+    def _journal_mode(conn: sqlite3.Connection, pragma: str, wait_s: float = 60.0) -> str:
+        """The journal mode after ``pragma``. Switching a new file to WAL needs the database to itself, and SQLite
+        answers "database is locked" at once (no busy wait) while another process creates the schema: processes
+        opening a new ledger together (workers started at once) try again until ``wait_s``, and skip the switch
+        once one of them made it (WAL is recorded in the file)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return "wal"
+            try:
+                return conn.execute(pragma).fetchone()[0].lower()
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
