@@ -60,6 +60,35 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
     assert again.returncode == 0 and len(said) == 1 and said[0].startswith("nothing new to release: 14 days stand "
                                                                            "published as "), again.stdout
     assert again.stderr == "", again.stderr  # nor a traceback of the workers started for nothing
+    page = (clone / "data" / "published" / "latest" / "index.html").read_text(encoding="utf-8")
+    drawn, truth = page_daily_totals(page), true_daily_totals(clone / "data" / "raw")
+    assert set(drawn) == set(truth)  # every mode, date and tap of the sample has its point on the page
+    off = {key: (drawn[key], n) for key, n in truth.items() if n >= 1_000 and abs(drawn[key] - n) > 0.05 * n}
+    assert not off, off  # the page's daily totals within 5% of the truth on every mode-day of 1,000 trips or more
+
+
+def page_daily_totals(page: str) -> dict[tuple[str, str, str], int]:
+    """The daily totals the page draws, from the table under each mode's chart: (YYYY-MM-DD, mode name, tap) ->
+    trips."""
+    out = {}
+    for mode, table in re.findall(r"<summary>([\w ]+): the figures as a table</summary>(.*?)</table>", page, re.S):
+        for day, on, off in re.findall(r'<tr><td>\w{3} (\d{4}-\d\d-\d\d)</td><td class="num">([\d,]+) ± [\d,]+</td>'
+                                       r'<td class="num">([\d,]+) ± [\d,]+</td></tr>', table):
+            out |= {(day, mode, "on"): int(on.replace(",", "")), (day, mode, "off"): int(off.replace(",", ""))}
+    return out
+
+
+def true_daily_totals(raw: Path) -> dict[tuple[str, str, str], int]:
+    """The raw files' trips per (date, mode name, tap), tap-offs those with a recorded tap-off."""
+    import pandas as pd
+
+    names = {"bus": "Bus", "ferry": "Ferry", "light_rail": "Light rail", "train": "Train"}
+    trips = pd.concat([pd.read_parquet(f, columns=["mode", "tap_on_time", "tap_off_stop"])
+                       for f in sorted(raw.glob("trips_*.parquet"))], ignore_index=True)
+    trips = trips.assign(date=trips["tap_on_time"].dt.strftime("%Y-%m-%d"), mode=trips["mode"].astype(str),
+                         off=trips["tap_off_stop"].notna() & (trips["tap_off_stop"].astype(str) != "-1"))
+    counts = trips.groupby(["date", "mode"]).agg(on=("off", "size"), off=("off", "sum"))
+    return {(d, names[m], tap): int(row[tap]) for (d, m), row in counts.iterrows() for tap in ("on", "off")}
 
 
 def dry_run(target: str, *settings: str) -> str:

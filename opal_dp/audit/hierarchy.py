@@ -16,6 +16,9 @@ small public tree, so every output is pure noise, and checks two things:
    exceeds the charged rho: a level left out of the charge, or noise smaller than its level's budget, shows
    here. A correct release is flagged with probability at most ``alpha``.
 
+The date's totals (``core.totals``), measured under the same charge, are audited with the levels as one more
+"level" of two cells (``l2_squared`` of the totals, their claimed sigma): their loss is in ``rho_low`` too.
+
 ``audit_charges`` runs it against the ledger's own records (``privacy_audit`` before publishing): the parameters and
 cost each hierarchy charge states, so a release that charges less than its levels cost is caught whatever the
 configuration says.
@@ -35,8 +38,11 @@ from opal_dp.core.discrete_gaussian import pmf
 from opal_dp.core.hierarchy import HierarchyBudget, Measurement, Tree
 from opal_dp.core.hierarchy import measure as production_measure
 from opal_dp.core.ledger_records import Charge
+from opal_dp.core.totals import TAPS, TotalsBudget
+from opal_dp.core.totals import measure_totals as production_totals
 
 Measure = Callable[[Tree, np.ndarray, HierarchyBudget], Measurement]
+MeasureTotals = Callable[[np.ndarray, TotalsBudget], np.ndarray]
 
 
 def tail_share(sigma: float, k: int) -> float:
@@ -75,24 +81,30 @@ class HierarchyAudit:
 
 
 def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: PrivacyCost, tree: Tree | None = None,
-                      runs: int = 100_000, alpha: float = 1e-6) -> HierarchyAudit:
-    """Audit ``measure`` (production: ``core.hierarchy.measure``) under ``budget`` against the ``charged`` cost
-    (module docstring). ``measure`` is called once, on ``runs`` independent all-zero inputs."""
+                      runs: int = 100_000, alpha: float = 1e-6, totals: TotalsBudget | None = None,
+                      measure_totals: MeasureTotals = production_totals) -> HierarchyAudit:
+    """Audit ``measure`` (production: ``core.hierarchy.measure``) under ``budget``, and ``measure_totals`` under
+    ``totals`` when the charge covers totals, against the ``charged`` cost (module docstring). Each is called once,
+    on ``runs`` independent all-zero inputs."""
     tree = Tree((np.zeros(2, dtype=np.int64), np.array([0, 0, 1, 1]))) if tree is None else tree
-    samples = measure(tree, np.zeros((runs, tree.sizes[2]), dtype=np.int64), budget).levels  # every run at once
-    for size, values in zip(tree.sizes, samples):
+    samples = list(measure(tree, np.zeros((runs, tree.sizes[2]), dtype=np.int64), budget).levels)  # all runs at once
+    sizes, l2s, sigmas = list(tree.sizes), list(budget.l2_squared), list(budget.sigmas)
+    if totals is not None:
+        samples.append(measure_totals(np.zeros((runs, len(TAPS)), dtype=np.int64), totals))
+        sizes, l2s, sigmas = [*sizes, len(TAPS)], [*l2s, totals.l2_squared], [*sigmas, totals.sigma]
+    for size, values in zip(sizes, samples):
         if values.shape != (runs, size):
             return HierarchyAudit(math.inf, charged.rho, 0, size - values.shape[-1], (), alpha)
     silent = sum(int((~s.any(axis=0)).sum()) for s in samples)
     uppers, levels = [], []
-    for level, (s, l2, claimed) in enumerate(zip(samples, budget.l2_squared, budget.sigmas)):
+    for s, l2, claimed in zip(samples, l2s, sigmas):
         k = max(1, round(claimed))
         share = float((np.abs(s) >= k).mean())
         slack = math.sqrt(math.log(2 * len(samples) / alpha) / (2 * s.size))
         uppers.append(sigma_upper(min(1.0, share + slack), k))
         levels.append(l2 / (2 * uppers[-1] ** 2))
     zero = sum(size * float(pmf(float(sigma))[1][-pmf(float(sigma))[0]]) ** runs
-               for size, sigma in zip(tree.sizes, budget.sigmas))
+               for size, sigma in zip(sizes, sigmas))
     return HierarchyAudit(math.fsum(levels), charged.rho, silent, 0, tuple(uppers), alpha + zero, tuple(levels))
 
 
@@ -103,13 +115,24 @@ def recorded_budget(mechanism: str) -> HierarchyBudget:
                            recorded["false_cells"])
 
 
+def recorded_totals(mechanism: str) -> TotalsBudget | None:
+    """The ``TotalsBudget`` a hierarchy charge records, if it measured totals."""
+    recorded = json.loads(mechanism).get("totals")
+    return None if recorded is None else TotalsBudget(recorded["rho"], recorded["max_items"], recorded["max_per_mode"])
+
+
 def audit_charges(charges: Sequence[Charge], fallback: HierarchyBudget, measure: Measure = production_measure,
-                  runs: int = 100_000, alpha: float = 1e-6) -> dict[str, HierarchyAudit]:
+                  runs: int = 100_000, alpha: float = 1e-6, fallback_totals: TotalsBudget | None = None,
+                  measure_totals: MeasureTotals = production_totals) -> dict[str, HierarchyAudit]:
     """The measurement audited against what the ledger actually charged: once per distinct (recorded parameters,
     charged cost) among ``charges`` (the hierarchy's, ``release.od.hierarchy.OD_HIERARCHY``), each at
-    ``alpha / audits``; with no charge yet, the configured ``fallback`` budget against its own cost. Keyed by
-    ``rho <charged>``, ``sigma <claimed sigmas>``."""
+    ``alpha / audits``; with no charge yet, the configured ``fallback`` budget (and ``fallback_totals``) against
+    its own cost. Keyed by ``rho <charged>``, ``sigma <claimed sigmas>``."""
     pairs = sorted({(c.mechanism, c.cost) for c in charges}, key=lambda p: (p[0], p[1].rho))
-    audits = [(recorded_budget(m), cost) for m, cost in pairs] if pairs else [(fallback, fallback.cost())]
-    return {f"rho {cost.rho:.6g}, sigma {', '.join(f'{s:.4g}' for s in budget.sigmas)}":
-            audit_measurement(measure, budget, cost, runs=runs, alpha=alpha / len(audits)) for budget, cost in audits}
+    own = PrivacyCost.zcdp(fallback.cost().rho + (fallback_totals.rho if fallback_totals else 0.0), 0.0)
+    audits = ([(recorded_budget(m), recorded_totals(m), cost) for m, cost in pairs] if pairs
+              else [(fallback, fallback_totals, own)])
+    return {f"rho {cost.rho:.6g}, sigma {', '.join(f'{s:.4g}' for s in budget.sigmas)}"
+            + (f", totals sigma {totals.sigma:.4g}" if totals else ""):
+            audit_measurement(measure, budget, cost, runs=runs, alpha=alpha / len(audits), totals=totals,
+                              measure_totals=measure_totals) for budget, totals, cost in audits}

@@ -186,7 +186,7 @@ def stage_date(staging: Path, prepare: Callable[[T], DateFiles], item: T) -> Sta
     if not DATE.fullmatch(day.date):
         raise ValueError(f"a published date is YYYYMMDD, got {day.date!r}")
     return StagedDate(day.date, tuple(day.draws), _stage_date(staging, day),
-                      PageSummary.of_tables({t: day.tables[t] for t in TABLES}))
+                      PageSummary.of_tables(day.tables))
 
 
 def _stage_date(staging: Path, day: DateFiles) -> dict:

@@ -127,7 +127,7 @@ def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od:
     extra = set(present) - set(marginals)
     if not set(marginals) <= set(present) or not extra <= set(od_files) or (extra and "od.csv" not in extra):
         raise PublishedFormatError(f"{folder}: expected the files {marginals} (and od.csv, with or without "
-                                   f"od-sequences.csv), found {present}")
+                                   f"od-sequences.csv and totals.csv), found {present}")
     partitions = {(day, mode) for mode in modes}
     for table in TABLES:
         validate_table(folder / f"{table}.csv", table, partitions, remainders)

@@ -41,6 +41,10 @@ SHARED_SYNTHETIC_EPSILON = 1.0
 """The synthetic trips' default epsilon per card a week within the person share: the NIST DeID2 taxi-week figure."""
 DEFAULT_OD_HIERARCHY_RHO = 0.5
 """Its rho a date elsewhere: the zCDP bound that the prefix tree's default pure epsilon 1 implies."""
+WEEKLY_OD_TOTALS_RHO = 0.004
+"""The daily totals' default rho a date in the weekly release (``core.totals``, ``totals.csv``, charged with the OD
+hierarchy of the date): sigma 44.7, so 95% of the daily totals of a mode and tap are within 88 trips of their
+bounded count, under 5% of any mode-day of 1,800 trips or more (docs/privacy.md, "The default release")."""
 
 
 class CapMismatch(LedgerError):
@@ -101,6 +105,7 @@ class PrivacySettings(BaseModel):
     od_hierarchy_release: bool | None = None  # od.csv from the hierarchy; default: on in the card-level releases only
     od_hierarchy_rho: float | None = Field(None, gt=0, allow_inf_nan=False)  # a date; default ``od_hierarchy_budget``
     od_hierarchy_max_per_pair: int = Field(2, ge=1)  # trips of one card-day kept per (mode, origin, destination)
+    od_totals_rho: float | None = Field(None, gt=0, allow_inf_nan=False)  # a date; default ``od_totals_budget``
     synthetic: bool = False  # synthetic card-day trips released too (``release --synthetic``)
     synthetic_epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)  # per card a week; default 1 / 8
     synthetic_delta: float | None = Field(None, gt=0, lt=1)  # default 6/8,000,000 (``release.synthetic.queries``)
@@ -181,13 +186,25 @@ class PrivacySettings(BaseModel):
             return self.od_hierarchy_rho
         return WEEKLY_OD_HIERARCHY_RHO if self.person_share else DEFAULT_OD_HIERARCHY_RHO
 
+    @property
+    def od_totals_budget(self) -> float:
+        """The daily totals' rho a date (charged with the hierarchy's)."""
+        if self.od_totals_rho is not None:
+            return self.od_totals_rho
+        return WEEKLY_OD_TOTALS_RHO if self.person_share else DEFAULT_OD_HIERARCHY_RHO
+
+    @property
+    def od_hierarchy_date_rho(self) -> float:
+        """What the hierarchy's charge of a date costs: its levels' rho and the totals' (``HierarchyPlan.cost``)."""
+        return self.od_hierarchy_budget + self.od_totals_budget
+
     def od_hierarchy_costs(self, unit: PrivacyUnit) -> list[PrivacyCost]:
         """What the hierarchy charges one scope of ``unit`` (``release.od.placement``): nothing to a trip scope,
-        rho a date (delta 0) to a date, one such charge per date to a period."""
+        its rho a date (levels and totals, delta 0) to a date, one such charge per date to a period."""
         if not self.releases_od_hierarchy or unit is PrivacyUnit.TRIP:
             return []
         days = self.periods.days if unit is PrivacyUnit.CARD_PERIOD else 1
-        return [PrivacyCost.zcdp(self.od_hierarchy_budget, 0.0)] * days
+        return [PrivacyCost.zcdp(self.od_hierarchy_date_rho, 0.0)] * days
 
     @property
     def synthetic_budget(self) -> tuple[float, float]:
@@ -219,7 +236,7 @@ class PrivacySettings(BaseModel):
             scopes = scopes_touching(self.person_horizon_days or DEFAULT_HORIZON_DAYS, self.unit)
             mechanism = self.noise_mechanism or Mechanism.default_for(self.unit)
             od = self.od_budget if self.releases_od else 0.0
-            hierarchy = self.od_hierarchy_budget if self.releases_od_hierarchy else 0.0
+            hierarchy = self.od_hierarchy_date_rho if self.releases_od_hierarchy else 0.0
             extra = tuple(self.synthetic_costs(self.unit))
             epsilon, delta = split(share_epsilon(*cap, scopes, mechanism, self.design, od, hierarchy, self.unit, extra),
                                    scope_delta(cap[1], scopes))

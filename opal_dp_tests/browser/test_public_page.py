@@ -1,14 +1,15 @@
 """The public page of a real release in a real browser: after a small end-to-end release (a Friday and a Saturday
 of synthetic trips, raw files -> published), ``index.html`` opened over file:// shows its guarantee, catalogue
 entry, trend and time-of-day charts and map, its links resolve to the release's files, it requests nothing but
-itself, it reads at 390 px wide without scrolling sideways, and axe-core (shipped by the axe-playwright-python
-package) finds nothing serious or critical at desktop or phone width. Screenshots: test-artifacts/public-page*.png.
+itself, it reads at 390 px wide without scrolling sideways, no table cell or chart label of it is cut off at desktop
+or phone width, and axe-core (shipped by the axe-playwright-python package) finds nothing serious or critical at
+either width. Screenshots: test-artifacts/public-page*.png.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -19,10 +20,12 @@ import pytest
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.published_folder import LATEST, files_of
 from opal_dp.release.settings import DEFAULT_DELTA
-from opal_dp.release.page.render import PAGE
+from opal_dp.network import load_stops
+from opal_dp.release.page.catalogue import TABLE_NOTES
+from opal_dp.release.page.render import PAGE, render_index
 from opal_dp.settings import DATA_DIR_ENV, PUBLISHER_ENV
 from opal_dp.simulate.trips import generate_days
-from opal_dp.release.statement.runs import partition_keys
+from opal_dp.release.statement.runs import partition_keys, partitions_section
 from opal_dp_tests.conftest import other_days
 from opal_dp_tests.browser.chromium import (
     BROWSER_MARKS,
@@ -40,6 +43,44 @@ DAYS = [date(2016, 7, 29), date(2016, 7, 30)]  # a weekday and a weekend day
 PUBLISHER = "Example Transport Agency"
 DESKTOP, PHONE = 1280, 390
 SERIOUS = ("serious", "critical")
+# What a reader cannot see or must scroll sideways for, measured in the browser with every <details> open: a table
+# cell outside the viewport or cut off by an ancestor that clips (overflow other than visible), an HTML element wider
+# inside than its box (a sideways scroll box; a screen-reader-only element, clipped, is meant to be), an SVG text
+# outside its svg (an axis label clipped). Half a pixel of rounding is allowed in box edges.
+LAYOUT_PROBLEMS = """() => {
+  const problems = [];
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+    + (typeof el.className === 'string' ? el.className.split(' ').filter(c => c).map(c => '.' + c).join('') : '');
+  const drawn = el => { const box = el.getBoundingClientRect(); return box.width > 0 && box.height > 0; };
+  const outside = (inner, outer) => inner.left < outer.left - 0.5 || inner.right > outer.right + 0.5;
+  const span = box => `x ${box.left.toFixed(1)}..${box.right.toFixed(1)}`;
+  const text = el => JSON.stringify(el.textContent.trim().slice(0, 40));
+  const viewport = {left: 0, right: document.documentElement.clientWidth};
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  for (const cell of document.querySelectorAll('td, th')) {
+    if (!drawn(cell)) continue;
+    const box = cell.getBoundingClientRect();
+    const where = `${name(cell.closest('table'))} cell ${text(cell)} (${span(box)})`;
+    if (outside(box, viewport)) problems.push(`${where} is outside the viewport (${span(viewport)})`);
+    for (let up = cell.parentElement; up !== document.documentElement; up = up.parentElement) {
+      const clip = up.getBoundingClientRect();
+      if (getComputedStyle(up).overflowX !== 'visible' && outside(box, clip))
+        problems.push(`${where} is cut off by ${name(up)} (${span(clip)})`);
+    }
+  }
+  for (const el of document.querySelectorAll('*')) {  // an SVG element's widths are not a box's: its text's are below
+    if (el instanceof HTMLElement && getComputedStyle(el).clip === 'auto' && el.scrollWidth > el.clientWidth)
+      problems.push(`${name(el)} scrolls sideways: ${el.scrollWidth} px of content in ${el.clientWidth} px`);
+  }
+  for (const label of document.querySelectorAll('svg text')) {
+    const box = label.getBoundingClientRect(), svg = label.ownerSVGElement.getBoundingClientRect();
+    if (drawn(label) && (outside(box, svg) || box.top < svg.top - 0.5 || box.bottom > svg.bottom + 0.5))
+      problems.push(`${name(label.ownerSVGElement)} text ${text(label)} (${span(box)}, y ${box.top.toFixed(1)}..`
+                    + `${box.bottom.toFixed(1)}) is clipped by its svg (${span(svg)}, y ${svg.top.toFixed(1)}..`
+                    + `${svg.bottom.toFixed(1)})`);
+  }
+  return problems;
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +100,25 @@ def release(tmp_path_factory) -> Path:
                     budget={"epsilon": {m.name: m.default_epsilon for m in MARGINALS},
                             "delta": {m.name: DEFAULT_DELTA for m in MARGINALS}})
     return (root / "published" / LATEST).resolve()
+
+
+@pytest.fixture(scope="module")
+def three_weeks(release: Path, tmp_path_factory) -> Path:
+    """A folder with the release's page as it would be after three weeks of dates (the Friday's tables on each) and
+    without its OD files: the trend chart then labels every fourth date, the last one at the right edge."""
+    friday = f"{DAYS[0]:%Y%m%d}"
+    dates = [f"{DAYS[0] + timedelta(n):%Y%m%d}" for n in range(21)]
+    tables = {}
+    for name in TABLE_NOTES:
+        table = pd.read_csv(release / f"{name}.csv", dtype=str, keep_default_na=False)
+        tables[name] = pd.concat([table[table["date"] == friday].assign(date=d) for d in dates], ignore_index=True)
+    statement = json.loads((release / "privacy.json").read_text(encoding="utf-8"))
+    modes = {k["mode"] for k in partition_keys(statement) if k["date"] == friday}
+    statement = {k: v for k, v in statement.items() if k != "od"} | {
+        "partitions": partitions_section((d, m) for d in dates for m in modes)}
+    folder = tmp_path_factory.mktemp("three-weeks")
+    (folder / PAGE).write_text(render_index(tables, statement, load_stops()), encoding="utf-8")
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +214,16 @@ def test_public_page_reads_on_a_phone(release: Path, browser) -> None:
         assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE, f"{locator} does not fit: {box}"
     expect(page.locator("#dataset")).to_contain_text(PUBLISHER)
     screenshot(page, "public-page-phone", full_page=True)
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+@pytest.mark.parametrize("folder", ["release", "three_weeks"])
+def test_nothing_is_cut_off_or_scrolls_sideways(request, browser, folder: str, width: int) -> None:
+    """Every table cell, every element's content and every chart label fits where it is drawn (``LAYOUT_PROBLEMS``),
+    on the release's page and on one whose trend chart has a date label at its right edge."""
+    page = open_page(browser, request.getfixturevalue(folder), width, [])
+    problems = page.evaluate(LAYOUT_PROBLEMS)
+    assert not problems, f"{folder} at {width} px:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])

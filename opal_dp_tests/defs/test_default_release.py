@@ -76,13 +76,28 @@ def test_the_default_release_is_card_level_and_opens_with_the_person_sentence(we
     assert person["bounded"] and person["horizon_days"] == 365
     assert (person["cap"]["epsilon"], person["cap"]["delta"]) == (weekly["cap"], 1e-6)
     assert markdown.splitlines()[2] == f"**{person['sentence']}**" == render_markdown(statement).splitlines()[2]
-    assert person["sentence"].startswith("Over any 365 consecutive days of releases, one person's total privacy loss")
+    assert person["sentence"].startswith("Whatever one person does, everything published about any 365 consecutive days")
     od = statement["od"]  # od.csv from the OD hierarchy; no trees (their share goes to the marginals)
-    assert od["files"] == ["od.csv"] and "epsilon_per_tree" not in od and od["hierarchy"]["rho_per_date"] == 0.004
+    assert od["files"] == ["od.csv", "totals.csv"] and "epsilon_per_tree" not in od
+    assert od["hierarchy"]["rho_per_date"] == 0.004 and od["hierarchy"]["totals"]["rho"] == 0.004
     assert dates_of(od["date_runs"]) == [d.replace("-", "") for d in WEEKS[0]] and od["scopes"][0]["unit"] == "card_period"
     charged = {c.id for c in weekly["ledger"].charges() if c.marginal.startswith("od_hierarchy ")}
     assert set(draws_of(od["hierarchy"]["draws"])) <= {d.id for d in weekly["ledger"].draws() if d.charge_id in charged}
     assert "### od.csv: hierarchical OD counts with exact totals" in markdown
+
+
+@pytest.mark.slow
+def test_privacy_md_states_each_product_once_with_the_ledgers_unit(weekly):
+    """No paragraph of PRIVACY.md is printed twice, and every product's stated protection is the unit of the ledger
+    scopes its charges went to (the OD files' card-day measurements, charged to the week, protect the card-week)."""
+    statement, markdown = weekly["second"]
+    paragraphs = [p.strip() for p in markdown.split("\n\n") if len(p.strip()) > 80]
+    assert len(paragraphs) == len(set(paragraphs)), [p[:80] for p in paragraphs if paragraphs.count(p) > 1]
+    units = {c.unit for c in weekly["ledger"].charges()}
+    assert units == {"card_period"} == {s["unit"] for s in statement["od"]["scopes"]}
+    stated = [statement["privacy_unit"]["protects"], statement["od"]["protects"]]
+    assert all(p.startswith(PrivacyUnit.CARD_PERIOD.protects) for p in stated), stated
+    assert "one service day" not in markdown.split("## Origin-destination")[1].split("- protects: ")[1].split("\n")[0]
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, PrivacyLedger, SeededBits
+from opal_dp.core.totals import TotalsBudget
 from opal_dp.core.hierarchy import HierarchyBudget
 from opal_dp.core.units import PrivacyUnit
 from opal_dp.network import load_stops
@@ -25,6 +26,7 @@ from opal_dp.release.od.hierarchy import (
 )
 
 BUDGET = HierarchyBudget(0.5, (0.1, 0.3, 0.6), max_items=3, max_per_cell=1)
+TOTALS = TotalsBudget(0.25, max_items=3, max_per_mode=2)
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +74,15 @@ def _trips(alphabet) -> np.ndarray:
 
 def test_one_charge_per_date_for_all_its_modes_and_exact_rows(tmp_path, alphabet, domain):
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (10.0, 1e-6)})
-    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, domain)
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, domain, TOTALS)
     path = _store(_trips(alphabet), "2016-07-25", tmp_path)
     out = list(release_od_hierarchy({"2016-07-25": path}, plan, ledger, tmp_path, "r1", b"k" * 32,
                                     bits=SeededBits(1)))
     assert sorted(m for _, m, _ in out) == sorted(domain.modes)
     assert len({d.charge.id for _, _, d in out}) == 1 and sorted({d.decision for _, _, d in out}) == ["charge", "join"]
-    assert ledger.spend("card_day", "2016-07-25").rho == pytest.approx(BUDGET.rho)
+    assert ledger.spend("card_day", "2016-07-25").rho == pytest.approx(BUDGET.rho + TOTALS.rho)  # levels and totals
     person = ledger.person_spend("2016-07-25", "2016-07-25")  # the person account is charged too
-    assert [c.marginal for c in person.charges] == ["od_hierarchy"] and person.guarantee.rho == pytest.approx(0.5)
+    assert [c.marginal for c in person.charges] == ["od_hierarchy"] and person.guarantee.rho == pytest.approx(0.75)
     frame = pd.concat([d.rows for _, _, d in out], ignore_index=True)
     assert sum_problems(frame) == [] and domain_problems(frame, domain) == []
     busy = alphabet.symbols.iloc[0]
@@ -97,7 +99,7 @@ def test_one_charge_per_date_for_all_its_modes_and_exact_rows(tmp_path, alphabet
 
 def test_the_ledger_refuses_a_hierarchy_over_the_cap_before_any_noise(tmp_path, alphabet, domain):
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (1.0, 1e-6)})  # rho 0.5 is epsilon > 1
-    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, domain)
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, domain, TOTALS)
     with pytest.raises(BudgetExceeded):
         list(release_od_hierarchy({"2016-07-25": _store(_trips(alphabet), "2016-07-25", tmp_path)}, plan, ledger,
                                   tmp_path, "r1", b"k" * 32))
@@ -144,7 +146,7 @@ class UnchargedTotals(HierarchyBudget):
         return PrivacyCost.zcdp(sum(self.level_rho[1:]), 0.0)
 
 
-def _audit_from_the_ledger(tmp_path, alphabet, domain, budget, seed):
+def _audit_from_the_ledger(tmp_path, alphabet, domain, budget, seed, scale_totals=1.0):
     """Release one date, then audit the production measurement against the charges the ledger holds
     (``audit_charges``, as ``privacy_audit`` does)."""
     from opal_dp.audit.hierarchy import audit_charges
@@ -152,12 +154,14 @@ def _audit_from_the_ledger(tmp_path, alphabet, domain, budget, seed):
     from opal_dp.core.hierarchy import measure
 
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (10.0, 1e-6)})
-    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, budget, domain)
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, budget, domain, TOTALS)
     list(release_od_hierarchy({"2016-07-25": _store(_trips(alphabet), "2016-07-25", tmp_path)}, plan, ledger,
                               tmp_path, "r1", b"k" * 32, bits=SeededBits(seed)))
     charges = [c for c in ledger.charges() if c.marginal == "od_hierarchy"]
     noise = DiscreteGaussian(SeededBits(seed + 1))
-    (report,) = audit_charges(charges, BUDGET, lambda t, c, b: measure(t, c, b, noise)).values()
+    (report,) = audit_charges(charges, BUDGET, lambda t, c, b: measure(t, c, b, noise),
+                              measure_totals=lambda t, b: t + noise.sample(b.sigma * scale_totals, t.size).reshape(t.shape)
+                              ).values()
     return report
 
 
@@ -170,6 +174,13 @@ def test_the_audit_passes_the_release_against_its_ledger_charge(tmp_path, alphab
 def test_the_audit_catches_a_release_whose_charge_leaves_out_a_level(tmp_path, alphabet, domain):
     planted = UnchargedTotals(BUDGET.rho, BUDGET.shares, BUDGET.max_items, BUDGET.max_per_cell)
     report = _audit_from_the_ledger(tmp_path, alphabet, domain, planted, seed=22)
+    assert not report.passed and report.rho_lower > report.charged_rho
+
+
+@pytest.mark.slow
+def test_the_audit_catches_totals_measured_with_less_noise_than_charged(tmp_path, alphabet, domain):
+    """Planted bug: the totals' noise at 0.6 of the sigma their charge pays for (rho 0.25 really costs 0.69)."""
+    report = _audit_from_the_ledger(tmp_path, alphabet, domain, BUDGET, seed=23, scale_totals=0.6)
     assert not report.passed and report.rho_lower > report.charged_rho
 
 

@@ -20,7 +20,7 @@ from opal_dp.release.od.hierarchy_publish import (
 )
 from opal_dp.network import load_stops
 from opal_dp.prep.sequences import TripAlphabet
-from opal_dp_tests.release.test_od_hierarchy import BUDGET, _store, _trips
+from opal_dp_tests.release.test_od_hierarchy import BUDGET, TOTALS, _store, _trips
 
 DAY = "2016-07-25"
 
@@ -30,7 +30,7 @@ def released(tmp_path):
     """One date released through the ledger: ``(ledger, plan, {date: rows with draw_id})``."""
     alphabet = TripAlphabet.from_stops(load_stops())
     ledger = PrivacyLedger(tmp_path / "ledger.sqlite", {"card_day": (10.0, 1e-6)})
-    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, OdDomain.from_stops(load_stops(), alphabet))
+    plan = HierarchyPlan(PrivacyUnit.CARD_DAY, BUDGET, OdDomain.from_stops(load_stops(), alphabet), TOTALS)
     out = list(release_od_hierarchy({DAY: _store(_trips(alphabet), DAY, tmp_path)}, plan, ledger, tmp_path, "r1",
                                     b"k" * 32, bits=SeededBits(5)))
     frame = pd.concat([d.rows.assign(draw_id=d.draw.id) for _, _, d in out], ignore_index=True)

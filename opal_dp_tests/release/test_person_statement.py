@@ -7,7 +7,11 @@ from datetime import date, timedelta
 
 from opal_dp.core.accounting import PrivacyCost, compose
 from opal_dp.core.ledger import PrivacyLedger
-from opal_dp.release.statement.person import person_section
+import re
+
+import pytest
+
+from opal_dp.release.statement.person import person_section, person_sentence
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp_tests.core.test_ledger import release, request
 from opal_dp_tests.release.test_statement import released, statement
@@ -48,7 +52,8 @@ def test_the_person_section_is_what_the_ledger_charges_give(tmp_path) -> None:
     assert section["this_release"] == compose([c.cost for c in charges], delta_target=1e-5).describe()
     assert (section["horizon_days"], section["cap"]["epsilon"], section["cap"]["delta"]) == (60, 40.0, 1e-5)
     assert ints_of(section["trip_unit_charges"]) == [c.id for c in ledger.charges("trip")]
-    assert section["sentence"].startswith("Over any 60 consecutive days of releases, one person's total privacy loss")
+    assert section["sentence"].startswith(
+        person_sentence(60, 40.0, 1e-5, spent.epsilon, section["this_release"]["epsilon"]) + " Trip-level files were")
 
 
 def test_privacy_md_opens_with_the_person_sentence(tmp_path) -> None:
@@ -58,6 +63,37 @@ def test_privacy_md_opens_with_the_person_sentence(tmp_path) -> None:
     trip = statement(*released(tmp_path / "trip"))
     assert trip["person"]["sentence"].startswith("This release protects single trips: it has no person-level bound")
     assert render_markdown(trip).splitlines()[2].startswith(f"**{trip['person']['sentence']} Whatever else")
+
+
+SENTENCE = re.compile(
+    r"Whatever one person does, everything published about any (\d+) consecutive days changes the probability of any "
+    r"conclusion about them by at most a factor of e\^([\d.e+-]+) \(epsilon = ([\d.e+-]+), a bound that fails with "
+    r"probability at most ([\d.e+-]+)\); the \1 days around this release used epsilon = ([\d.e+-]+) of it, this "
+    r"release epsilon = ([\d.e+-]+)\.")
+
+
+@pytest.mark.parametrize("unit", ["trip", "card_day", "card_period"])
+def test_the_first_sentence_states_one_epsilon_for_the_person_and_never_delta_spent(tmp_path, unit) -> None:
+    """The first sentence of PRIVACY.md, per unit: card units state the person's epsilon over the horizon, the
+    probability the bound fails, and what the horizon and the release used, each figure the ledger's; the trip unit
+    says first that it has no person-level bound. No sentence speaks of delta as something spent or used."""
+    ledger, draws = released(tmp_path, unit=unit)
+    stated = statement(ledger, draws)
+    sentence = stated["person"]["sentence"]
+    assert render_markdown(stated).splitlines()[2].startswith(f"**{sentence}")
+    assert not re.search(r"delta[^.;]*(spent|used)|(spent|used)[^.;]*delta", render_markdown(stated).splitlines()[2])
+    if unit == "trip":
+        assert sentence.startswith("This release protects single trips: it has no person-level bound")
+        return
+    found = SENTENCE.fullmatch(sentence)
+    assert found, sentence
+    cap = ledger.person_cap()
+    days = sorted({c.first_date for c in ledger.charges()} | {c.last_date for c in ledger.charges()})
+    window, _ = worst_window(ledger, days[0], days[-1])
+    mine = compose([c.cost for c in ledger.charges()], delta_target=cap.delta)
+    assert (int(found[1]), float(found[2]), float(found[3]), float(found[4])) == (
+        cap.horizon_days, cap.epsilon, cap.epsilon, cap.delta)
+    assert float(found[5]) == float(f"{window.epsilon:.3g}") and float(found[6]) == float(f"{mine.epsilon:.3g}")
 
 
 def test_the_marginals_engine_charges_a_part_of_a_replaced_raw_file_anew(tmp_path) -> None:

@@ -14,7 +14,7 @@ from opal_dp.core.accounting import compose, within
 from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, PersonBudgetExceeded
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
-from opal_dp.release.settings import WEEKLY_OD_HIERARCHY_RHO, PrivacySettings
+from opal_dp.release.settings import WEEKLY_OD_HIERARCHY_RHO, WEEKLY_OD_TOTALS_RHO, PrivacySettings
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.share import scope_costs, scope_delta, share_epsilon, weeks_touching
 from opal_dp_tests.core.test_ledger import release, request
@@ -61,7 +61,9 @@ def test_the_default_settings_release_a_week_at_the_share():
     assert settings.unit is PrivacyUnit.CARD_PERIOD and settings.periods.weekly and not settings.releases_od
     assert settings.releases_od_hierarchy and settings.od_hierarchy_budget == WEEKLY_OD_HIERARCHY_RHO
     epsilon, delta = settings.budget()
-    share = share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
+    assert settings.od_totals_budget == WEEKLY_OD_TOTALS_RHO  # charged with the hierarchy's levels, a date
+    share = share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH, 0.0,
+                          WEEKLY_OD_HIERARCHY_RHO + WEEKLY_OD_TOTALS_RHO)
     assert sum(epsilon.values()) == pytest.approx(share) and sum(delta.values()) == pytest.approx(1e-6 / 106)
     without = PrivacySettings(od_hierarchy_release=False)
     assert sum(without.budget()[0].values()) == share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH)
@@ -109,7 +111,8 @@ def test_an_opted_in_hierarchy_fits_the_default_cap_of_a_date_and_would_not_with
     settings = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=True, **sixteen)
     date = [m.cost() for m in settings.plan().mechanisms.values()] + [PrivacyCost.approx_dp(settings.od_budget, 0.0)]
     hierarchy = settings.od_hierarchy_costs(PrivacyUnit.CARD_DAY)
-    assert [c.rho for c in hierarchy] == [0.5] and settings.od_hierarchy_costs(PrivacyUnit.TRIP) == []
+    assert [c.rho for c in hierarchy] == [0.5 + settings.od_totals_budget]  # its levels and the daily totals
+    assert settings.od_hierarchy_costs(PrivacyUnit.TRIP) == []
     epsilon, delta = settings._default_cap()
     assert within(date + hierarchy, epsilon, delta) and not within(date + hierarchy, epsilon, settings.nominal[1])
     assert not within(date + hierarchy + hierarchy, epsilon, delta)  # a second hierarchy of the date is refused

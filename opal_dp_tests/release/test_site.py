@@ -214,6 +214,11 @@ def test_the_data_dictionary_names_every_column(page, tables, stated, stops):
     assert "<code>other</code>: a remainder row" in dictionary
     assert {"origin, destination", "rank", "trips", "sequence"} <= set(
         re.findall(r"<tr><td><code>([^<]*)</code></td>", dictionary))
+    od_only = copy.deepcopy(stated) | {"od": {"files": ["od.csv"]}}  # the hierarchy's od.csv, no prefix trees
+    dictionary = re.search(r'<section id="dictionary".*?</section>', render_index(tables, od_only, stops), re.S)[0]
+    documented = re.findall(r"<tr><td><code>([^<]*)</code></td>", dictionary)
+    assert "origin_district, destination_district" in documented and not {"rank", "trips", "sequence"} & {*documented}
+    assert "od-sequences" not in dictionary and "<code>200x</code>" in dictionary  # districts as od.csv writes them
 
 
 def test_file_sizes_are_stated_when_given(tables, stated, stops, page):
@@ -280,9 +285,9 @@ def test_the_daily_chart_shows_the_latest_eight_weeks_and_the_weekly_table_every
     points = re.findall(r"<title>(\w{3} \d\d \w{3} \d{4}) \(week(?:day|end)\), tap-ons", trend)
     assert len(points) == 56 and points[0] == "Mon 08 Aug 2016" and points[-1] == "Sun 02 Oct 2016"
     assert "Trips per day, the latest 8 weeks</h2>" in page
-    weekly = re.search(r"Bus: trips per week since the first published date.*?</table>", page, re.S)[0]
+    weekly = re.search(r"Bus: trips per day of each week since the first published date.*?</table>", page, re.S)[0]
     rows = re.findall(r'<tr><td>(\d{4}-\d\d-\d\d)</td><td class="num">(\d+)</td><td class="num">([\d,]+) ± ', weekly)
     time = bus["time"]
     one_day = int(time[(time["tap"] == "on") & (time["time"] != UNKNOWN_LABEL)]["count"].sum()) // len(dates)
     assert [r[0] for r in rows] == [f"{dates[0] + timedelta(7 * w):%Y-%m-%d}" for w in range(10)]
-    assert {(r[1], int(r[2].replace(",", ""))) for r in rows} == {("7", 7 * one_day)}
+    assert {(r[1], int(r[2].replace(",", ""))) for r in rows} == {("7", one_day)}  # per published day

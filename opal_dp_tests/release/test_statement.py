@@ -212,13 +212,17 @@ def test_no_figure_derived_from_data(tmp_path):
         allowed |= {v for v in described.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         allowed |= set(described["sensitivity"].values()) | {described["cost"]["epsilon"], described["cost"]["rho"]}
         scale, shown = described["scale"], described["min_released_count"]
-        allowed |= {sbh.release_probability(n, scale, shown) for n in TRUE_COUNTS}
+        surely = _first_count_published_surely(scale, shown)
+        allowed |= {sbh.release_probability(n, scale, shown) for n in _table_counts(surely)} | {surely}
         allowed |= {sbh.error_bound(scale, 0.95)}
     for entry in s["marginals"]:  # and each derived figure is the one of its own charge
         described = json.loads(next(c.mechanism for c in ledger.charges() if c.marginal == entry["name"]))
         scale, shown = described["scale"], described["min_released_count"]
         assert entry["error_bound_95"] == sbh.error_bound(scale, 0.95)
-        assert entry["release_probability"] == {str(n): sbh.release_probability(n, scale, shown) for n in TRUE_COUNTS}
+        surely = _first_count_published_surely(scale, shown)
+        assert entry["published_surely_from"] == surely  # the accuracy table reaches where a bin is surely published
+        assert entry["release_probability"] == {str(n): sbh.release_probability(n, scale, shown)
+                                                for n in _table_counts(surely)}
     spent = [s.guarantee for s in ledger.summary("trip")]
     allowed |= {x for g in spent for x in (g.epsilon, g.delta)}
     eps, delta = max((g.epsilon, g.delta) for g in spent)  # worked examples: group privacy for 2 trips, 10 days
@@ -229,6 +233,18 @@ def test_no_figure_derived_from_data(tmp_path):
     allowed |= {v for v in window.guarantee.describe().values() if isinstance(v, (int, float))}
     numbers = {v for _, v in _leaves(s) if isinstance(v, (int, float)) and not isinstance(v, bool)}
     assert numbers <= allowed
+
+
+def _first_count_published_surely(scale: float, shown: int) -> int:
+    """Recomputed by a plain scan: the smallest true count published with probability at least 0.99."""
+    n = 1
+    while sbh.release_probability(n, scale, shown) < 0.99:
+        n += 1
+    return n
+
+
+def _table_counts(surely: int) -> list[int]:
+    return sorted({*TRUE_COUNTS, *range(100, -(-surely // 100) * 100 + 1, 100)})
 
 
 @pytest.mark.parametrize("key", ["2016-07-25", "2016-07-25|tram", "2016-13-01|bus", "20160725|bus"])

@@ -25,7 +25,7 @@ def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, refere
     stops = reference.stops()
     plan = hierarchy_plan(privacy_budget, od_domain(stops))
     charges = [c for c in privacy_budget.ledger(storage).charges() if c.marginal.split(" ")[0] == OD_HIERARCHY]
-    reports = audit_charges(charges, plan.budget, alpha=alpha)
+    reports = audit_charges(charges, plan.budget, alpha=alpha, fallback_totals=plan.totals)
     return all(r.passed for r in reports.values()), {"od_hierarchy_audit": dg.MetadataValue.json(
         {name: {"charged_rho": r.charged_rho, "rho_lower_bound": r.rho_lower,
                 "rho_lower_bound_per_level": list(r.level_rho_lower), "silent_cells": r.silent_cells,

@@ -26,7 +26,7 @@ from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.marginals.gate import DateGate, PublishRefused, gate_date
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
-from opal_dp.release.od.hierarchy_publish import hierarchy_gate
+from opal_dp.release.od.hierarchy_publish import hierarchy_gate, totals_table
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_account, person_section
 from opal_dp.release.statement.runs import draws_of
@@ -160,7 +160,8 @@ def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, 
                 problems += hierarchy_gate(rows, ledger, storage.private_dir, plan.domain, plan.tau)
             if problems:
                 raise refused(DATES, "publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
-            od = od_tables(tree, alphabet, privacy_budget.od_top_sequences, rows)
+            od = od_tables(tree, alphabet, privacy_budget.od_top_sequences, rows,
+                           totals_table(rows, ledger, storage.private_dir) if rows else None)
         keys = sorted({key for key, _ in entry["draws"]})
         gates.append(DateGate(
             day, evidence, {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}},

@@ -14,8 +14,13 @@ truncated to the public ``od_height`` trips), the prefix tree's input, bounded o
 ``m = od_height`` trips over all modes and at most ``max_per_cell`` in a location pair: the sensitivities of
 ``core.hierarchy.level_l2_squared``.
 
+Totals: the same charge measures the date's trips per (mode, tap) (``core.totals``: every card-day counts at most
+``TOTALS_PER_MODE`` trips of a mode, each cell measured, never suppressed), stored with the levels as level 3 (cell 0
+tap-on, 1 tap-off) and published as ``totals.csv``: unbiased daily totals the page's trend reads.
+
 Ledger: one request per (date, mode), all of a date's modes under one charge (parts of one histogram per level over
-(mode, cell): ``core.hierarchy``), cost ``HierarchyBudget.cost()`` (the sum of the three levels' rho, delta 0).
+(mode, cell): ``core.hierarchy``; the totals likewise), cost ``HierarchyPlan.cost()`` (the sum of the three levels'
+rho and the totals', delta 0).
 Scope as the prefix tree's (``release.od.engine``): the date under ``trip`` and ``card_day``, the period (one
 charge per date) under ``card_period``; every card-level charge is also on the person account. The stored draw
 is the measurement (every cell of every level, noisy); the published rows are its fit (post-processing), so a
@@ -40,6 +45,8 @@ from opal_dp.core.bits import BitSource
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.hierarchy import Fitted, HierarchyBudget, Measurement, Tree, fit, listing_threshold, measure
 from opal_dp.core.input_version import stand_ins
+from opal_dp.core.accounting import PrivacyCost
+from opal_dp.core.totals import TOTALS_PER_MODE, TotalsBudget, card_day_totals, measure_totals
 from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.network import MODES, per_stop_list
 from opal_dp.prep.binning import stop_labels
@@ -54,6 +61,7 @@ OD_HIERARCHY = "od_hierarchy"
 ALL = "all"
 OTHER = "other"
 LEVEL_NAMES = ("mode", "district", "location")
+TOTALS_LEVEL = 3  # the stored measurement's level of the totals: cell 0 tap-on, 1 tap-off
 SHARES = (0.1, 0.3, 0.6)
 """rho shares of the mode totals, the district pairs and the location pairs: the location pairs are what an OD user
 reads cell by cell and hold the most cells; a mode total is one number (at the default rho its sigma, 12.6, is
@@ -108,6 +116,7 @@ class OdDomain:
     modes: Mapping[str, ModeDomain]
     symbol_mode: np.ndarray  # symbol id -> index into MODES
     symbol_cell: np.ndarray  # symbol id -> finest cell of its mode
+    symbol_off: np.ndarray  # symbol id -> whether its tap-off is recorded (destination not ``-1``)
 
     @classmethod
     def from_stops(cls, stops: pd.DataFrame, alphabet: TripAlphabet) -> OdDomain:
@@ -124,7 +133,7 @@ class OdDomain:
             if (o < 0).any() or (d < 0).any():
                 raise ValueError(f"the OD alphabet has a {m} trip outside the stop list's locations")
             cell[rows] = o * len(dom.destinations) + d
-        return cls(modes, mode_index, cell)
+        return cls(modes, mode_index, cell, (symbols["destination"] != UNKNOWN_LABEL).to_numpy())
 
     @property
     def cells(self) -> int:
@@ -154,6 +163,18 @@ class OdDomain:
         return out
 
 
+    def totals(self, sequences: np.ndarray, max_per_mode: int) -> dict[str, np.ndarray]:
+        """Per mode, its ``[tap-on, tap-off]`` trips of the sequences, each card-day counting at most
+        ``max_per_mode`` trips of one mode (the first, in tap-on order; ``core.totals``)."""
+        sequences = np.asarray(sequences, dtype=np.int64)
+        slot = sequences != PAD
+        modes = np.where(slot, self.symbol_mode[np.where(slot, sequences, 0)], -1)
+        off = slot & self.symbol_off[np.where(slot, sequences, 0)]
+        counts = card_day_totals(modes.reshape(len(sequences), -1), off.reshape(len(sequences), -1), max_per_mode,
+                                 len(MODES))
+        return {m: counts[MODES.index(m)] for m in self.modes}
+
+
 @per_stop_list
 def od_domain(stops: pd.DataFrame) -> OdDomain:
     """``OdDomain.from_stops`` with the stop list's alphabet, built once per stop list in a process (shared:
@@ -167,12 +188,20 @@ def tau_for(domain: OdDomain, budget: HierarchyBudget) -> int:
     return listing_threshold(budget.sigmas[2], domain.cells, budget.false_cells)
 
 
-def measurement_frame(measured: Measurement) -> pd.DataFrame:
-    """Storage form of a measurement: ``level, cell, noisy``."""
-    return pd.DataFrame({"level": np.concatenate([np.full(len(v), i, dtype=np.int8)
-                                                  for i, v in enumerate(measured.levels)]),
-                         "cell": np.concatenate([np.arange(len(v), dtype=np.int64) for v in measured.levels]),
-                         "noisy": np.concatenate(measured.levels).astype(np.int64)})
+def measurement_frame(measured: Measurement, totals: np.ndarray) -> pd.DataFrame:
+    """Storage form of a measurement and the totals (level ``TOTALS_LEVEL``): ``level, cell, noisy``."""
+    values = [*measured.levels, np.asarray(totals, dtype=np.int64)]
+    return pd.DataFrame({"level": np.concatenate([np.full(len(v), i, dtype=np.int8) for i, v in enumerate(values)]),
+                         "cell": np.concatenate([np.arange(len(v), dtype=np.int64) for v in values]),
+                         "noisy": np.concatenate(values).astype(np.int64)})
+
+
+def totals_of(frame: pd.DataFrame) -> np.ndarray:
+    """The stored noisy ``[tap-on, tap-off]`` totals of a measurement frame, checked to hold both cells."""
+    part = frame[frame["level"] == TOTALS_LEVEL]
+    if not np.array_equal(part["cell"].to_numpy(), np.arange(2)):
+        raise ValueError("a stored measurement does not hold the totals' two cells")
+    return part["noisy"].to_numpy(np.int64)
 
 
 def measurement_of(frame: pd.DataFrame, tree: Tree) -> Measurement:
@@ -223,15 +252,20 @@ class HierarchyPlan(OdPlacement):
     unit: PrivacyUnit
     budget: HierarchyBudget
     domain: OdDomain
+    totals: TotalsBudget
     periods: Periods = field(default_factory=Periods)  # card_period: which dates form one period
 
     @cached_property
     def tau(self) -> int:
         return tau_for(self.domain, self.budget)
 
+    def cost(self) -> PrivacyCost:
+        """One date's charge: the levels' rho and the totals', delta 0 (zCDP composition adds rho)."""
+        return PrivacyCost.zcdp(self.budget.cost().rho + self.totals.rho, 0.0)
+
     def mechanism(self) -> str:
-        return json.dumps({**self.budget.describe(), "tau": self.tau, "domain_sha256": self.domain.digest()},
-                          sort_keys=True)
+        return json.dumps({**self.budget.describe(), "tau": self.tau, "domain_sha256": self.domain.digest(),
+                           "totals": self.totals.describe()}, sort_keys=True)
 
     def bounds(self) -> str:
         return json.dumps({"unit": PrivacyUnit.CARD_DAY.value, "max_trips": self.budget.max_items,
@@ -246,7 +280,8 @@ def hierarchy_plan(settings, domain: OdDomain) -> HierarchyPlan:
     unit = settings.unit
     budget = HierarchyBudget(settings.od_hierarchy_budget, SHARES, settings.od_height,
                              min(settings.od_hierarchy_max_per_pair, settings.od_height), FALSE_CELLS)
-    return HierarchyPlan(unit, budget, domain, settings.periods)
+    totals = TotalsBudget(settings.od_totals_budget, settings.od_height, min(TOTALS_PER_MODE, settings.od_height))
+    return HierarchyPlan(unit, budget, domain, totals, settings.periods)
 
 
 @dataclass(frozen=True)
@@ -264,15 +299,16 @@ def release_od_hierarchy(sequences: Mapping[str, Path], plan: HierarchyPlan, led
     """The hierarchy of every (date, mode) of the dates' stored card-day sequences (``{date: path}``), each asked
     of the ledger before any noise is drawn. Yields ``(date, mode, HierarchyDraw)``. ``input_versions``: per
     date, as in ``release.marginals.engine.release_partitions``; ``bits``: tests only (production: OS CSPRNG)."""
-    counts = {day: plan.domain.counts(from_frame(read_parquet(path)), plan.budget.max_per_cell)
-              for day, path in sequences.items()}
+    stored = {day: from_frame(read_parquet(path)) for day, path in sequences.items()}
+    counts = {day: plan.domain.counts(s, plan.budget.max_per_cell) for day, s in stored.items()}
+    totals = {day: plan.domain.totals(s, plan.totals.max_per_mode) for day, s in stored.items()}
     parts = {f"{day}|{mode}": (day, mode) for day in counts for mode in plan.domain.modes}
-    prints = {part: hmac.new(fingerprint_key, counts[day][mode].tobytes(), hashlib.sha256).hexdigest()
-              for part, (day, mode) in parts.items()}
+    prints = {part: hmac.new(fingerprint_key, counts[day][mode].tobytes() + totals[day][mode].tobytes(),
+                             hashlib.sha256).hexdigest() for part, (day, mode) in parts.items()}
     versions = (stand_ins({p: plan.scope(d) for p, (d, _) in parts.items()}, prints) if input_versions is None
                 else {p: input_versions[d] for p, (d, _) in parts.items()})
     requests = [Request(plan.ledger_unit.value, plan.scope(day), part, day, plan.marginal(day), "add_remove",
-                        plan.budget.cost(), plan.mechanism(), plan.bounds(), prints[part], versions[part])
+                        plan.cost(), plan.mechanism(), plan.bounds(), prints[part], versions[part])
                 for part, (day, mode) in parts.items()]
     noise = DiscreteGaussian(bits)
 
@@ -284,7 +320,8 @@ def release_od_hierarchy(sequences: Mapping[str, Path], plan: HierarchyPlan, led
                 out.append(read_parquet(p.path))
                 continue
             measured = measure(plan.domain.modes[mode].tree, counts[day][mode], plan.budget, noise)
-            out.append(write_parquet_exclusive(measurement_frame(measured), p.path))
+            noisy_totals = measure_totals(totals[day][mode], plan.totals, noise)
+            out.append(write_parquet_exclusive(measurement_frame(measured, noisy_totals), p.path))
         return out
 
     for served in release_charged(requests, serve, ledger, root, run_id, fresh):

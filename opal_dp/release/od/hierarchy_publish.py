@@ -25,6 +25,8 @@ import pandas as pd
 from opal_dp.core import PrivacyLedger
 from opal_dp.core.hierarchy import fit
 from opal_dp.release.statement.runs import date_runs, draws_section
+from opal_dp.core.totals import TAPS
+from opal_dp.network import MODES
 from opal_dp.release.od.hierarchy import (
     LEVEL_NAMES,
     ROW_COLUMNS,
@@ -33,9 +35,17 @@ from opal_dp.release.od.hierarchy import (
     measurement_of,
     rows,
     sum_problems,
+    totals_of,
 )
 
 OD_HIERARCHY_COLUMNS = ROW_COLUMNS
+TOTALS_COLUMNS = ["date", "mode", "tap", "count", "error_95"]
+TOTALS_DESCRIPTION = (
+    "totals.csv: trips per date, mode and tap (on: every trip; off: trips with a recorded tap-off), each a count "
+    "measured on its own with discrete Gaussian noise (zCDP) and never suppressed, so it is not biased by the "
+    "thresholds of the other files; error_95 bounds its noise with 95% probability. Each card-day counts at most "
+    "`max_items` trips, at most `max_per_mode` of one mode."
+)
 DESCRIPTION = (
     "od.csv: origin-destination counts per date and mode at three levels with exact totals: the mode's total, "
     "district x district and location x location, all cells from the public stop list. Every cell of every level "
@@ -58,24 +68,43 @@ def hierarchy_gate(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, ro
     must come from a completed ledger draw of that date whose stored measurement fits to exactly these rows, add up
     level by level, and hold only labels of the public domain."""
     problems = []
-    ids = hierarchy_draw_ids(frames)
-    draws = {d.id: d for d in ledger.draws(ids.values())}
-    charges = {c.id: c for c in ledger.charges(ids={d.charge_id for d in draws.values()})}
-    for (day, mode), draw_id in ids.items():
-        draw = draws.get(draw_id)
+    for (day, mode), (draw_id, draw, recorded) in _stored_draws(frames, ledger).items():
         if draw is None or draw.status != "complete" or draw.date != day:
             problems.append(f"{day} {mode} od: no completed ledger draw {draw_id} of that date")
             continue
-        recorded = json.loads(charges[draw.charge_id].mechanism)
         dom = domain.modes[mode]
-        fitted = fit(dom.tree, measurement_of(pd.read_parquet(root / draw.release_ref), dom.tree),
-                     tuple(recorded["sigma"]), int(recorded["tau"]))
+        stored = pd.read_parquet(root / draw.release_ref)
+        fitted = fit(dom.tree, measurement_of(stored, dom.tree), tuple(recorded["sigma"]), int(recorded["tau"]))
         part = frames[day][frames[day]["mode"] == mode].drop(columns=["draw_id"]).reset_index(drop=True)
         if recorded["tau"] != tau or not rows(dom, fitted, day).astype(str).equals(part.astype(str)):
             problems.append(f"{day} {mode} od: the rows are not the fit of the ledger's stored draw {draw_id}")
+        try:
+            totals_of(stored)
+        except ValueError as err:
+            problems.append(f"{day} {mode} od: {err} (draw {draw_id})")
     for frame in frames.values():
         problems += sum_problems(frame) + domain_problems(frame, domain)
     return problems
+
+
+def _stored_draws(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> dict[tuple[str, str], tuple]:
+    """(date, mode) -> (draw id, the ledger's draw or None, the mechanism its charge recorded or None)."""
+    ids = hierarchy_draw_ids(frames)
+    draws = {d.id: d for d in ledger.draws(ids.values())}
+    charges = {c.id: c for c in ledger.charges(ids={d.charge_id for d in draws.values()})}
+    return {key: (i, draws.get(i), json.loads(charges[draws[i].charge_id].mechanism) if i in draws else None)
+            for key, i in ids.items()}
+
+
+def totals_table(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path) -> pd.DataFrame:
+    """``totals.csv`` of the gated dates (``hierarchy_gate``): per (date, mode, tap) the stored noisy total of the
+    ledger's draw, floored at 0 (post-processing), and the 95% bound of its noise as the charge recorded it."""
+    out = []
+    for (day, mode), (_, draw, recorded) in sorted(_stored_draws(frames, ledger).items()):
+        noisy = totals_of(pd.read_parquet(root / draw.release_ref))
+        out += [(day.replace("-", ""), mode, tap, max(0, int(n)), int(recorded["totals"]["error_bound_95"]))
+                for tap, n in zip(TAPS, noisy)]
+    return pd.DataFrame(out, columns=TOTALS_COLUMNS).astype({"count": "int64", "error_95": "int64"})
 
 
 def hierarchy_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -101,7 +130,7 @@ def hierarchy_statement(draw_ids: Mapping[tuple[str, str], int], ledger: Privacy
     return {
         "description": DESCRIPTION,
         "file": "od.csv",
-        "protects": "all trips of one card on one service day, added or removed",
+        "measures": "each date on its own: all trips of one card on one service day (its charge goes to the scope of the od section's unit)",
         "rho_per_date": mechanism["rho"],
         "delta": 0.0,
         "levels": list(LEVEL_NAMES),
@@ -109,6 +138,8 @@ def hierarchy_statement(draw_ids: Mapping[tuple[str, str], int], ledger: Privacy
         "listing_threshold": mechanism["tau"],
         "parameters": mechanism,
         "columns": list(OD_HIERARCHY_COLUMNS),
+        **({"totals": {"description": TOTALS_DESCRIPTION, "file": "totals.csv", "columns": TOTALS_COLUMNS,
+                       **mechanism["totals"]}} if "totals" in mechanism else {}),
         "date_runs": date_runs(day.replace("-", "") for day, _ in draw_ids),
         "draws": draws_section(d.id for d in draws),
         "charges": sorted(charges),
@@ -116,13 +147,19 @@ def hierarchy_statement(draw_ids: Mapping[tuple[str, str], int], ledger: Privacy
 
 
 def hierarchy_markdown(section: Mapping) -> list[str]:
+    totals = section.get("totals")
     return ["### od.csv: hierarchical OD counts with exact totals", "", section["description"], "",
-            f"- protects: {section['protects']}",
             f"- rho per date (zCDP, delta {section['delta']}): {section['rho_per_date']}, split over the levels "
             f"{', '.join(section['levels'])} as {', '.join(f'{r:.4g}' for r in section['level_rho'])}",
             f"- location pairs listed from a noisy count of {section['listing_threshold']} (a public threshold "
             "from the noise scale); the others are in their district pair's `other` row",
-            f"- columns: {', '.join(section['columns'])}", ""]
+            f"- columns: {', '.join(section['columns'])}", "",
+            *([] if totals is None else [
+                "### totals.csv: trips per date, mode and tap", "", totals["description"], "",
+                f"- rho per date (zCDP, delta 0, in the same charge as od.csv): {totals['rho']:.4g}; noise standard "
+                f"deviation {totals['sigma']:.4g}; 95% of totals within ±{totals['error_bound_95']} of their count",
+                f"- bounds: at most {totals['max_items']} trips of a card-day, {totals['max_per_mode']} of one mode",
+                f"- columns: {', '.join(totals['columns'])}", ""])]
 
 
 def validate_hierarchy_csv(folder: Path, dates: list[str], domain: OdDomain) -> list[str]:
@@ -141,3 +178,21 @@ def validate_hierarchy_csv(folder: Path, dates: list[str], domain: OdDomain) -> 
     frame = frame.astype({"count": np.int64})
     return problems + [f"od.csv: {p}" for p in sum_problems(frame) + domain_problems(frame, domain)]
 
+
+
+def validate_totals_csv(folder: Path, dates: list[str]) -> list[str]:
+    """Problems with a published ``totals.csv``: columns, dates of the statement, modes and taps of the public
+    domain, one row per (date, mode, tap), integer counts ``>= 0`` and error bounds ``> 0``."""
+    frame = pd.read_csv(folder / "totals.csv", dtype=str, keep_default_na=False)
+    if list(frame.columns) != TOTALS_COLUMNS:
+        return [f"totals.csv: columns must be {TOTALS_COLUMNS}"]
+    problems = []
+    if not frame["date"].isin(dates).all():
+        problems.append("totals.csv: a date that privacy.json does not list")
+    if not (frame["mode"].isin(MODES) & frame["tap"].isin(TAPS)).all():
+        problems.append("totals.csv: a mode or tap outside the public domain")
+    if frame.duplicated(["date", "mode", "tap"]).any():
+        problems.append("totals.csv: a (date, mode, tap) listed twice")
+    if not (frame["count"].str.fullmatch(r"0|[1-9]\d*") & frame["error_95"].str.fullmatch(r"[1-9]\d*")).all():
+        problems.append("totals.csv: a count that is not an integer >= 0 or an error_95 that is not one > 0")
+    return problems

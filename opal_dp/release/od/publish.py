@@ -27,10 +27,11 @@ from opal_dp.release.od.hierarchy_publish import (
     hierarchy_statement,
     hierarchy_table,
     validate_hierarchy_csv,
+    validate_totals_csv,
 )
 from opal_dp.release.statement.runs import date_runs, dates_of, draws_of, draws_section, grouped_scopes
 
-OD_TABLES = ("od", "od-sequences")
+OD_TABLES = ("od", "od-sequences", "totals")
 OD_COLUMNS = ["date", "mode", "origin", "destination", "count"]
 SEQUENCE_COLUMNS = ["date", "rank", "trips", "sequence", "count"]
 DESCRIPTION = (
@@ -70,12 +71,15 @@ def od_gate(trees: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path
 
 
 def od_tables(trees: Mapping[str, pd.DataFrame], alphabet: TripAlphabet, top: int,
-              hierarchy: Mapping[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
+              hierarchy: Mapping[str, pd.DataFrame] | None = None,
+              totals: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """The OD files: ``od`` from the ``hierarchy`` rows when given, else from the trees; ``od-sequences`` from the
-    trees when there are any."""
+    trees when there are any; ``totals`` (``hierarchy_publish.totals_table``) when given."""
     out = {}
     if hierarchy:
         out["od"] = hierarchy_table(hierarchy)
+    if totals is not None:
+        out["totals"] = totals
     if trees:
         days = sorted(trees)
         od = pd.concat([od_counts(trees[d], alphabet.symbols, _compact(d)) for d in days], ignore_index=True)
@@ -99,7 +103,7 @@ def od_statement(trees: Mapping[str, int], ledger: PrivacyLedger,
     out = {
         "description": (section["description"] + (" " + SEQUENCES_DESCRIPTION if trees else "")) if section
         else DESCRIPTION,
-        "protects": "all trips of one card on one service day (its whole sequence), added or removed",
+        "protects": _protects({s.unit for s in spend}),
         "delta": 0.0,
         "date_runs": date_runs(_compact(d) for d in [*trees, *(day for day, _ in hierarchy or {})]),
         "draws": draws_section({d.id for d in draws} | set(draws_of(section["draws"]) if section else ())),
@@ -112,7 +116,7 @@ def od_statement(trees: Mapping[str, int], ledger: PrivacyLedger,
         ),
         "scopes": [{"unit": s.unit, "scope": s.scope, "epsilon": s.guarantee.epsilon, "delta": s.guarantee.delta,
                     "cap_epsilon": s.cap.epsilon, "cap_delta": s.cap.delta} for s in spend],
-        "files": ["od.csv", *(["od-sequences.csv"] if trees else [])],
+        "files": ["od.csv", *(["od-sequences.csv"] if trees else []), *(["totals.csv"] if section else [])],
     }
     if trees:
         params = {c.mechanism for c in charges.values() if c.id in {d.charge_id for d in draws}}
@@ -125,9 +129,18 @@ def od_statement(trees: Mapping[str, int], ledger: PrivacyLedger,
     return out
 
 
+def _protects(units: set[str]) -> str:
+    """What the OD files protect, from the units of the ledger scopes their charges went to: a card-day measurement
+    charged once per date to a period's scope protects the card over the period (the ledger composes the dates)."""
+    if units == {"card_period"}:
+        return ("all trips of one card over one period (a calendar week by default), added or removed: each date's "
+                "measurement protects the card's day and is charged to its week's scope, where the ledger composes them")
+    return "all trips of one card on one service day (its whole sequence), added or removed"
+
+
 def od_markdown(od: Mapping) -> list[str]:
-    lines = [f"## Origin-destination release ({', '.join(od['files'])})", "", od["description"], "",
-             f"- protects: {od['protects']}"]
+    lines = [f"## Origin-destination release ({', '.join(od['files'])})", "",
+             *([] if "hierarchy" in od else [od["description"], ""]), f"- protects: {od['protects']}"]
     if "epsilon_per_tree" in od:
         lines += [f"- od-sequences.csv{'' if 'hierarchy' in od else ' and od.csv'}: epsilon per tree (one tree per "
                   f"date): {od['epsilon_per_tree']}, delta {od['delta']}",
@@ -149,6 +162,8 @@ def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:
         problems = validate_hierarchy_csv(folder, dates_of(od["hierarchy"]["date_runs"]), od_domain(load_stops()))
     else:
         problems = _validate_tree_od(folder, od, alphabet)
+    if "totals.csv" in od["files"]:
+        problems += validate_totals_csv(folder, dates_of(od["date_runs"]))
     if "od-sequences.csv" not in od["files"]:
         return problems
     seqs = pd.read_csv(folder / "od-sequences.csv", dtype=str, keep_default_na=False)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 
 from opal_dp import settings
-from opal_dp.release.page.common import e, iso
+from opal_dp.release.page.common import e, iso, stacked_table
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD
 
 LICENCES = {  # SPDX identifier -> full name
@@ -36,6 +36,8 @@ OD_NOTES = {
     "od": "trips per date and mode: the mode's total, district pairs and origin-destination pairs, each level adding "
           "up to the one above (a noisy prefix tree's pairs in a release without the hierarchy)",
     "od-sequences": "the most frequent card-day trip chains of each date, from the same trees",
+    "totals": "trips per date, mode and tap, each measured on its own and never suppressed, with the 95% bound of its "
+              "noise: the figures to quote for how many trips a mode carried",
 }
 
 
@@ -90,44 +92,44 @@ def dataset_section(page: PageSettings, statement: Mapping, dates: list[str]) ->
 
 
 def dictionary_section(statement: Mapping) -> str:
-    """Every column of every published CSV: what it holds and its special values."""
+    """Every column of the CSV files of the release (the files ``files_section`` lists): what it holds, in which of
+    them, and its special values."""
     remainders = statement.get("design", {}).get("name") == "public_domain"
     other = "; <code>other</code>: a remainder row of time-loc.csv, the sum of the combinations not listed on " \
             "their own (see above)" if remainders else ""
-    columns = [
-        ("mode", "all", "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
-        ("date", "all", "service date (the tap-on date), <code>YYYYMMDD</code>"),
-        ("tap", "time-loc, time, loc", "<code>on</code>: where and when the trip started; <code>off</code>: where "
-                                       "and when it ended"),
-        ("time", "time-loc, time, loc", "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to "
-                                        "23:45); <code>-</code>: all times of the day together (loc.csv); "
-                                        f"<code>-1</code>: unknown, a trip without a tap-off{other}"),
-        ("loc", "time-loc, time, loc", "where the tap was: the <strong>postcode</strong> of the stop for bus, the "
-                                       "<strong>stop name</strong> for train, ferry and light rail; <code>-</code>: "
-                                       "all locations together (time.csv); <code>-1</code>: unknown, a trip without a "
-                                       f"tap-off{other}"),
-        ("count", "all", "the noisy number of trips, a positive integer; a combination that is not listed had no "
-                         "trips or too few to publish"),
+    tables, od, sequences = tuple(TABLE_NOTES), ("od",), ("od-sequences",)
+    columns = [  # column, the files (stems) that have it, meaning
+        ("mode", (*tables, *od), "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
+        ("date", (*tables, *od, *sequences), "service date (the tap-on date), <code>YYYYMMDD</code>"),
+        ("tap", tables, "<code>on</code>: where and when the trip started; <code>off</code>: where and when it ended"),
+        ("time", tables, "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to 23:45); <code>-</code>: "
+                         "all times of the day together (loc.csv); <code>-1</code>: unknown, a trip without a "
+                         f"tap-off{other}"),
+        ("loc", tables, "where the tap was: the <strong>postcode</strong> of the stop for bus, the <strong>stop "
+                        "name</strong> for train, ferry and light rail; <code>-</code>: all locations together "
+                        f"(time.csv); <code>-1</code>: unknown, a trip without a tap-off{other}"),
+        ("count", (*tables, *od, *sequences), "the noisy number of trips, a positive integer; a combination that is "
+                                              "not listed had no trips or too few to publish"),
+        ("origin, destination", od, "where the trip started and ended, labelled as <code>loc</code>; <code>all</code> "
+                                    "above the location level, <code>other</code> on a district pair's row of the "
+                                    "pairs not listed one by one"),
+        ("level", od, "<code>mode</code>, <code>district</code> or <code>location</code>: which matrix the row belongs "
+                      "to (releases with the hierarchy)"),
+        ("origin_district, destination_district", od,
+         "the district of the origin and of the destination: the first three digits of the stop's postcode followed "
+         "by <code>x</code> (<code>200x</code>: postcodes 2000 to 2009); <code>-1</code>: unknown, a trip without a "
+         "tap-off; <code>all</code> on the mode row"),
+        ("rank", sequences, "1 for the most frequent chain of the date, then 2, ..."),
+        ("trips", sequences, "how many trips the chain has"),
+        ("sequence", sequences, "the trips of the chain, each <code>mode:origin&gt;destination</code>, joined by "
+                                "<code> | </code>"),
     ]
-    if "od" in statement:
-        columns += [
-            ("origin, destination", "od", "where the trip started and ended, labelled as <code>loc</code>; "
-                                          "<code>all</code> above the location level, <code>other</code> on a "
-                                          "district pair's row of the pairs not listed one by one"),
-            ("level", "od", "<code>mode</code>, <code>district</code> or <code>location</code>: which matrix the "
-                            "row belongs to (releases with the hierarchy)"),
-            ("origin_district, destination_district", "od", "the first three digits of the postcode; "
-                                                            "<code>all</code> on the mode row"),
-            ("rank", "od-sequences", "1 for the most frequent chain of the date, then 2, ..."),
-            ("trips", "od-sequences", "how many trips the chain has"),
-            ("sequence", "od-sequences", "the trips of the chain, each <code>mode:origin&gt;destination</code>, "
-                                         "joined by <code> | </code>"),
-        ]
-    rows = "".join(f"<tr><td><code>{e(c)}</code></td><td>{e(f)}</td><td>{d}</td></tr>\n" for c, f, d in columns)
+    published = (*tables, *_od_files(statement))
+    rows = [(f"<code>{e(c)}</code>", e(", ".join(f for f in files if f in published)), d)
+            for c, files, d in columns if set(files) & set(published)]
     return (
         '<section id="dictionary" aria-labelledby="dictionary-title">\n<h2 id="dictionary-title">Data dictionary</h2>\n'
-        '<div class="wide" role="region" aria-label="Data dictionary table" tabindex="0">\n<table>\n<tr><th>column'
-        f"</th><th>files</th><th>meaning</th></tr>\n{rows}</table>\n</div>\n"
+        f'{stacked_table(("column", "files", "meaning"), rows)}'
         "<p><code>-</code> and <code>-1</code> differ: <code>-</code> means the column was summed over (every value "
         "together), <code>-1</code> means the value is unknown.</p>\n</section>\n"
     )
@@ -140,9 +142,7 @@ def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[st
     """The files of the release, each with what it holds, its rows (published file stem -> rows) and its size in
     bytes."""
     notes = {f"{name}.csv": (note, rows[name]) for name, note in TABLE_NOTES.items()}
-    if "od" in statement:
-        notes |= {f"{name}.csv": (note, None) for name, note in OD_NOTES.items()
-                  if f"{name}.csv" in statement["od"]["files"]}
+    notes |= {f"{name}.csv": (OD_NOTES[name], rows.get(name)) for name in _od_files(statement)}
     notes |= {STATEMENT_JSON: ("the privacy statement, machine-readable", None),
               STATEMENT_MD: ("the privacy statement for people", None),
               INDEX_JSON: ("the index: every published date, with the SHA-256 of "
@@ -150,18 +150,19 @@ def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[st
                            "above in the same folder (rows, bytes, SHA-256), its modes and the ledger draws its files "
                            "come from; the combined files, the dates they hold (runs of consecutive days) and their "
                            "sizes", None)}
-    rows = "".join(
-        f'<tr><td><a href="{name}">{name}</a></td><td>{note}</td><td class="num">'
-        f"{'' if count is None else f'{count:,}'}</td><td class=\"num\">{_size(name, sizes)}</td></tr>\n"
-        for name, (note, count) in notes.items()
-    )
+    table = stacked_table(("file", "holds", "rows", "size"), [
+        (f'<a href="{name}">{name}</a>', note, "" if count is None else f"{count:,}", _size(name, sizes))
+        for name, (note, count) in notes.items()], numeric=2)
     return (
         '<section id="files" aria-labelledby="files-title">\n<h2 id="files-title">Files</h2>\n<p>CSV files are UTF-8 '
         "with a header row; the columns of time-loc.csv, time.csv and loc.csv are <code>mode,date,tap,time,loc,"
-        'count</code>, as in the 2016 Opal open data.</p>\n<div class="wide" role="region" aria-label="Files table" '
-        f'tabindex="0">\n<table>\n<tr><th>file</th><th>holds</th><th class="num">rows</th><th class="num">size</th>'
-        f"</tr>\n{rows}</table>\n</div>\n</section>\n"
+        f"count</code>, as in the 2016 Opal open data.</p>\n{table}</section>\n"
     )
+
+
+def _od_files(statement: Mapping) -> list[str]:
+    """The OD files (stems) the release has, from its statement's OD section."""
+    return [name for name in OD_NOTES if f"{name}.csv" in statement.get("od", {}).get("files", ())]
 
 
 def _size(name: str, sizes: Mapping[str, int]) -> str:

@@ -1,20 +1,23 @@
 """The charts of the public page, as inline SVG with no script: a value shows on hover through a ``<title>``
 element, and each chart has a title for screen readers and axis titles.
 
-- Daily trend (``time.csv``): the published trips of each date and mode over the latest ``TREND_DAYS`` days,
-  tap-on and tap-off, weekends shaded and marked with squares; a table of the same figures for readers who cannot
-  hover; and a table of the trips of every week since the first published date. The page grows by a table row a
-  week, not by a chart point a day: after years of weekly releases it is as quick to write and to read.
+- Daily trend (``totals.csv``, when published): the measured trips of each date and mode over the latest
+  ``TREND_DAYS`` days, tap-on and tap-off, weekends shaded and marked with squares; a table of the same figures for
+  readers who cannot hover; and a table of every week since the first published date, as trips per published day
+  of the week (a week with a date withheld compares with full weeks). The page grows by a table row a week, not by
+  a chart point a day: after years of weekly releases it is as quick to write and to read. Without ``totals.csv``
+  (the trip-level release) the trend sums ``time.csv``'s published counts and says that they are lower bounds.
 - Time of day (``time.csv``): average tap-ons and tap-offs per day in each 15-minute window, with error bars.
 
-Tap-off totals leave out the ``-1`` rows (trips without a recorded tap-off), so tap-on minus tap-off shows how
-many trips had none. Each figure is a sum of published counts; its ± is the 95% bound on the noise of that sum
-(``page.common.per_day``); counts that were suppressed count as 0 and are not covered.
+Tap-off totals count trips with a recorded tap-off, so tap-on minus tap-off shows how many trips had none. Each
+figure is a sum of published counts; its ± is the 95% bound on the noise of that sum (``page.common.per_day``).
+The totals of ``totals.csv`` are unbiased (each measured on its own, never suppressed); sums of ``time.csv``'s
+counts leave out the suppressed ones, which no ± covers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import numpy as np
@@ -23,6 +26,7 @@ import pandas as pd
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import WINDOWS_PER_DAY
 from opal_dp.release.statement.build import CONFIDENCE
+from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.page.common import (
     COLOURS,
     MODE_NAMES,
@@ -40,27 +44,47 @@ WINDOW_INDEX = {window_label(w): w for w in range(WINDOWS_PER_DAY)}
 FRAME = {"width": 560, "height": 250, "left": 80, "right": 24, "top": 12, "bottom": 52}
 WEEKEND_FILL = "#e8e8e8"
 TREND_DAYS = 56  # eight weeks of daily points
+LABEL_CHAR_WIDTH = 8.0  # a character of a 13 px axis label is narrower: keeps labels inside their chart
 
 
-def daily_totals(daily: pd.DataFrame, mode: str, statement: Mapping, key: str = "date") -> pd.DataFrame:
-    """Per published date (or ``key``, a column of ``daily``) of ``mode``: trips by tap (tap-offs without ``-1``)
-    and the 95% bound of each, from the summary's daily sums (``page.summary``)."""
+def totals_noise(statement: Mapping) -> Mapping | None:
+    """The noise of ``totals.csv``'s counts as ``per_day`` reads a marginal's, or None without ``totals.csv``."""
+    totals = statement.get("od", {}).get("hierarchy", {}).get("totals")
+    return None if totals is None else {"noise": "discrete_gaussian", "scale": totals["sigma"]}
+
+
+def daily_totals(summary: PageSummary, mode: str, statement: Mapping, key: str = "date",
+                 dates: Callable[[pd.Series], pd.Series] | None = None) -> pd.DataFrame:
+    """Per published date (or ``key``, a column ``dates`` makes of the date column) of ``mode``: trips by tap and the
+    95% bound of each: ``totals.csv``'s when published (``totals_noise``), else sums of ``time.csv``'s counts
+    (tap-offs without ``-1``)."""
+    noise = totals_noise(statement)
     columns = {}
     for tap in ("on", "off"):
-        rows = rows_of(daily, mode, tap)
-        rows = rows[~rows["unknown"]]
-        totals = per_day(rows, key, 1, marginal_of(statement, "time.csv", tap))
+        if noise is not None:
+            rows = rows_of(summary.measured, mode, tap)
+        else:
+            rows = rows_of(summary.daily, mode, tap)
+            rows = rows[~rows["unknown"]]
+        if dates is not None:
+            rows = rows.assign(**{key: dates(rows["date"].astype(str))})
+        totals = per_day(rows, key, 1, noise or marginal_of(statement, "time.csv", tap))
         columns |= {tap: totals["average"], f"{tap}_error": totals["error"]}
     return pd.DataFrame(columns).sort_index()
 
 
-def trend_section(daily: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
+def _recent(summary: PageSummary, start: str) -> PageSummary:
+    return PageSummary(daily=summary.daily[summary.daily["date"].astype(str) >= start],
+                       measured=summary.measured[summary.measured["date"].astype(str) >= start])
+
+
+def trend_section(summary: PageSummary, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
     dates = sorted({d for m in modes for d in days[m]})
     first, last = day(dates[0]), day(dates[-1])
     start = max(first, last - timedelta(TREND_DAYS - 1))
     calendar = [start + timedelta(n) for n in range((last - start).days + 1)]
-    recent = daily[daily["date"].astype(str) >= f"{start:%Y%m%d}"]
-    weekly = daily.assign(week=[f"{day(d) - timedelta(day(d).weekday()):%Y%m%d}" for d in daily["date"].astype(str)])
+    recent = _recent(summary, f"{start:%Y%m%d}")
+    measured = totals_noise(statement) is not None
     blocks = []
     for mode in modes:
         totals = daily_totals(recent, mode, statement)
@@ -68,19 +92,28 @@ def trend_section(daily: pd.DataFrame, days: Mapping[str, list[str]], modes: lis
             blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n<p class=\"note\">No time count of this mode was published "
                           "in these weeks.</p>\n")
             continue
+        weekly = daily_totals(summary, mode, statement, "week", lambda d: d.map(week_of_date))
         blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{_trend_chart(mode, totals, calendar)}{_trend_table(mode, totals)}"
-                      f"{_weekly_table(mode, daily_totals(weekly, mode, statement, 'week'), days[mode])}")
+                      f"{_weekly_table(mode, weekly, days[mode])}")
     since = "" if start == first else f", the latest {TREND_DAYS // 7} weeks"
+    source = ("totals.csv, where each is measured on its own and never suppressed" if measured else
+              "time.csv, summing the counts that were published (suppressed counts count as 0: the figures are lower "
+              "bounds, most of all for the small modes)")
     return (
         f'<section id="trend" aria-labelledby="trend-title">\n<h2 id="trend-title">Trips per day{since}</h2>\n<p>The '
-        f"published trips of each service date from {start:%d %B %Y} to {last:%d %B %Y}, from time.csv: tap-ons (solid "
-        "line) and recorded tap-offs (dashed line; trips without a tap-off are left out). Weekends are shaded and "
-        f"marked with squares. Under each chart, the trips of every week since {first:%d %B %Y}.</p>\n"
+        f"trips of each service date from {start:%d %B %Y} to {last:%d %B %Y}, from {source}: tap-ons (solid line) and "
+        "recorded tap-offs (dashed line; trips without a tap-off are left out). Weekends are shaded and marked with "
+        f"squares. Under each chart, every week since {first:%d %B %Y} as trips per published day of the week.</p>\n"
         f"{_trend_legend()}{''.join(blocks)}"
         f'<p class="note">Hover over a point, or open the tables, for its value and its {CONFIDENCE:.0%} noise bound '
-        "(the bound of the sum of the noise of the counts it adds up). Counts that were not published count as 0; a "
-        "date without a point had no published count.</p>\n</section>\n"
+        "(the bound of the sum of the noise of the counts it adds up). A date without a point has no published "
+        "figure.</p>\n</section>\n"
     )
+
+
+def week_of_date(text: str) -> str:
+    """The Monday (``YYYYMMDD``) of a published date's week."""
+    return f"{day(text) - timedelta(day(text).weekday()):%Y%m%d}"
 
 
 def _trend_legend() -> str:
@@ -116,8 +149,7 @@ def _trend_chart(mode: str, totals: pd.DataFrame, calendar: list) -> str:
             for i, d in enumerate(calendar) if is_weekend(d)]
     out.append(_y_grid(step, top, y, f["left"], f["left"] + width))
     every = max(1, -(-len(calendar) // 6))
-    out += [f'<text x="{x(i):.1f}" y="{f["top"] + height + 16}" text-anchor="middle">{d:%a} {d.day} {d:%b}</text>'
-            for i, d in enumerate(calendar) if i % every == 0]
+    out.append(_x_labels([(x(i), f"{d:%a} {d.day} {d:%b}") for i, d in enumerate(calendar) if i % every == 0], f))
     out.append(_axis_titles("Service date", "Trips per day", f))
     for tap, dash in (("on", ""), ("off", ' stroke-dasharray="6 4"')):
         points = [(index[d], v, err) for d, v, err in zip(totals.index, totals[tap], totals[f"{tap}_error"])
@@ -149,16 +181,20 @@ def _trend_table(mode: str, totals: pd.DataFrame) -> str:
 
 
 def _weekly_table(mode: str, totals: pd.DataFrame, dates: list[str]) -> str:
-    """The trips of each week (Monday to Sunday) since the first published date, with the dates published in it."""
-    published = pd.Series([f"{day(d) - timedelta(day(d).weekday()):%Y%m%d}" for d in dates]).value_counts()
+    """Each week (Monday to Sunday) since the first published date: the dates published in it and its trips per
+    published day (the week's sum and its bound divided by its dates), so a week with a date withheld compares with
+    full weeks."""
+    published = pd.Series([week_of_date(d) for d in dates]).value_counts()
     rows = "".join(
         f'<tr><td>{day(w):%Y-%m-%d}</td><td class="num">{published.get(w, 0)}</td>'
-        f'<td class="num">{_figure(r.on, r.on_error)}</td><td class="num">{_figure(r.off, r.off_error)}</td></tr>\n'
+        f'<td class="num">{_figure(r.on / published[w], r.on_error / published[w])}</td>'
+        f'<td class="num">{_figure(r.off / published[w], r.off_error / published[w])}</td></tr>\n'
         for w, r in zip(totals.index, totals.itertuples())
     )
-    return (f"<details><summary>{MODE_NAMES[mode]}: trips per week since the first published date</summary>\n<table>\n"
-            f'<tr><th>week from Monday</th><th class="num">dates published</th><th class="num">tap-ons</th>'
-            f'<th class="num">tap-offs</th></tr>\n{rows}</table>\n</details>\n')
+    return (f"<details><summary>{MODE_NAMES[mode]}: trips per day of each week since the first published date"
+            f"</summary>\n<table>\n"
+            f'<tr><th>week from Monday</th><th class="num">dates published</th><th class="num">tap-ons a day</th>'
+            f'<th class="num">tap-offs a day</th></tr>\n{rows}</table>\n</details>\n')
 
 
 def _figure(value: float, error: float) -> str:
@@ -205,8 +241,7 @@ def _time_chart(mode: str, averages: Mapping[str, pd.DataFrame]) -> str:
     out = [f'<svg class="chart time-chart" id="time-{mode}" viewBox="0 0 {f["width"]} {f["height"]}" role="img" '
            f'aria-label="{MODE_NAMES[mode]}: average tap-ons and tap-offs per day by 15-minute window">',
            _y_grid(step, top, y, f["left"], f["left"] + width)]
-    out += [f'<text x="{f["left"] + w * slot:.1f}" y="{f["top"] + height + 16}" text-anchor="middle">{w // 4}:00</text>'
-            for w in range(0, WINDOWS_PER_DAY + 1, 16)]
+    out.append(_x_labels([(f["left"] + w * slot, f"{w // 4}:00") for w in range(0, WINDOWS_PER_DAY + 1, 16)], f))
     out.append(_axis_titles("Time of day (start of the 15-minute window)", "Trips per day (average)", f))
     whiskers = []
     for offset, (tap, opacity) in enumerate((("on", "1"), ("off", "0.45"))):
@@ -227,6 +262,15 @@ def _y_grid(step: float, top: float, y, left: float, right: float) -> str:
     return "".join(f'<line x1="{left}" x2="{right}" y1="{y(k * step):.1f}" y2="{y(k * step):.1f}" stroke="#d0d0d0"/>'
                    f'<text x="{left - 5}" y="{y(k * step) + 4:.1f}" text-anchor="end">{k * step:,.0f}</text>'
                    for k in range(round(top / step) + 1))
+
+
+def _x_labels(ticks: list[tuple[float, str]], f: Mapping[str, int]) -> str:
+    """The x axis's labels, each centred under its tick, except one that would then pass the right edge of the
+    chart (the last date of a dense trend): that one ends at the edge."""
+    y, edge = f["height"] - f["bottom"] + 16, f["width"] - 2
+    return "".join(f'<text x="{x:.1f}" y="{y}" text-anchor="middle">{label}</text>'
+                   if x + LABEL_CHAR_WIDTH * len(label) / 2 <= edge else
+                   f'<text x="{edge}" y="{y}" text-anchor="end">{label}</text>' for x, label in ticks)
 
 
 def _axis_titles(x_title: str, y_title: str, f: Mapping[str, int]) -> str:

@@ -1,5 +1,5 @@
-"""What the parts of the public page share: mode names and colours, escaping, dates, place names, and the
-average per day of published counts with the 95% bound on its noise.
+"""What the parts of the public page share: mode names and colours, escaping, dates, place names, the average
+per day of published counts with the 95% bound on its noise, and tables that stack on a phone.
 
 A bound is that of a sum of as many independent draws of the noise ``privacy.json`` states (kind and scale of the
 marginal the counts come from) as the average adds up, divided by the days: the noise is public, so the bound
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from functools import lru_cache
 
@@ -82,3 +82,15 @@ def nice_axis(top: float, intervals: int = 5) -> tuple[float, float]:
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     return step, step * math.ceil(top / step)
+
+
+def stacked_table(columns: Sequence[str], rows: Iterable[Sequence[object]], numeric: int = 0) -> str:
+    """A table of HTML ``rows`` under ``columns`` (plain text) whose last ``numeric`` columns are numbers. On a phone
+    (``table.stack`` in the page's style) each row stacks into a block: its first cell, then a line per other cell
+    labelled with its column (``data-label``), so no column is cut off however many there are."""
+    kinds = [""] * (len(columns) - numeric) + [' class="num"'] * numeric
+    labels = [""] + [f' data-label="{e(c)}"' for c in columns[1:]]
+    head = "".join(f"<th{kind}>{e(c)}</th>" for c, kind in zip(columns, kinds))
+    body = "".join("<tr>" + "".join(f"<td{kind}{label}>{cell}</td>" for cell, kind, label in zip(row, kinds, labels))
+                   + "</tr>\n" for row in rows)
+    return f'<table class="stack">\n<tr>{head}</tr>\n{body}</table>\n'

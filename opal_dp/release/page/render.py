@@ -31,7 +31,7 @@ from opal_dp.release.page.catalogue import (
     files_section,
 )
 from opal_dp.release.page.charts import time_of_day_section, trend_section
-from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, marginal_of, per_day, place, rows_of
+from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, marginal_of, per_day, place, rows_of, stacked_table
 from opal_dp.release.page.map import map_section
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, stated_design
@@ -55,10 +55,9 @@ overflow-wrap:break-word}
 h1{font-size:1.6em;margin-top:.3em}h2{margin-top:1.8em;border-bottom:1px solid #ccc}h3{margin-bottom:.3em}
 nav ul{padding:0;margin:.5em 0;list-style:none;display:flex;flex-wrap:wrap;gap:.3em 1em}
 a{color:#0b57a4}
-table{border-collapse:collapse;font-size:.9em}td,th{padding:.15em .6em;text-align:left;vertical-align:top}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}tr:nth-child(even){background:#f3f3f3}
-td.bar{width:10em}td.bar span{display:block;height:.8em}
-.wide{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;font-size:.9em;width:100%}td,th{padding:.15em .6em;text-align:left;vertical-align:top}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}
+tr:nth-child(even){background:#f3f3f3}td.bar{width:10em}td.bar span{display:block;height:.8em}
 .warning{background:#fdecea;border:2px solid #b03a2e;padding:.6em;font-weight:bold}
 .sample{background:#fff4d6;border:2px solid #8a6d00;padding:.6em;font-weight:bold}
 .lead{font-size:1.15em;background:#eef6ee;border-left:4px solid #2e7d32;padding:.6em}
@@ -77,7 +76,11 @@ code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em}
 details{margin:.3em 0 1em}summary{cursor:pointer;color:#0b57a4}
 footer{margin-top:2em;border-top:1px solid #ccc;font-size:.9em;color:#555}
 @media (max-width:600px){body{padding:.6em}h1{font-size:1.3em}td.bar,th.bar{display:none}table{font-size:.85em}
-dl.meta{grid-template-columns:1fr}dl.meta dd{margin-bottom:.4em}}
+td,th{padding:.15em .3em}td.num{white-space:normal}dl.meta{grid-template-columns:1fr}dl.meta dd{margin-bottom:.4em}}
+@media (max-width:720px){table.stack,table.stack tbody,table.stack tr,table.stack td{display:block}
+table.stack tr:first-child{display:none}table.stack td{text-align:left}
+table.stack td:first-child{font-weight:bold;padding-top:.4em}table.stack td:empty{display:none}
+table.stack td[data-label]::before{content:attr(data-label) ": ";color:#555}}
 """
 SECTIONS = {"dataset": "About this dataset", "trend": "Trips per day", "time-of-day": "Time of day",
             "locations": "Busiest locations", "map": "Map", "guarantee": "Privacy", "dictionary": "Data dictionary",
@@ -113,7 +116,7 @@ def render_index(published: PageSummary | Mapping[str, pd.DataFrame], statement:
         f'<nav aria-label="Sections"><ul>{nav}</ul></nav>\n</header>\n<main>\n',
         dataset_section(settings, statement, dates),
         _about(days, modes, statement),
-        trend_section(published.daily, days, modes, statement),
+        trend_section(published, days, modes, statement),
         time_of_day_section(published.time, days, modes, statement),
         _top_locations(published.loc, days, modes, statement),
         map_section(published.loc, days, stops),
@@ -256,16 +259,9 @@ def _off(off: pd.DataFrame, label: str) -> str:
 
 
 def _parameters(statement: Mapping) -> str:
-    rows = "".join(
-        f"<tr><td>{e(m['name'])}</td><td>{e(m['file'])}</td><td>{e(m['tap'])}</td><td>{e(m['noise'])}</td>"
-        f'<td class="num">{m["scale"]:.4g}</td><td class="num">{m["min_released_count"]}</td>'
-        f'<td class="num">±{m["error_bound_95"]}</td></tr>\n'
-        for m in statement["marginals"]
-    )
-    return (
-        '<section id="parameters" aria-labelledby="parameters-title">\n<h2 id="parameters-title">Noise and '
-        'thresholds</h2>\n<div class="wide" role="region" aria-label="Noise and thresholds table" tabindex="0">\n'
-        '<table>\n<tr><th>marginal</th><th>file</th><th>tap</th><th>noise</th><th class="num">scale</th>'
-        '<th class="num">smallest published count</th><th class="num">95% error of one count</th></tr>\n'
-        f"{rows}</table>\n</div>\n</section>\n"
-    )
+    rows = [(e(m["name"]), e(m["file"]), e(m["tap"]), e(m["noise"]), f"{m['scale']:.4g}", m["min_released_count"],
+             f"±{m['error_bound_95']}") for m in statement["marginals"]]
+    table = stacked_table(("marginal", "file", "tap", "noise", "scale", "smallest published count",
+                           "95% error of one count"), rows, numeric=3)
+    return ('<section id="parameters" aria-labelledby="parameters-title">\n<h2 id="parameters-title">Noise and '
+            f"thresholds</h2>\n{table}</section>\n")

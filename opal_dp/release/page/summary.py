@@ -1,8 +1,9 @@
 """What the public page and the statement need from the published tables, as small additive summaries.
 
 A ``PageSummary`` holds, per key, the sum of the published counts and how many counts it adds up (``n``): per
-(date, mode, tap) split by unknown time (the daily trend and the public-domain totals), per (mode, tap, time
-window) and per (mode, tap, location) over all dates, and the rows of each table. Every figure of the page
+(date, mode, tap) split by unknown time (the public-domain totals), per (mode, tap, time window) and per (mode, tap,
+location) over all dates, the measured daily totals of ``totals.csv`` per (date, mode, tap) when it is published
+(the daily trend), and the rows of each table. Every figure of the page
 is a function of those sums (an average is a sum divided by the days, its noise bound a function of ``n``).
 
 Sums of integers add and subtract exactly, so the summary of a publication is the sum of its dates' summaries,
@@ -20,8 +21,8 @@ import pandas as pd
 
 from opal_dp.prep.schemas import UNKNOWN_LABEL
 
-KEYS = {"daily": ["date", "mode", "tap", "unknown"], "time": ["mode", "tap", "time"], "loc": ["mode", "tap", "loc"]}
-SOURCE = {"daily": "time", "time": "time", "loc": "loc"}
+KEYS = {"daily": ["date", "mode", "tap", "unknown"], "time": ["mode", "tap", "time"], "loc": ["mode", "tap", "loc"],
+        "measured": ["date", "mode", "tap"]}
 
 
 def _empty(part: str) -> pd.DataFrame:
@@ -36,15 +37,18 @@ class PageSummary:
     daily: pd.DataFrame = field(default_factory=lambda: _empty("daily"))
     time: pd.DataFrame = field(default_factory=lambda: _empty("time"))
     loc: pd.DataFrame = field(default_factory=lambda: _empty("loc"))
+    measured: pd.DataFrame = field(default_factory=lambda: _empty("measured"))  # totals.csv
     rows: Mapping[str, int] = field(default_factory=dict)  # published file stem -> rows
 
     @classmethod
     def of_tables(cls, tables: Mapping[str, pd.DataFrame]) -> PageSummary:
-        """The summary of published tables (as built, categorical, or as read from their CSVs)."""
-        text = {name: tables[name].astype({c: str for c in ("mode", "date", "tap", "time", "loc")})
-                .astype({"count": "int64"}) for name in ("time", "loc")}
-        time = text["time"].assign(unknown=text["time"]["time"] == UNKNOWN_LABEL, n=1)
-        parts = {part: _grouped((time if SOURCE[part] == "time" else text["loc"].assign(n=1)), part) for part in KEYS}
+        """The summary of published tables (as built, categorical, or as read from their CSVs): ``time`` and ``loc``,
+        and ``totals`` when published."""
+        text = {name: tables[name].astype({c: str for c in ("mode", "date", "tap", "time", "loc") if c in tables[name]})
+                .astype({"count": "int64"}).assign(n=1) for name in ("time", "loc", "totals") if name in tables}
+        time = text["time"].assign(unknown=text["time"]["time"] == UNKNOWN_LABEL)
+        sources = {"daily": time, "time": time, "loc": text["loc"], "measured": text.get("totals")}
+        parts = {part: _empty(part) if frame is None else _grouped(frame, part) for part, frame in sources.items()}
         return cls(**parts, rows={name: len(frame) for name, frame in tables.items()})
 
     def combine(self, add: Iterable[PageSummary] = (), subtract: Iterable[PageSummary] = ()) -> PageSummary:
@@ -76,6 +80,9 @@ class PageSummary:
         data = json.loads(text)
         parts = {}
         for part in KEYS:
+            if part not in data:  # a summary stored before the part existed: that date published none
+                parts[part] = _empty(part)
+                continue
             frame = pd.DataFrame(data[part]["data"], columns=data[part]["columns"])
             parts[part] = frame.astype({"count": "int64", "n": "int64", **({"unknown": bool} if part == "daily" else {})})
         return cls(**parts, rows=data["rows"])

@@ -35,6 +35,8 @@ from opal_dp.release.options import Design
 SCHEMA_VERSION = 4  # 4: partitions, dates and draws stated as runs (``runs``); 3: the release design ("design")
 STATEMENT_JSON, STATEMENT_MD = "privacy.json", "PRIVACY.md"
 TRUE_COUNTS = (1, 2, 5, 10, 18, 20, 30, 40, 50, 100, 200)
+COUNT_STEP = 100  # beyond TRUE_COUNTS, the accuracy table goes on in steps of 100 up to where a bin is published
+PUBLISHED_SURELY = 0.99  # ... with at least this probability
 CONFIDENCE = 0.95
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 PACKAGES = ("opal_dp", "dagster", "numpy", "pandas", "pyarrow", "opendp", "cryptography")
@@ -291,9 +293,27 @@ def _marginal(name: str, table: str, tap: str, p: dict) -> dict:
         "min_released_count": m,
         "sensitivity": sens,
         "presence_probability": tail.release_probability(sens["linf"], scale, m),
-        "release_probability": {str(n): tail.release_probability(n, scale, m) for n in TRUE_COUNTS},
+        "release_probability": {str(n): tail.release_probability(n, scale, m) for n in _counts(tail, scale, m)},
+        "published_surely_from": _published_from(tail, scale, m),
         "error_bound_95": tail.error_bound(scale, CONFIDENCE),
     }
+
+
+def _published_from(tail, scale: float, m: int) -> int:
+    """The smallest true count published with probability at least ``PUBLISHED_SURELY``."""
+    n = max(1, m)
+    while tail.release_probability(n, scale, m) < PUBLISHED_SURELY:
+        n += max(1, int(scale) // 4)
+    while n > 1 and tail.release_probability(n - 1, scale, m) >= PUBLISHED_SURELY:
+        n -= 1
+    return n
+
+
+def _counts(tail, scale: float, m: int) -> list[int]:
+    """``TRUE_COUNTS``, then steps of ``COUNT_STEP`` up to the first count published with probability at least
+    ``PUBLISHED_SURELY``: the accuracy table shows where a bin is reliably published, whatever the threshold."""
+    top = -(-_published_from(tail, scale, m) // COUNT_STEP) * COUNT_STEP
+    return sorted({*TRUE_COUNTS, *range(COUNT_STEP, top + 1, COUNT_STEP)})
 
 
 def _not_protected(unit: PrivacyUnit, other_units: Mapping[str, Sequence[str]], design: str) -> list[str]:

@@ -149,12 +149,7 @@ def render_markdown(statement: Mapping) -> str:
         "",
         s["accuracy_note"],
         "",
-        "| marginal | " + " | ".join(f"n={n}" for n in s["marginals"][0]["release_probability"]) + " |",
-        "|---" * (1 + len(s["marginals"][0]["release_probability"])) + "|",
-        *(
-            f"| {m['name']} | " + " | ".join(map(_probability, m["release_probability"].values())) + " |"
-            for m in s["marginals"]
-        ),
+        *_accuracy_table(s["marginals"]),
         "",
         "## Software",
         "",
@@ -162,6 +157,18 @@ def render_markdown(statement: Mapping) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _accuracy_table(marginals: Sequence[Mapping]) -> list[str]:
+    """Release probabilities per true count, the counts of every marginal as columns; a count a marginal does not
+    list is past its ``published_surely_from`` (probability at least 0.99)."""
+    counts = sorted({int(n) for m in marginals for n in m["release_probability"]})
+    cells = [[_probability(m["release_probability"][str(n)]) if str(n) in m["release_probability"] else ">= 0.99"
+              for n in counts] for m in marginals]
+    return ["| marginal | published with probability 0.99 from | " + " | ".join(f"n={n}" for n in counts) + " |",
+            "|---" * (2 + len(counts)) + "|",
+            *(f"| {m['name']} | {m.get('published_surely_from', '-')} | " + " | ".join(row) + " |"
+              for m, row in zip(marginals, cells))]
 
 
 def _scope_rows(scopes: Sequence[Mapping]) -> list[str]:

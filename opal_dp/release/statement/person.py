@@ -5,6 +5,11 @@ person cap; the section states that cap, what the worst horizon window covering 
 spent (every card-level charge touching it, of every product, this release included), and this release's
 own share (the composition of its card-level charges). A trip-unit release has no person-level bound: its
 charges are outside the person account, and the section says so first.
+
+The sentence (``sentence``) is what a reader repeats: one epsilon for the person over the horizon, in plain words
+(a factor on the probability of any conclusion), delta stated once as the probability that the bound fails (it is
+a property of the bound, not a quantity used up), then what the horizon around this release and this release
+itself used of that epsilon.
 """
 
 from __future__ import annotations
@@ -26,19 +31,15 @@ def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Colle
     trips = ledger.trip_charges(min(dates), max(dates))
     unbounded = [c for c in charges if not PrivacyUnit(c.unit).bounds_cards]
     if unbounded:  # a trip-unit release: its marginals bound nothing per person, whatever else it holds
-        added = (f"; its card-level files add (epsilon = {share.epsilon:.4g}, delta = {share.delta:.3g}) to a person "
-                 f"cap of (epsilon = {cap.epsilon:g}, delta = {cap.delta:g}) over any {cap.horizon_days} days") if mine else (
-                 f"; card-level files on these dates count against a person cap of (epsilon = {cap.epsilon:g}, "
-                 f"delta = {cap.delta:g}) over any {cap.horizon_days} days, this release's trip files are not part of it")
+        added = (f"; its card-level files use epsilon = {share.epsilon:.3g} of a person bound of epsilon = "
+                 f"{cap.epsilon:g} over any {cap.horizon_days} days") if mine else (
+                 f"; card-level files on these dates count against a person bound of epsilon = {cap.epsilon:g} over any "
+                 f"{cap.horizon_days} days, this release's trip files are not part of it")
         sentence = ("This release protects single trips: it has no person-level bound (a card's trips are not "
                     f"bounded){added}.")
     else:
         others = sorted({c.first_date for c in trips})
-        sentence = (f"Over any {cap.horizon_days} consecutive days of releases, one person's total privacy loss across "
-                    f"every card-level file published is at most (epsilon = {cap.epsilon:g}, delta = {cap.delta:g}); "
-                    f"the {cap.horizon_days} days around this release have spent (epsilon = "
-                    f"{spend.guarantee.epsilon:.4g}, delta = {spend.guarantee.delta:.3g}) of it, and this release adds "
-                    f"(epsilon = {share.epsilon:.4g}, delta = {share.delta:.3g}).")
+        sentence = person_sentence(cap.horizon_days, cap.epsilon, cap.delta, spend.guarantee.epsilon, share.epsilon)
         if others:
             sentence += (f" Trip-level files were also published for {len(others)} of these dates "
                          f"({others[0]} to {others[-1]}): they have no person-level bound and are not covered.")
@@ -55,6 +56,16 @@ def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Colle
         "this_release_charges": int_runs(c.id for c in mine),
         "trip_unit_charges": int_runs(c.id for c in trips),
     }
+
+
+def person_sentence(horizon_days: int, cap_epsilon: float, cap_delta: float, window_epsilon: float,
+                    release_epsilon: float) -> str:
+    """The person-level guarantee in one sentence (module docstring)."""
+    return (f"Whatever one person does, everything published about any {horizon_days} consecutive days changes the "
+            f"probability of any conclusion about them by at most a factor of e^{cap_epsilon:g} (epsilon = "
+            f"{cap_epsilon:g}, a bound that fails with probability at most {cap_delta:g}); the {horizon_days} days "
+            f"around this release used epsilon = {window_epsilon:.3g} of it, this release epsilon = "
+            f"{release_epsilon:.3g}.")
 
 
 def person_account(ledger: PrivacyLedger) -> dict | None:
