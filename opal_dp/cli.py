@@ -130,8 +130,8 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     person = statement["person"]
     if person["bounded"]:
         cap, spent = person["cap"], person["spent"]
-        whole = (f"one person over any {person['horizon_days']} days: (epsilon = {spent['epsilon']:.4g}, delta = "
-                 f"{spent['delta']:.3g}) spent of the cap (epsilon = {cap['epsilon']:g}, delta = {cap['delta']:g})")
+        whole = (f"one person over any {person['horizon_days']} days: epsilon = {spent['epsilon']:.4g} used of "
+                 f"{cap['epsilon']:g} (a bound that fails with probability at most {cap['delta']:g})")
     else:
         whole = "no person-level bound (a card's trips are not bounded)"
     return lines + [

@@ -44,6 +44,10 @@ def test_od_evaluation_job_charges_and_publishes_nothing(released):
     hierarchy = pd.read_parquet(storage.private_dir / "od_hierarchy_evaluation.parquet").set_index("method")
     assert list(hierarchy.index) == ["hierarchy", "tree"]
     assert hierarchy.loc["hierarchy", "accounted_share"] > 0.95  # every trip in a row: only the noise moves it
+    (evaluated,) = result.asset_materializations_for_node("od_hierarchy_evaluation")
+    worst = evaluated.metadata["totals_max_relative_error"].value  # the daily totals' check against the truth
+    assert 0 <= worst and evaluated.metadata["totals_within_5_percent"].value == (worst <= 0.05)
+    assert "| mode " in evaluated.metadata["totals_check (internal, not DP)"].value
 
 
 def test_release_od_job_charges_the_hierarchy_of_each_date_once_and_publishes_nothing(released, tmp_path):

@@ -91,8 +91,8 @@ def test_the_budget_flags_set_what_the_ledger_charges(tmp_path):
 def test_each_budget_flag_reaches_the_privacy_budget_resource():
     parse = _parser().parse_args
     assert budget_config(parse(["release"])) == {"privacy_unit": "card_period"}
-    person = PrivacyBudget(**budget_config(parse(["release", "--person-cap", "12,2e-6"])))
-    assert (person.person_cap_epsilon, person.person_cap_delta) == (12.0, 2e-6)
+    person = PrivacyBudget(**budget_config(parse(["release", "--person-cap", "17,2e-6"])))
+    assert (person.person_cap_epsilon, person.person_cap_delta) == (17.0, 2e-6)
     assert sum(person.budget()[0].values()) < sum(PrivacyBudget().budget()[0].values())  # a smaller weekly share
     flags = budget_config(parse(["release", "--budget", '{"od_height": 3, "max_per_bin": 2}', "--max-per-bin", "1",
                                  "--epsilon", "2"]))

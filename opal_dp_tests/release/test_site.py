@@ -291,3 +291,15 @@ def test_the_daily_chart_shows_the_latest_eight_weeks_and_the_weekly_table_every
     one_day = int(time[(time["tap"] == "on") & (time["time"] != UNKNOWN_LABEL)]["count"].sum()) // len(dates)
     assert [r[0] for r in rows] == [f"{dates[0] + timedelta(7 * w):%Y-%m-%d}" for w in range(10)]
     assert {(r[1], int(r[2].replace(",", ""))) for r in rows} == {("7", one_day)}  # per published day
+
+
+def test_the_page_names_the_withheld_and_pending_dates(tables, stated, stops):
+    """A release whose week was released without a date, and with a date not ready, names both on the page (a reader
+    comparing weeks must know which dates a week lacks)."""
+    held = copy.deepcopy(stated)
+    held["data"] = {**held.get("data", {}), "left_out_dates": ["20160727"], "pending_dates": ["20160815"]}
+    page = render_index(tables, held, stops)
+    withheld = re.search(r'<p class="note" id="withheld-dates">(.*?)</p>', page)[1]
+    pending = re.search(r'<p class="note" id="pending-dates">(.*?)</p>', page)[1]
+    assert withheld.endswith(": 2016-07-27.") and pending.endswith(": 2016-08-15.")
+    assert 'id="withheld-dates"' not in render_index(tables, stated, stops)

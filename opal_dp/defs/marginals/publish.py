@@ -29,6 +29,7 @@ from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
 from opal_dp.release.od.hierarchy_publish import hierarchy_gate, totals_table
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_account, person_section
+from opal_dp.release.statement.coverage import coverage_section
 from opal_dp.release.statement.runs import draws_of
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.open_data import PublishedFormatError
@@ -204,6 +205,7 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
         trees = {d.charge_id for d in ledger.draws(draws_of(statement["od"]["draws"]))}
         statement["person"] = person_section(ledger, list(dates), [*evidence.charges.values(),
                                                                    *ledger.charges(ids=trees)])
+    statement["coverage"] = coverage_section(summary)
     return statement
 
 

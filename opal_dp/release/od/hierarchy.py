@@ -3,7 +3,7 @@ exact totals (``core.hierarchy``), charged to the ledger under the protocol of `
 
 Domain, from the public stop list only (``OdDomain``): per mode, the origins are the mode's location labels
 (postcode for bus, stop name otherwise, as in the marginals and the prefix tree's alphabet), the destinations the
-same plus ``-1`` (no tap-off); a location's district is its postcode's first three digits (``prep.sequences.
+same plus ``-1`` (no tap-off); a location's district is its postcode's first three digits and ``x`` (``prep.sequences.
 district_of``; ``-1`` its own district). Level 1 is every (origin district, destination district) pair of the
 mode, level 2 every (origin, destination) pair. No cell comes from the data: a trip outside the domain is an error.
 

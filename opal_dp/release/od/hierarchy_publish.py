@@ -7,7 +7,7 @@ filters ``level`` for the matrix they want, and can check within the file that e
 district row). Three files would repeat the schema, and the check would need a join across them.
 
 Columns (``OD_HIERARCHY_COLUMNS``): ``date`` (``YYYYMMDD``), ``mode``, ``level`` (``mode``, ``district`` or
-``location``), ``origin_district``, ``destination_district`` (a postcode's first three digits, ``-1`` for no
+``location``), ``origin_district``, ``destination_district`` (a postcode's first three digits and ``x``, e.g. ``200x``; ``-1`` for no
 tap-off; ``all`` on the mode row), ``origin``, ``destination`` (postcode for bus, stop name otherwise, ``-1`` no
 tap-off; ``all`` above the location level; ``other`` on a district pair's remainder row), ``count`` (an integer
 ``>= 0``; a zero count is only on a mode row). Rows by date, mode, level, then labels.

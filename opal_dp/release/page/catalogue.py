@@ -97,19 +97,23 @@ def dictionary_section(statement: Mapping) -> str:
     remainders = statement.get("design", {}).get("name") == "public_domain"
     other = "; <code>other</code>: a remainder row of time-loc.csv, the sum of the combinations not listed on " \
             "their own (see above)" if remainders else ""
-    tables, od, sequences = tuple(TABLE_NOTES), ("od",), ("od-sequences",)
+    tables, od, sequences, totals = tuple(TABLE_NOTES), ("od",), ("od-sequences",), ("totals",)
     columns = [  # column, the files (stems) that have it, meaning
-        ("mode", (*tables, *od), "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
-        ("date", (*tables, *od, *sequences), "service date (the tap-on date), <code>YYYYMMDD</code>"),
-        ("tap", tables, "<code>on</code>: where and when the trip started; <code>off</code>: where and when it ended"),
+        ("mode", (*tables, *od, *totals), "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
+        ("date", (*tables, *od, *sequences, *totals), "service date (the tap-on date), <code>YYYYMMDD</code>"),
+        ("tap", (*tables, *totals), "<code>on</code>: where and when the trip started; <code>off</code>: where and when "
+                                    "it ended (totals.csv: <code>on</code> counts every trip, <code>off</code> the trips "
+                                    "with a recorded tap-off)"),
         ("time", tables, "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to 23:45); <code>-</code>: "
                          "all times of the day together (loc.csv); <code>-1</code>: unknown, a trip without a "
                          f"tap-off{other}"),
         ("loc", tables, "where the tap was: the <strong>postcode</strong> of the stop for bus, the <strong>stop "
                         "name</strong> for train, ferry and light rail; <code>-</code>: all locations together "
                         f"(time.csv); <code>-1</code>: unknown, a trip without a tap-off{other}"),
-        ("count", (*tables, *od, *sequences), "the noisy number of trips, a positive integer; a combination that is "
-                                              "not listed had no trips or too few to publish"),
+        ("count", (*tables, *od, *sequences, *totals), "the noisy number of trips, a positive integer; a combination "
+                                                       "that is not listed had no trips or too few to publish "
+                                                       "(totals.csv lists every one, 0 included)"),
+        ("error_95", totals, "the count's noise is within this many trips of 0 with 95% probability"),
         ("origin, destination", od, "where the trip started and ended, labelled as <code>loc</code>; <code>all</code> "
                                     "above the location level, <code>other</code> on a district pair's row of the "
                                     "pairs not listed one by one"),
@@ -150,13 +154,20 @@ def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[st
                            "above in the same folder (rows, bytes, SHA-256), its modes and the ledger draws its files "
                            "come from; the combined files, the dates they hold (runs of consecutive days) and their "
                            "sizes", None)}
-    table = stacked_table(("file", "holds", "rows", "size"), [
-        (f'<a href="{name}">{name}</a>', note, "" if count is None else f"{count:,}", _size(name, sizes))
-        for name, (note, count) in notes.items()], numeric=2)
+    shares = (statement.get("coverage") or {}).get("files", {})
+    table = stacked_table(("file", "holds", "share of trips", "rows", "size"), [
+        (f'<a href="{name}">{name}</a>', note, f"{shares[name]:.0%}" if name in shares else "",
+         "" if count is None else f"{count:,}", _size(name, sizes))
+        for name, (note, count) in notes.items()], numeric=3)
+    covered = ("Share of trips: the sum of a file's published counts against the trips totals.csv measures for the "
+               "same dates (for od.csv, the trips in individually listed origin-destination pairs); a count under a "
+               "file's threshold is not in its rows." if shares else
+               "Without totals.csv this release states no share of trips: a sum of thresholded counts would "
+               "understate it.")
     return (
         '<section id="files" aria-labelledby="files-title">\n<h2 id="files-title">Files</h2>\n<p>CSV files are UTF-8 '
         "with a header row; the columns of time-loc.csv, time.csv and loc.csv are <code>mode,date,tap,time,loc,"
-        f"count</code>, as in the 2016 Opal open data.</p>\n{table}</section>\n"
+        f"count</code>, as in the 2016 Opal open data.</p>\n<p class=\"note\">{covered}</p>\n{table}</section>\n"
     )
 
 

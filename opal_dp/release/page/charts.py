@@ -44,7 +44,9 @@ WINDOW_INDEX = {window_label(w): w for w in range(WINDOWS_PER_DAY)}
 FRAME = {"width": 560, "height": 250, "left": 80, "right": 24, "top": 12, "bottom": 52}
 WEEKEND_FILL = "#e8e8e8"
 TREND_DAYS = 56  # eight weeks of daily points
-LABEL_CHAR_WIDTH = 8.0  # a character of a 13 px axis label is narrower: keeps labels inside their chart
+# Of a 13 px axis label, for keeping labels inside their chart: generous, as DejaVu Sans (a common default font)
+# takes up to 8 px a character of a date label.
+LABEL_CHAR_WIDTH = 8.5
 
 
 def totals_noise(statement: Mapping) -> Mapping | None:

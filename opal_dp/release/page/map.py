@@ -23,7 +23,9 @@ KM_PER_DEGREE = 111.32  # of latitude
 CENTRE_KM = 10.0  # the city-centre view is this wide
 LABELS = 6  # busiest places labelled in each view
 SCALE_STEPS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
-CHAR_WIDTH, LABEL_HEIGHT = 8.2, 16.0  # of a 15 px label, for keeping labels apart
+# Of a 15 px place label, for keeping labels apart and inside the map: generous, as DejaVu Sans (a common default
+# font) takes up to 9.5 px a character of a place name.
+CHAR_WIDTH, LABEL_HEIGHT = 10.0, 16.0
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from opal_dp.release.page.catalogue import (
     files_section,
 )
 from opal_dp.release.page.charts import time_of_day_section, trend_section
-from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, marginal_of, per_day, place, rows_of, stacked_table
+from opal_dp.release.page.common import (COLOURS, MODE_NAMES, e, iso, marginal_of, per_day, place, rows_of,
+                                      stacked_table)
 from opal_dp.release.page.map import map_section
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, stated_design
@@ -174,6 +175,7 @@ def _about(days: Mapping[str, list[str]], modes: list[str], statement: Mapping) 
         "public-transport trips recorded by smart-card taps (Opal-like data): for each mode, service date, tap (on or "
         "off), 15-minute window of the day and location. The location is the postcode for bus and the stop name "
         f"for train, ferry and light rail (see the data dictionary). Modes covered: {covered}.</p>\n"
+        + _missing_dates(statement.get("data"))
         + (_remainders(statement["design"]) if stated_design(statement).consistent else
            "<p>Every count carries random noise, and a count is published only if its noisy value reaches a "
            f"threshold (the smallest published count is {' or '.join(map(str, floors))}, by table): a combination "
@@ -181,6 +183,18 @@ def _about(days: Mapping[str, list[str]], modes: list[str], statement: Mapping) 
            "exactly to one another.</p>\n")
         + "</section>\n"
     )
+
+
+def _missing_dates(data: object) -> str:
+    """The service dates this release does not hold, named: withheld by the publisher (its week released without
+    them; the week's guarantee still covers them) and pending (not ready or not usable yet)."""
+    if not isinstance(data, Mapping):
+        return ""
+    named = [(data.get("left_out_dates") or [], "Withheld by the publisher (its week was released without it; the "
+                                                "week's guarantee covers the whole week)"),
+             (data.get("pending_dates") or [], "Not in this release yet (data not ready or not usable)")]
+    return "".join(f'<p class="note" id="{"withheld" if i == 0 else "pending"}-dates">{why}: '
+                   f"{', '.join(iso(d) for d in dates)}.</p>\n" for i, (dates, why) in enumerate(named) if dates)
 
 
 def _remainders(design: Mapping) -> str:

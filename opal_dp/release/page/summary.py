@@ -22,7 +22,7 @@ import pandas as pd
 from opal_dp.prep.schemas import UNKNOWN_LABEL
 
 KEYS = {"daily": ["date", "mode", "tap", "unknown"], "time": ["mode", "tap", "time"], "loc": ["mode", "tap", "loc"],
-        "measured": ["date", "mode", "tap"]}
+        "measured": ["date", "mode", "tap"], "covered": ["file", "part"]}
 
 
 def _empty(part: str) -> pd.DataFrame:
@@ -38,6 +38,7 @@ class PageSummary:
     time: pd.DataFrame = field(default_factory=lambda: _empty("time"))
     loc: pd.DataFrame = field(default_factory=lambda: _empty("loc"))
     measured: pd.DataFrame = field(default_factory=lambda: _empty("measured"))  # totals.csv
+    covered: pd.DataFrame = field(default_factory=lambda: _empty("covered"))  # per file: its counts' sum (coverage)
     rows: Mapping[str, int] = field(default_factory=dict)  # published file stem -> rows
 
     @classmethod
@@ -47,7 +48,8 @@ class PageSummary:
         text = {name: tables[name].astype({c: str for c in ("mode", "date", "tap", "time", "loc") if c in tables[name]})
                 .astype({"count": "int64"}).assign(n=1) for name in ("time", "loc", "totals") if name in tables}
         time = text["time"].assign(unknown=text["time"]["time"] == UNKNOWN_LABEL)
-        sources = {"daily": time, "time": time, "loc": text["loc"], "measured": text.get("totals")}
+        sources = {"daily": time, "time": time, "loc": text["loc"], "measured": text.get("totals"),
+                   "covered": _covered(tables)}
         parts = {part: _empty(part) if frame is None else _grouped(frame, part) for part, frame in sources.items()}
         return cls(**parts, rows={name: len(frame) for name, frame in tables.items()})
 
@@ -86,6 +88,21 @@ class PageSummary:
             frame = pd.DataFrame(data[part]["data"], columns=data[part]["columns"])
             parts[part] = frame.astype({"count": "int64", "n": "int64", **({"unknown": bool} if part == "daily" else {})})
         return cls(**parts, rows=data["rows"])
+
+
+def _covered(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per published file and part, the sum of its counts: by tap for the marginal files and ``totals``; for a
+    hierarchy's ``od``, its mode rows (``all``) and its individually listed location pairs (``listed``)."""
+    rows = []
+    for name, frame in tables.items():
+        counts = frame["count"].astype("int64") if "count" in frame else None
+        if name == "od" and "level" in frame:
+            listed = (frame["level"] == "location") & (frame["origin"] != "other")
+            rows += [(name, "all", int(counts[frame["level"] == "mode"].sum())), (name, "listed", int(counts[listed].sum()))]
+        elif "tap" in frame:
+            taps = frame["tap"].astype(str)
+            rows += [(name, tap, int(counts[taps == tap].sum())) for tap in ("on", "off")]
+    return pd.DataFrame(rows, columns=["file", "part", "count"]).astype({"count": "int64"}).assign(n=1)
 
 
 def _grouped(frame: pd.DataFrame, part: str) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 
 from opal_dp.release.od.publish import od_markdown
+from opal_dp.release.statement.coverage import coverage_markdown
 from opal_dp.release.options import Design
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
 from opal_dp.release.statement.runs import dates_of, grouped_scopes, int_runs
@@ -140,6 +141,8 @@ def render_markdown(statement: Mapping) -> str:
                     for u, d in s["also_released_under_other_units"].items()), ""]
     if "od" in s:
         lines += od_markdown(s["od"])
+    if "coverage" in s:
+        lines += coverage_markdown(s["coverage"])
     lines += [
         "## What is not protected",
         "",
