@@ -1,0 +1,94 @@
+"""The daily totals (``core.totals``): the sensitivity bound is the worst change one card-day makes (checked against
+every card-day of small bounds), the per-mode rule counts a card-day's first trips of a mode only, sigma is the
+smallest that keeps rho, every cell gets noise of that scale, and bad parameters are refused by name."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from opal_dp.core import SeededBits
+from opal_dp.core.discrete_gaussian import DiscreteGaussian
+from opal_dp.core.totals import TotalsBudget, card_day_totals, measure_totals, totals_l2_squared
+
+ALPHA = 1e-6
+MODES = 3
+
+
+def worst_change(max_items: int, max_per_mode: int) -> int:
+    """Brute force: the largest sum of squares one card-day adds to the (mode, tap) totals, over every card-day of
+    up to ``max_items`` trips in ``MODES`` modes, each trip with or without a tap-off."""
+    worst = 0
+    for n in range(1, max_items + 1):
+        for modes in itertools.product(range(MODES), repeat=n):
+            for off in itertools.product((False, True), repeat=n):
+                counts = card_day_totals(np.array([modes]), np.array([off]), max_per_mode, MODES)
+                worst = max(worst, int((counts**2).sum()))
+    return worst
+
+
+@pytest.mark.parametrize("max_items,max_per_mode", [(1, 1), (2, 1), (3, 2), (4, 2), (4, 3), (5, 2), (4, 4)])
+def test_the_sensitivity_is_the_worst_change_of_one_card_day(max_items, max_per_mode):
+    assert totals_l2_squared(max_items, max_per_mode) == worst_change(max_items, max_per_mode)
+
+
+def test_a_card_day_counts_its_first_trips_of_a_mode_only():
+    modes = np.array([[0, 0, 0, 1], [2, 0, -1, -1], [-1, -1, -1, -1]])
+    off = np.array([[True, False, True, True], [True, True, False, False], [False, False, False, False]])
+    counts = card_day_totals(modes, off, 2, MODES)
+    assert counts.tolist() == [[3, 2], [1, 1], [1, 1]]  # mode 0: two of the first card-day (the third dropped), one
+    assert card_day_totals(modes, off, 4, MODES).tolist() == [[4, 3], [1, 1], [1, 1]]
+
+
+@given(st.lists(st.lists(st.integers(-1, MODES - 1), min_size=4, max_size=4), min_size=1, max_size=30),
+       st.integers(1, 4))
+@settings(max_examples=200, deadline=None)
+def test_the_totals_count_each_kept_trip_once_and_never_more_than_the_bound(rows, max_per_mode):
+    modes = np.array(rows)
+    off = (modes % 2) == 0
+    counts = card_day_totals(modes, off, max_per_mode, MODES)
+    for m in range(MODES):
+        kept = sum(min(int((row == m).sum()), max_per_mode) for row in modes)
+        assert counts[m, 0] == kept and 0 <= counts[m, 1] <= kept
+    assert (counts[:, 1] <= counts[:, 0]).all()
+
+
+def test_sigma_is_the_smallest_that_keeps_rho_and_the_budget_describes_itself():
+    budget = TotalsBudget(0.004, 4, 2)
+    assert budget.l2_squared == 16 and budget.l2_squared / (2 * budget.sigma**2) <= 0.004
+    assert budget.l2_squared / (2 * math.nextafter(budget.sigma, 0) ** 2) > 0.004
+    assert budget.cost().rho == 0.004 and budget.cost().delta == 0.0
+    described = budget.describe()
+    assert (described["rho"], described["sigma"], described["max_items"], described["max_per_mode"]) == (
+        0.004, budget.sigma, 4, 2)
+    assert described["error_bound_95"] == 88  # P(|Z| <= 88) >= 0.95 at sigma 44.72, and not at 87
+    assert stats.norm.cdf(88.5 / budget.sigma) - stats.norm.cdf(-88.5 / budget.sigma) >= 0.95
+    assert stats.norm.cdf(87.5 / budget.sigma) - stats.norm.cdf(-87.5 / budget.sigma) < 0.95
+
+
+@pytest.mark.parametrize("rho,items,per_mode", [(0.0, 4, 2), (math.inf, 4, 2), (-1.0, 4, 2), (0.1, 0, 2),
+                                                 (0.1, 4, 0), (0.1, 2.0, 1), (0.1, True, 1)])
+def test_bad_parameters_are_refused_by_name(rho, items, per_mode):
+    with pytest.raises(ValueError, match="rho|max_items|max_per_mode"):
+        TotalsBudget(rho, items, per_mode)
+
+
+def test_every_cell_gets_noise_of_the_calibrated_scale():
+    """Zeros included: 200,000 cells of an all-zero input, each with noise of sigma 44.7: the sample's variance is
+    that of N(0, sigma²) (chi-square interval at ALPHA), its mean 0 (z at ALPHA), and no cell is left noiseless
+    beyond what P(Z = 0) allows."""
+    budget = TotalsBudget(0.004, 4, 2)
+    noisy = measure_totals(np.zeros((100_000, 2), dtype=np.int64), budget, DiscreteGaussian(SeededBits(7)))
+    n = noisy.size
+    variance = float(noisy.astype(float).var(ddof=1))
+    low, high = (stats.chi2.ppf(q, n - 1) / (n - 1) * budget.sigma**2 for q in (ALPHA / 2, 1 - ALPHA / 2))
+    assert low <= variance <= high
+    assert abs(float(noisy.mean())) <= stats.norm.isf(ALPHA / 2) * budget.sigma / math.sqrt(n)
+    zeros = int((noisy == 0).sum())
+    assert zeros <= stats.binom.isf(ALPHA, n, 1.2 / (budget.sigma * math.sqrt(2 * math.pi)))
