@@ -1,7 +1,8 @@
 """The deployment profile of ``deploy/`` on localhost (``make cluster-test``): a Dagster instance on PostgreSQL,
 the privacy ledger on PostgreSQL, a Redis broker and two Celery workers run the full release of the bundled
-sample, and it must hold what the single-machine release holds: every check passes, one charge per partition
-and marginal, the published files are valid."""
+sample (its two weeks at 1/20 of its scale: the test is about where each step runs, not about volume), and it must
+hold what the single-machine release holds: every check passes, one charge per partition and marginal, the
+published files are valid."""
 
 from __future__ import annotations
 
@@ -90,13 +91,15 @@ def cluster(postgres, redis, tmp_path, monkeypatch):
                 worker.wait()
 
 
-def test_full_release_of_the_sample_through_two_celery_workers(cluster):
+def test_full_release_of_the_sample_through_two_celery_workers(cluster, monkeypatch):
     from opal_dp.cli import run_release
+    from opal_dp.simulate import sample
     from opal_dp.release.periods import week_of
     from opal_dp.defs.shared.budget import PrivacyBudget
     from opal_dp.defs.shared.storage import default_storage
 
     storage = default_storage()
+    monkeypatch.setattr(sample, "SAMPLE_SCALE", sample.SAMPLE_SCALE / 20)
     ensure_sample(storage.raw_dir)
     with dg.DagsterInstance.get() as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"

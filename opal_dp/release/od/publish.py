@@ -139,8 +139,9 @@ def _protects(units: set[str]) -> str:
 
 
 def od_markdown(od: Mapping) -> list[str]:
-    lines = [f"## Origin-destination release ({', '.join(od['files'])})", "",
-             *([] if "hierarchy" in od else [od["description"], ""]), f"- protects: {od['protects']}"]
+    own = od["description"].removeprefix(od["hierarchy"]["description"]).strip() if "hierarchy" in od else od["description"]
+    lines = [f"## Origin-destination release ({', '.join(od['files'])})", "", *([own, ""] if own else []),
+             f"- protects: {od['protects']}"]  # the hierarchy's own description is printed once, in its section
     if "epsilon_per_tree" in od:
         lines += [f"- od-sequences.csv{'' if 'hierarchy' in od else ' and od.csv'}: epsilon per tree (one tree per "
                   f"date): {od['epsilon_per_tree']}, delta {od['delta']}",
