@@ -149,3 +149,21 @@ def test_a_card_with_hundreds_of_trips_in_one_bin_moves_it_by_its_bound_only(rel
     assert releases["card_day"][1]["marginals"][4]["sensitivity"]["linf"] == 1
     assert abs(trip_count - true) <= error_bound(trip_scale, 1 - OS_ALPHA)
     assert abs(card_count - (true - HEAVY_TRIPS + 1)) <= error_bound(card_scale, 1 - OS_ALPHA)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unit", ["trip", "card_day", "card_period"])
+def test_privacy_md_states_the_od_trees_once_with_the_unit_of_their_ledger_scopes(releases, unit):
+    """With the prefix trees on, under each unit: no paragraph of PRIVACY.md twice, and the OD files' stated
+    protection is that of the ledger scopes their charges went to (a card-day under trip and card_day, the card's
+    week under card_period). The hierarchy and the totals: ``test_default_release``."""
+    from opal_dp.core import PrivacyUnit
+    from opal_dp.release.statement.markdown import render_markdown
+
+    _, statement, _, ledger = releases[unit]
+    markdown = render_markdown(statement)
+    paragraphs = [p.strip() for p in markdown.split("\n\n") if len(p.strip()) > 80]
+    assert len(paragraphs) == len(set(paragraphs))
+    (scope_unit,) = {c.unit for c in ledger.charges() if c.marginal.startswith("od")}
+    assert statement["od"]["protects"].startswith(PrivacyUnit(scope_unit).protects.split(",")[0])
+    assert f"- protects: {statement['od']['protects']}" in markdown
