@@ -91,8 +91,10 @@ def card_day_totals(modes: np.ndarray, tapped_off: np.ndarray, max_per_mode: int
     index per trip, ``-1`` for an empty slot, in tap-on order) and ``tapped_off`` (same shape, whether the trip's
     tap-off is recorded); each card-day counts only its first ``max_per_mode`` trips of a mode."""
     modes = np.asarray(modes, dtype=np.int64)
+    if modes.ndim != 2:
+        raise ValueError(f"modes must be card-days x slots, got shape {modes.shape}")
     before = np.zeros(modes.shape, dtype=np.int64)  # earlier trips of the same mode in the card-day
-    for j in range(1, modes.shape[1] if modes.ndim == 2 else 0):
+    for j in range(1, modes.shape[1]):
         before[:, j] = (modes[:, :j] == modes[:, j:j + 1]).sum(axis=1)
     kept = (modes >= 0) & (before < max_per_mode)
     on = np.bincount(modes[kept], minlength=n_modes)

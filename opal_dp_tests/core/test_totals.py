@@ -33,7 +33,7 @@ def worst_change(max_items: int, max_per_mode: int) -> int:
     return worst
 
 
-@pytest.mark.parametrize("max_items,max_per_mode", [(1, 1), (2, 1), (3, 2), (4, 2), (4, 3), (5, 2), (4, 4)])
+@pytest.mark.parametrize("max_items,max_per_mode", [(1, 1), (2, 1), (3, 2), (4, 2), (4, 3), (5, 2), (5, 3), (4, 4)])
 def test_the_sensitivity_is_the_worst_change_of_one_card_day(max_items, max_per_mode):
     assert totals_l2_squared(max_items, max_per_mode) == worst_change(max_items, max_per_mode)
 
@@ -43,7 +43,12 @@ def test_a_card_day_counts_its_first_trips_of_a_mode_only():
     off = np.array([[True, False, True, True], [True, True, False, False], [False, False, False, False]])
     counts = card_day_totals(modes, off, 2, MODES)
     assert counts.tolist() == [[3, 2], [1, 1], [1, 1]]  # mode 0: two of the first card-day (the third dropped), one
+    assert counts.dtype == np.int64
     assert card_day_totals(modes, off, 4, MODES).tolist() == [[4, 3], [1, 1], [1, 1]]
+    assert card_day_totals(modes, off.astype(int), 2, MODES).tolist() == counts.tolist()  # a 0/1 tap-off flag
+    assert card_day_totals(np.zeros((0, 4), dtype=int), np.zeros((0, 4), dtype=bool), 2, MODES).tolist() == [[0, 0]] * 3
+    with pytest.raises(ValueError, match="card-days x slots"):
+        card_day_totals(modes.ravel(), off.ravel(), 2, MODES)
 
 
 @given(st.lists(st.lists(st.integers(-1, MODES - 1), min_size=4, max_size=4), min_size=1, max_size=30),
@@ -64,19 +69,28 @@ def test_sigma_is_the_smallest_that_keeps_rho_and_the_budget_describes_itself():
     assert budget.l2_squared == 16 and budget.l2_squared / (2 * budget.sigma**2) <= 0.004
     assert budget.l2_squared / (2 * math.nextafter(budget.sigma, 0) ** 2) > 0.004
     assert budget.cost().rho == 0.004 and budget.cost().delta == 0.0
-    described = budget.describe()
-    assert (described["rho"], described["sigma"], described["max_items"], described["max_per_mode"]) == (
-        0.004, budget.sigma, 4, 2)
-    assert described["error_bound_95"] == 88  # P(|Z| <= 88) >= 0.95 at sigma 44.72, and not at 87
+    assert budget.describe() == {"mechanism": "discrete_gaussian_totals", "rho": 0.004, "l2_squared": 16,
+                                 "sigma": budget.sigma, "max_items": 4, "max_per_mode": 2, "error_bound_95": 88}
+    # 88: P(|Z| <= 88) >= 0.95 at sigma 44.72, and not at 87
     assert stats.norm.cdf(88.5 / budget.sigma) - stats.norm.cdf(-88.5 / budget.sigma) >= 0.95
     assert stats.norm.cdf(87.5 / budget.sigma) - stats.norm.cdf(-87.5 / budget.sigma) < 0.95
 
 
-@pytest.mark.parametrize("rho,items,per_mode", [(0.0, 4, 2), (math.inf, 4, 2), (-1.0, 4, 2), (0.1, 0, 2),
-                                                 (0.1, 4, 0), (0.1, 2.0, 1), (0.1, True, 1)])
-def test_bad_parameters_are_refused_by_name(rho, items, per_mode):
-    with pytest.raises(ValueError, match="rho|max_items|max_per_mode"):
+@pytest.mark.parametrize("rho,items,per_mode,name", [(0.0, 4, 2, "rho"), (math.inf, 4, 2, "rho"), (-1.0, 4, 2, "rho"),
+                                                      (0.1, 0, 2, "max_items"), (0.1, 4, 0, "max_per_mode"),
+                                                      (0.1, 2.0, 1, "max_items"), (0.1, True, 1, "max_items"),
+                                                      (0.1, 4, 1.0, "max_per_mode")])
+def test_bad_parameters_are_refused_by_name(rho, items, per_mode, name):
+    with pytest.raises(ValueError, match=f"^{name} must be"):
         TotalsBudget(rho, items, per_mode)
+
+
+def test_the_noise_comes_from_the_source_given_and_the_os_otherwise():
+    budget, truth = TotalsBudget(0.004, 4, 2), np.full((50, 2), 1000)
+    first, again = (measure_totals(truth, budget, DiscreteGaussian(SeededBits(3))) for _ in range(2))
+    assert (first == again).all() and (first != truth).any()  # the given (seeded) source, nothing else
+    production = measure_totals(truth, budget)  # no source: the OS CSPRNG
+    assert production.shape == truth.shape and not (production == first).all()
 
 
 def test_every_cell_gets_noise_of_the_calibrated_scale():

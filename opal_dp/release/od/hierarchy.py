@@ -166,12 +166,11 @@ class OdDomain:
     def totals(self, sequences: np.ndarray, max_per_mode: int) -> dict[str, np.ndarray]:
         """Per mode, its ``[tap-on, tap-off]`` trips of the sequences, each card-day counting at most
         ``max_per_mode`` trips of one mode (the first, in tap-on order; ``core.totals``)."""
-        sequences = np.asarray(sequences, dtype=np.int64)
+        sequences = np.asarray(sequences, dtype=np.int64)  # card-days x slots, as ``counts`` reads them
         slot = sequences != PAD
         modes = np.where(slot, self.symbol_mode[np.where(slot, sequences, 0)], -1)
         off = slot & self.symbol_off[np.where(slot, sequences, 0)]
-        counts = card_day_totals(modes.reshape(len(sequences), -1), off.reshape(len(sequences), -1), max_per_mode,
-                                 len(MODES))
+        counts = card_day_totals(modes, off, max_per_mode, len(MODES))
         return {m: counts[MODES.index(m)] for m in self.modes}
 
 
