@@ -165,12 +165,9 @@ def hierarchy_markdown(section: Mapping) -> list[str]:
 def validate_hierarchy_csv(folder: Path, dates: list[str], domain: OdDomain) -> list[str]:
     """Problems with a published hierarchy ``od.csv``: columns, dates of the statement, integer counts ``>= 0``
     (0 only on a mode row), labels of the public domain, levels that add up."""
-    frame = pd.read_csv(folder / "od.csv", dtype=str, keep_default_na=False)
-    if list(frame.columns) != OD_HIERARCHY_COLUMNS:
-        return [f"od.csv: columns must be {OD_HIERARCHY_COLUMNS}"]
-    problems = []
-    if not frame["date"].isin(dates).all():
-        problems.append("od.csv: a date that privacy.json does not list")
+    frame, problems = _read_published(folder, "od.csv", OD_HIERARCHY_COLUMNS, dates)
+    if frame is None:
+        return problems
     positive = frame["count"].str.fullmatch(r"[1-9]\d*")
     if not (positive | ((frame["count"] == "0") & (frame["level"] == "mode"))).all():
         problems.append("od.csv: a count that is not a positive integer (or 0 on a mode row)")
@@ -179,16 +176,22 @@ def validate_hierarchy_csv(folder: Path, dates: list[str], domain: OdDomain) -> 
     return problems + [f"od.csv: {p}" for p in sum_problems(frame) + domain_problems(frame, domain)]
 
 
+def _read_published(folder: Path, name: str, columns: list[str], dates: list[str]) -> tuple[pd.DataFrame | None,
+                                                                                            list[str]]:
+    """A published CSV as text, and its first problems: columns other than ``columns`` (then no frame), a date that
+    the statement does not list."""
+    frame = pd.read_csv(folder / name, dtype=str, keep_default_na=False)
+    if list(frame.columns) != columns:
+        return None, [f"{name}: columns must be {columns}"]
+    return frame, [] if frame["date"].isin(dates).all() else [f"{name}: a date that privacy.json does not list"]
+
 
 def validate_totals_csv(folder: Path, dates: list[str]) -> list[str]:
     """Problems with a published ``totals.csv``: columns, dates of the statement, modes and taps of the public
     domain, one row per (date, mode, tap), integer counts ``>= 0`` and error bounds ``> 0``."""
-    frame = pd.read_csv(folder / "totals.csv", dtype=str, keep_default_na=False)
-    if list(frame.columns) != TOTALS_COLUMNS:
-        return [f"totals.csv: columns must be {TOTALS_COLUMNS}"]
-    problems = []
-    if not frame["date"].isin(dates).all():
-        problems.append("totals.csv: a date that privacy.json does not list")
+    frame, problems = _read_published(folder, "totals.csv", TOTALS_COLUMNS, dates)
+    if frame is None:
+        return problems
     if not (frame["mode"].isin(MODES) & frame["tap"].isin(TAPS)).all():
         problems.append("totals.csv: a mode or tap outside the public domain")
     if frame.duplicated(["date", "mode", "tap"]).any():
