@@ -77,9 +77,10 @@ def raw_stamp(path: Path) -> tuple[str, int, int]:
 
 
 def write_record(private_dir: Path, record: DayRecord) -> None:
-    """Replace the day's record atomically (private)."""
+    """Replace the day's record atomically (private). The staging file is the writer's own (its process id), so
+    two processes recording the same day never rename each other's file away: the last rename wins whole."""
     folder = make_dirs(Path(private_dir) / FOLDER)
-    tmp = reserve_private(folder / f".{record.date}.json.tmp")
+    tmp = reserve_private(folder / f".{record.date}.json.{os.getpid()}.tmp")
     tmp.write_text(record.to_json(), encoding="utf-8")
     os.replace(tmp, folder / f"{record.date}.json")
 

@@ -82,8 +82,10 @@ class PrivacySettings(BaseModel):
     Hierarchical OD release (``release.od.hierarchy``, it makes ``od.csv``): ``od_hierarchy_release``
     (``releases_od_hierarchy``; default on in the card-level releases only), ``od_hierarchy_rho`` a date
     (``od_hierarchy_budget``: 0.004 in the weekly release, within its share, else 0.5), at most
-    ``od_hierarchy_max_per_pair`` trips of a card-day per location pair. Its charges are in the share and the
-    default caps (``od_hierarchy_costs``).
+    ``od_hierarchy_max_per_pair`` trips of a card-day per location pair. The same charge measures the daily totals
+    of ``totals.csv`` (``core.totals``) at ``od_totals_rho`` a date (``od_totals_budget``: 0.004 in the weekly
+    release, else 0.5). Its charges are in the share and the default caps (``od_hierarchy_costs``: levels and
+    totals, ``od_hierarchy_date_rho`` a date).
     """
 
     privacy_unit: str = PrivacyUnit.CARD_PERIOD.value

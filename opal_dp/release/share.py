@@ -6,7 +6,7 @@ service dates past the person cap, and a card_period charge covers its whole wee
 at most ``scopes_touching(h, unit)`` scopes (365 days: 53 weeks, or 365 dates). The share is therefore the largest
 nominal per-scope epsilon E such that that many releases -- each the six marginals at E (split 1,1,1,1,2,2 as in
 2016) and ``cap_delta / (2 * scopes)``, plus one OD tree a date at ``od_epsilon`` and one hierarchical OD release a
-date at ``od_hierarchy_rho`` (each when on) -- composed by the ledger's own
+date at ``od_hierarchy_rho`` (its levels and the daily totals; each when on) -- composed by the ledger's own
 accountant (``core.accounting``) stay within the cap. The costs are those of the release plan itself
 (``build_plan``), so the ledger charges exactly what was planned, and a release every week of the year is never
 refused. The search result is rounded down to three significant digits (a smaller budget only costs less).

@@ -8,6 +8,7 @@ import itertools
 import math
 
 import numpy as np
+import opendp.prelude as dp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from opal_dp.core.totals import TotalsBudget, card_day_totals, measure_totals, t
 
 ALPHA = 1e-6
 MODES = 3
+dp.enable_features("contrib")
 
 
 def worst_change(max_items: int, max_per_mode: int) -> int:
@@ -106,3 +108,14 @@ def test_every_cell_gets_noise_of_the_calibrated_scale():
     assert abs(float(noisy.mean())) <= stats.norm.isf(ALPHA / 2) * budget.sigma / math.sqrt(n)
     zeros = int((noisy == 0).sum())
     assert zeros <= stats.binom.isf(ALPHA, n, 1.2 / (budget.sigma * math.sqrt(2 * math.pi)))
+
+
+@pytest.mark.parametrize("rho,items,per_mode", [(0.004, 4, 2), (0.5, 3, 2), (0.01, 5, 3), (1.0, 1, 1)])
+def test_the_totals_rho_is_confirmed_by_opendp(rho, items, per_mode):
+    """OpenDP's discrete Gaussian (``make_gaussian`` on integer vectors, L2 distance) at our sigma: its zCDP map at
+    the totals' L2 sensitivity is the charged rho (map at d = 1, 2, 3 rescaled: L2² need not be a square)."""
+    budget = TotalsBudget(rho, items, per_mode)
+    meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l2_distance(T=dp.i64),
+                              scale=budget.sigma)
+    for d in (1, 2, 3):
+        assert meas.map(d) * budget.l2_squared / d**2 == pytest.approx(rho, rel=1e-9)
