@@ -64,6 +64,7 @@ def weekly(tmp_path_factory):
         refused = run_release(instance, dates=WEEKS[0], budget=budget | {"fresh_draw": True}).refused
         assert list(refused) == [f"{WEEKS[0][0]}..{WEEKS[0][-1]}"]  # the week's runs fail, and nothing else ran
         yield {"first": first, "second": second, "third": published(), "refused": refused[list(refused)[0]],
+               "folder": default_storage().published_dir / LATEST,
                "ledger": ledger, "draws": (before, draws_in(ledger)), "cap": budget["person_cap_epsilon"]}
 
 
@@ -119,3 +120,30 @@ def test_a_release_past_the_person_cap_is_refused_before_any_noise_and_nothing_i
     assert "person budget exceeded" in weekly["refused"]
     assert weekly["draws"][0] == weekly["draws"][1]  # no draw recorded for the refused release
     assert weekly["third"] == weekly["second"]  # latest is still the second release
+
+
+@pytest.mark.slow
+def test_each_file_states_the_share_of_the_trips_its_rows_cover(weekly):
+    """privacy.json's coverage is what the published files give (the sum of a file's counts over the trips of
+    totals.csv, both taps; od.csv's individually listed pairs over the tap-on trips), never a true count, and the
+    page's files table and PRIVACY.md state the same shares."""
+    import pandas as pd
+
+    folder = weekly["folder"]
+    statement, markdown = weekly["second"]
+    coverage = statement["coverage"]
+    totals = pd.read_csv(folder / "totals.csv", dtype={"date": str})
+    trips = {tap: int(totals.loc[totals["tap"] == tap, "count"].sum()) for tap in ("on", "off")}
+    assert coverage["trips"] == trips
+    for name in ("time-loc", "time", "loc"):
+        counts = pd.read_csv(folder / f"{name}.csv", dtype=str)["count"].astype(int).sum()
+        assert coverage["files"][f"{name}.csv"] == round(counts / sum(trips.values()), 4)
+    od = pd.read_csv(folder / "od.csv", dtype=str)
+    listed = od[(od["level"] == "location") & (od["origin"] != "other")]["count"].astype(int).sum()
+    assert coverage["files"]["od.csv"] == round(listed / trips["on"], 4) and coverage["files"]["totals.csv"] == 1.0
+    assert 0 <= coverage["files"]["time-loc.csv"] <= coverage["files"]["time.csv"] <= 1.05  # finer tables cover less
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    for name, share in coverage["files"].items():
+        assert f'<a href="{name}">{name}</a>' in page and f"- {name}: {share:.0%}" in markdown
+        row = page.split(f'<a href="{name}">{name}</a>', 1)[1].split("</tr>", 1)[0]
+        assert f">{share:.0%}</td>" in row, row
