@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, field_validator
 from upath import UPath
 
-from opal_dp.core.ledger import RELEASES
 from opal_dp.core.ledger_backends import POSTGRES_SCHEMES
 
 LEDGER_FILE = "ledger.sqlite"
@@ -69,11 +68,6 @@ class DataLocation(BaseModel):
     @property
     def published_dir(self) -> Path | UPath:
         return self.root / "published"
-
-    @property
-    def releases_dir(self) -> Path | UPath:
-        """Stored release draws (the ledger's ``release_ref``s are relative to ``private_dir``)."""
-        return self.private_dir / RELEASES
 
     @property
     def reports_dir(self) -> Path | UPath:

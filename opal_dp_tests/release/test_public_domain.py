@@ -28,7 +28,7 @@ from opal_dp.release.marginals.public_domain import (
     calibrate,
     domain,
     expected_false_cells,
-    min_tau,
+    min_tau_over,
     noisy,
     published_rows,
     release_tap,
@@ -214,13 +214,13 @@ def _tail(mechanism: str, scale: float, tau: int) -> float:
     return float(weights[z >= tau].sum() / weights.sum())
 
 
-def test_min_tau_keeps_false_cells_under_the_target():
+def test_the_threshold_keeps_false_cells_under_the_target():
     noise = calibrate("laplace", TRIP, BUDGET)
     cells = 122_000  # about one day: 2 taps x 97 windows x ~630 locations
-    tau = min_tau(noise, cells, 20.0)
+    tau = min_tau_over([(noise, cells)], 20.0)
     assert expected_false_cells(noise, cells, tau) <= 20.0 < expected_false_cells(noise, cells, tau - 1)
     with pytest.raises(ValueError):
-        min_tau(noise, cells, 0.0)
+        min_tau_over([(noise, cells)], 0.0)
 
 
 def test_uses_the_secure_source_by_default():

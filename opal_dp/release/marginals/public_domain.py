@@ -277,11 +277,6 @@ def expected_false_cells(noise: DesignNoise, cells: int, tau: int) -> float:
     return cells * tail_probability(noise.laws["time-loc"], tau)
 
 
-def min_tau(noise: DesignNoise, cells: int, target: float) -> int:
-    """The smallest threshold whose ``expected_false_cells`` over ``cells`` empty cells is at most ``target``."""
-    return min_tau_over([(noise, cells)], target)
-
-
 def min_tau_over(pieces: list[tuple[DesignNoise, int]], target: float) -> int:
     """The smallest threshold whose expected false cells, summed over (noise, empty cells) pieces, is at most
     ``target`` (one threshold for several taps whose noise may differ)."""
