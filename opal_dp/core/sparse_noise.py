@@ -355,11 +355,3 @@ def _exact_failures(bits: BitSource, word: int, bounds: Bounds, cap: int) -> int
                     break
         words.append(int(bits.words(1)[0]))
         prec *= 2
-
-
-def naive_threshold_cells(law: ThresholdNoise, k: int, t: int) -> tuple[np.ndarray, np.ndarray]:
-    """The same by enumeration: draw every cell's noise and keep those ``>= t`` (the reference)."""
-    t = _check_threshold(t)
-    z = law.draw(k)
-    positions = np.flatnonzero(z >= t)
-    return positions, z[positions]

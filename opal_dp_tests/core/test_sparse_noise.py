@@ -18,12 +18,18 @@ from opal_dp.core.sparse_noise import (
     _exact_failures,
     _failures,
     _floor_word,
-    naive_threshold_cells,
     sparse_threshold_cells,
     tail_probability,
     threshold_cells,
 )
 from opal_dp_tests.core.helpers import ALPHA, UINT64_MAX, ScriptedBits
+
+def naive_threshold_cells(law, k: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The reference the fast samplers are tested against: draw every cell's noise, keep those ``>= t``."""
+    z = law.draw(k)
+    positions = np.flatnonzero(z >= t)
+    return positions, z[positions]
+
 
 CELLS = 12  # cells per replicate; one call over CELLS * REPS iid cells gives REPS independent replicates
 REPS = 40_000
