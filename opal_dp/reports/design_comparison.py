@@ -122,26 +122,6 @@ class DesignTally:
         }
 
 
-def compare_released(
-    true_cells: Mapping[str, pd.DataFrame],
-    released: Mapping[str, Mapping[str, Released]],
-    mechanisms: Mapping[str, Mapping[str, object]],
-) -> pd.DataFrame:
-    """One row per design (module docstring). ``true_cells``: partition key -> ``TrueCells``; ``released``:
-    design -> partition key -> marginal name -> released frame; ``mechanisms``: design -> the plan's
-    mechanisms (public parameters, for the presence figures). Every design must cover every partition."""
-    tallies = {design: DesignTally(design, mechanisms[design]) for design in released}
-    for design, by_key in released.items():
-        if set(by_key) != set(true_cells):
-            raise ValueError(f"{design}: released partitions {sorted(by_key)} are not the true cells' "
-                             f"{sorted(true_cells)}")
-    for key in sorted(true_cells):
-        cells = true_cells[key]
-        for design, by_key in released.items():
-            tallies[design].add(key, cells, by_key[key])
-    return pd.DataFrame([t.figures() for t in tallies.values()], columns=COLUMNS)
-
-
 def compare_designs(
     parts: Iterable[tuple[str, pd.DataFrame, pd.DataFrame]], plans: Mapping[str, ReleasePlan]
 ) -> pd.DataFrame:
