@@ -35,12 +35,14 @@ def test_earlier_objects_are_skipped_inside_and_collected_after() -> None:
 
 
 def test_a_block_inside_a_frozen_heap_leaves_it_frozen() -> None:
-    """Someone else's freeze is theirs to undo: the block neither adds to it nor unfreezes it."""
+    """Someone else's freeze is theirs to undo: the block neither adds to it nor unfreezes it. (Frozen objects can
+    still be freed by their reference counts, e.g. by another thread of the test process, so the count may drop a
+    little; it never grows, and it never falls to 0.)"""
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
         with earlier_objects_frozen():
             _garbage_cycle()
-        assert gc.get_freeze_count() == frozen
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
