@@ -110,10 +110,14 @@ def weekly_costs(plan: ReleasePlan) -> list[PrivacyCost]:
     return [mechanism.cost() for mechanism in plan.mechanisms.values()]
 
 
+def week_trees(od_epsilon: float) -> list[PrivacyCost]:
+    """One pure-DP OD tree per date of a week at ``od_epsilon`` (none if 0)."""
+    return [PrivacyCost.approx_dp(od_epsilon, 0.0)] * WEEK_DAYS if od_epsilon > 0 else []
+
+
 def year_costs(scope_costs: Sequence[PrivacyCost], od_epsilon: float = 0.0) -> list[PrivacyCost]:
-    """52 weeks of ``scope_costs``, plus one pure-DP OD tree per date at ``od_epsilon`` (none if 0)."""
-    od = [PrivacyCost.approx_dp(od_epsilon, 0.0)] * WEEK_DAYS if od_epsilon > 0 else []
-    return [*scope_costs, *od] * WEEKS
+    """52 weeks of ``scope_costs``, plus the week's OD trees at ``od_epsilon``."""
+    return [*scope_costs, *week_trees(od_epsilon)] * WEEKS
 
 
 def weekly_budget(cap_epsilon: float, mechanism: Mechanism, design: Design, od_epsilon: float = 0.0,
@@ -122,7 +126,7 @@ def weekly_budget(cap_epsilon: float, mechanism: Mechanism, design: Design, od_e
     production share (``release.share.share_epsilon``) over a year of 52 weeks; 0 when the OD trees alone
     exceed it."""
     try:
-        return share_epsilon(cap_epsilon, cap_delta, WEEKS, mechanism, design, od_epsilon)
+        return share_epsilon(cap_epsilon, cap_delta, WEEKS, mechanism, design, others=tuple(week_trees(od_epsilon)))
     except ValueError:
         return 0.0
 

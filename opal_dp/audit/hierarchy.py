@@ -38,7 +38,7 @@ from opal_dp.core.discrete_gaussian import pmf
 from opal_dp.core.hierarchy import HierarchyBudget, Measurement, Tree
 from opal_dp.core.hierarchy import measure as production_measure
 from opal_dp.core.ledger_records import Charge
-from opal_dp.core.totals import TAPS, TotalsBudget
+from opal_dp.core.totals import TAPS, TotalsBudget, date_cost
 from opal_dp.core.totals import measure_totals as production_totals
 
 Measure = Callable[[Tree, np.ndarray, HierarchyBudget], Measurement]
@@ -129,7 +129,7 @@ def audit_charges(charges: Sequence[Charge], fallback: HierarchyBudget, measure:
     ``alpha / audits``; with no charge yet, the configured ``fallback`` budget (and ``fallback_totals``) against
     its own cost. Keyed by ``rho <charged>``, ``sigma <claimed sigmas>``."""
     pairs = sorted({(c.mechanism, c.cost) for c in charges}, key=lambda p: (p[0], p[1].rho))
-    own = PrivacyCost.zcdp(fallback.cost().rho + (fallback_totals.rho if fallback_totals else 0.0), 0.0)
+    own = date_cost(fallback.cost(), fallback_totals)
     audits = ([(recorded_budget(m), recorded_totals(m), cost) for m, cost in pairs] if pairs
               else [(fallback, fallback_totals, own)])
     return {f"rho {cost.rho:.6g}, sigma {', '.join(f'{s:.4g}' for s in budget.sigmas)}"

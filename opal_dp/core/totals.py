@@ -86,6 +86,12 @@ class TotalsBudget:
                 "error_bound_95": self.error_bound_95}
 
 
+
+def date_cost(levels: PrivacyCost, totals: TotalsBudget | None) -> PrivacyCost:
+    """One date's charge of the OD hierarchy: its levels' zCDP cost (``core.hierarchy.HierarchyBudget.cost``) and,
+    when measured with them, the totals' rho, delta 0 (zCDP composition adds rho)."""
+    return PrivacyCost.zcdp(levels.rho + (totals.rho if totals else 0.0), 0.0)
+
 def card_day_totals(modes: np.ndarray, tapped_off: np.ndarray, max_per_mode: int, n_modes: int) -> np.ndarray:
     """The true (mode, tap) counts of card-days' trips, shape ``(n_modes, 2)``: ``modes`` (card-days x slots, a mode
     index per trip, ``-1`` for an empty slot, in tap-on order) and ``tapped_off`` (same shape, whether the trip's

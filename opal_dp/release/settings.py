@@ -14,18 +14,18 @@ import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
-from opal_dp.core.accounting import zcdp_rho_for
 from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, LedgerError
-from opal_dp.core.prefix_tree import Taxonomy, TreeBudget
+from opal_dp.core.prefix_tree import Taxonomy
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.locations import DataLocation
 from opal_dp.network import stops_version
 from opal_dp.prep.day_records import DayCut
 from opal_dp.release.marginals.plan import ReleasePlan, build_plan
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.od.engine import OdPlan
+from opal_dp.release.od.engine import OdPlan, tree_budget
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
+from opal_dp.release.products import product_costs
 from opal_dp.release.share import scope_delta, scopes_touching, share_epsilon, split
 from opal_dp.release.statement.runs import draws_of
 
@@ -76,16 +76,17 @@ class PrivacySettings(BaseModel):
 
     OD release (``release.od.engine``): ``od_release`` (``releases_od``), one noisy prefix tree per date at
     ``od_epsilon`` (pure DP per card-day), height ``od_height``, the ``od_top_sequences`` most frequent sanitized
-    sequences published. Its cost is part of every unit's default cap (``od_cost``), so that the tree composes
-    with the marginals on the same ledger scopes.
+    sequences published.
 
     Hierarchical OD release (``release.od.hierarchy``, it makes ``od.csv``): ``od_hierarchy_release``
     (``releases_od_hierarchy``; default on in the card-level releases only), ``od_hierarchy_rho`` a date
     (``od_hierarchy_budget``: 0.004 in the weekly release, within its share, else 0.5), at most
     ``od_hierarchy_max_per_pair`` trips of a card-day per location pair. The same charge measures the daily totals
     of ``totals.csv`` (``core.totals``) at ``od_totals_rho`` a date (``od_totals_budget``: 0.004 in the weekly
-    release, else 0.5). Its charges are in the share and the default caps (``od_hierarchy_costs``: levels and
-    totals, ``od_hierarchy_date_rho`` a date).
+    release, else 0.5).
+
+    Every product's charges to a scope (``release.products``) are in the share and in every unit's default cap, so
+    that the products compose with the marginals on the same ledger scopes.
     """
 
     privacy_unit: str = PrivacyUnit.CARD_PERIOD.value
@@ -196,29 +197,10 @@ class PrivacySettings(BaseModel):
         return WEEKLY_OD_TOTALS_RHO if self.person_share else DEFAULT_OD_HIERARCHY_RHO
 
     @property
-    def od_hierarchy_date_rho(self) -> float:
-        """What the hierarchy's charge of a date costs: its levels' rho and the totals' (``HierarchyPlan.cost``)."""
-        return self.od_hierarchy_budget + self.od_totals_budget
-
-    def od_hierarchy_costs(self, unit: PrivacyUnit) -> list[PrivacyCost]:
-        """What the hierarchy charges one scope of ``unit`` (``release.od.placement``): nothing to a trip scope,
-        its rho a date (levels and totals, delta 0) to a date, one such charge per date to a period."""
-        if not self.releases_od_hierarchy or unit is PrivacyUnit.TRIP:
-            return []
-        days = self.periods.days if unit is PrivacyUnit.CARD_PERIOD else 1
-        return [PrivacyCost.zcdp(self.od_hierarchy_date_rho, 0.0)] * days
-
-    @property
     def synthetic_budget(self) -> tuple[float, float]:
         """The synthetic card-day trips' (epsilon, delta) per card a week."""
         epsilon = self.synthetic_epsilon or (SHARED_SYNTHETIC_EPSILON if self.person_share else 8.0)
         return epsilon, self.synthetic_delta or 6 * DEFAULT_DELTA
-
-    def synthetic_costs(self, unit: PrivacyUnit) -> list[PrivacyCost]:
-        """What the synthetic trips charge one scope of ``unit``: their rho (delta 0) to a week, when on."""
-        if not self.synthetic or unit is not PrivacyUnit.CARD_PERIOD:
-            return []
-        return [PrivacyCost.zcdp(zcdp_rho_for(*self.synthetic_budget), 0.0)]
 
     @property
     def od_budget(self) -> float:
@@ -237,10 +219,8 @@ class PrivacySettings(BaseModel):
             cap = (self.person_cap_epsilon or DEFAULT_PERSON_CAP[0], self.person_cap_delta or DEFAULT_PERSON_CAP[1])
             scopes = scopes_touching(self.person_horizon_days or DEFAULT_HORIZON_DAYS, self.unit)
             mechanism = self.noise_mechanism or Mechanism.default_for(self.unit)
-            od = self.od_budget if self.releases_od else 0.0
-            hierarchy = self.od_hierarchy_date_rho if self.releases_od_hierarchy else 0.0
-            extra = tuple(self.synthetic_costs(self.unit))
-            epsilon, delta = split(share_epsilon(*cap, scopes, mechanism, self.design, od, hierarchy, self.unit, extra),
+            others = tuple(product_costs(self, self.unit))
+            epsilon, delta = split(share_epsilon(*cap, scopes, mechanism, self.design, self.unit, others),
                                    scope_delta(cap[1], scopes))
         else:
             epsilon, delta = {m.name: m.default_epsilon for m in MARGINALS}, {m.name: DEFAULT_DELTA for m in MARGINALS}
@@ -268,38 +248,22 @@ class PrivacySettings(BaseModel):
         epsilon, delta = self.budget()
         return math.fsum(epsilon.values()), math.fsum(delta.values())
 
-    def od_cost(self, unit: PrivacyUnit) -> float:
-        """What the OD trees add to one scope of ``unit`` (``release.od.engine``): nothing to a trip scope,
-        ``od_epsilon`` to a date, ``od_epsilon`` per date to a period."""
-        if not self.releases_od or unit is PrivacyUnit.TRIP:
-            return 0.0
-        return self.od_budget * (self.periods.days if unit is PrivacyUnit.CARD_PERIOD else 1)
-
     def _default_cap(self) -> tuple[float, float]:
-        """One full release of a scope of the configured unit, OD trees included: for a card_period, the larger of
-        the plain sum and what the ledger's accountant (``core.accounting.compose``) will compute."""
+        """One full release of a scope of the configured unit, every product included: for a card_period, the larger
+        of the plain sum and what the ledger's accountant (``core.accounting.compose``) will compute."""
         eps, delta = self.nominal
-        extra = self.od_cost(self.unit)
-        hierarchy = self.od_hierarchy_costs(self.unit) + self.synthetic_costs(self.unit)
-        if not (extra or hierarchy) or self.unit is not PrivacyUnit.CARD_PERIOD:
-            room = self._hierarchy_room(hierarchy)
-            return eps + extra + room[0], delta + room[1]
-        plan = self.plan()
-        costs = [m.cost() for m in plan.mechanisms.values()] + hierarchy
-        costs += [PrivacyCost.approx_dp(self.od_budget, 0.0)] * (self.periods.days if extra else 0)
-        return max(eps + extra, compose(costs, delta_target=delta).epsilon), delta
-
-    @staticmethod
-    def _hierarchy_room(costs: list[PrivacyCost]) -> tuple[float, float]:
-        """What the hierarchy's charges add to a cap made by summing the other charges' (epsilon, delta): a delta of
-        ``DEFAULT_DELTA`` of its own and its rho converted at that delta (the ledger's accountant gives the
-        zCDP part of a scope the delta its (epsilon, delta) charges leave)."""
-        return (compose(costs, delta_target=DEFAULT_DELTA).epsilon, DEFAULT_DELTA) if costs else (0.0, 0.0)
+        others = product_costs(self, self.unit)
+        if not others or self.unit is not PrivacyUnit.CARD_PERIOD:
+            room = _room(others)
+            return eps + room[0], delta + room[1]
+        costs = [m.cost() for m in self.plan().mechanisms.values()] + others
+        return max(eps + _room([c for c in others if c.measure == "approx_dp"])[0],
+                   compose(costs, delta_target=delta).epsilon), delta
 
     def od_plan(self, symbols_per_group: pd.DataFrame) -> OdPlan:
         """The OD trees' plan; ``symbols_per_group``: the public taxonomy (``TripAlphabet.groups``)."""
         taxonomy = Taxonomy(symbols_per_group["first"].to_numpy(), symbols_per_group["size"].to_numpy())
-        return OdPlan(self.unit, TreeBudget(self.od_budget, self.od_height), taxonomy, self.periods)
+        return OdPlan(self.unit, tree_budget(self), taxonomy, self.periods)
 
     def plan(self, stops: pd.DataFrame | None = None, design: Design | None = None) -> ReleasePlan:
         """The release plan; production noise from the OS CSPRNG (there is no seed to set). ``stops``: the
@@ -316,8 +280,8 @@ class PrivacySettings(BaseModel):
         """The deployment's ledger (``DataLocation.ledger_location``), created with the configured caps if there is
         none; refuses (``CapMismatch``) a configured cap that differs from the ledger's."""
         eps, delta = self.nominal
-        rooms = {u: self._hierarchy_room(self.od_hierarchy_costs(u) + self.synthetic_costs(u)) for u in PrivacyUnit}
-        caps = {u.value: (eps + self.od_cost(u) + rooms[u][0], delta + rooms[u][1]) for u in PrivacyUnit}
+        rooms = {u: _room(product_costs(self, u)) for u in PrivacyUnit}
+        caps = {u.value: (eps + rooms[u][0], delta + rooms[u][1]) for u in PrivacyUnit}
         wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or self._default_cap()[1])
         caps[self.unit.value] = wanted
         ledger = PrivacyLedger(location.ledger_location, caps, published=published_ledger_draws(location.published_dir),
@@ -344,6 +308,18 @@ class PrivacySettings(BaseModel):
     def key(location: DataLocation, purpose: str) -> bytes:
         """The deployment secret's key for ``purpose`` (``fingerprint`` or ``bounding``)."""
         return derive_key(load_or_create_secret(location.secret_file), purpose)
+
+
+def _room(costs: list[PrivacyCost]) -> tuple[float, float]:
+    """What ``costs`` add to a cap made by summing (epsilon, delta): the pure and approximate ones their sums; the zCDP
+    ones a delta of ``DEFAULT_DELTA`` of their own and their rho converted at that delta (the ledger's accountant
+    gives the zCDP part of a scope the delta its (epsilon, delta) charges leave)."""
+    plain = [c for c in costs if c.measure == "approx_dp"]
+    zcdp = [c for c in costs if c.measure == "zcdp"]
+    room = (math.fsum(c.epsilon for c in plain), math.fsum(c.delta for c in plain))
+    if zcdp:
+        room = (room[0] + compose(zcdp, delta_target=DEFAULT_DELTA).epsilon, room[1] + DEFAULT_DELTA)
+    return room
 
 
 def published_ledger_draws(root: Path) -> dict[str, set[int]]:

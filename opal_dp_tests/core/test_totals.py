@@ -16,7 +16,8 @@ from scipy import stats
 
 from opal_dp.core import SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
-from opal_dp.core.totals import TotalsBudget, card_day_totals, measure_totals, totals_l2_squared
+from opal_dp.core.accounting import PrivacyCost
+from opal_dp.core.totals import TotalsBudget, card_day_totals, date_cost, measure_totals, totals_l2_squared
 
 ALPHA = 1e-6
 MODES = 3
@@ -85,6 +86,14 @@ def test_sigma_is_the_smallest_that_keeps_rho_and_the_budget_describes_itself():
 def test_bad_parameters_are_refused_by_name(rho, items, per_mode, name):
     with pytest.raises(ValueError, match=f"^{name} must be"):
         TotalsBudget(rho, items, per_mode)
+
+
+def test_a_date_charges_the_levels_and_the_totals_measured_with_them():
+    """zCDP composition adds rho: the hierarchy's date charge is its levels' rho plus the totals' (kills a charge
+    that leaves the totals out or subtracts them), and the levels' alone when no totals are measured."""
+    levels = PrivacyCost.zcdp(0.25, 0.0)
+    assert date_cost(levels, TotalsBudget(0.125, 4, 2)) == PrivacyCost.zcdp(0.375, 0.0)
+    assert date_cost(levels, None) == levels
 
 
 def test_the_noise_comes_from_the_source_given_and_the_os_otherwise():

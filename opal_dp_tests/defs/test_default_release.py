@@ -16,6 +16,7 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.core.accounting import compose
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
+from opal_dp.release.od.product import OD_HIERARCHY
 from opal_dp.release.published_folder import LATEST
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.runs import dates_of, draws_of, ints_of
@@ -42,7 +43,7 @@ def weekly(tmp_path_factory):
     for i, day in enumerate(d for week in WEEKS for d in week):
         write_day(root / "raw", day, tiny_day(day, trips=1_500, seed=i))
     default = PrivacyBudget()
-    hierarchy = default.od_hierarchy_costs(PrivacyUnit.CARD_PERIOD)  # one charge a date, in the week's OD release
+    hierarchy = OD_HIERARCHY.costs(default, PrivacyUnit.CARD_PERIOD)  # one charge a date, in the week's OD release
     week = [m.cost() for m in default.plan().mechanisms.values()] + hierarchy
     # the third release's first charge is that of its first marginal, larger than one date's OD hierarchy: a cap
     # that two weeks fit and two weeks plus one such charge do not refuses the third release before any noise

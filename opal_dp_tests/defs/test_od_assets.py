@@ -4,12 +4,13 @@ card_day scope, the evaluation report materialised without charging or publishin
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 
+from opal_dp.core import PrivacyUnit
 from opal_dp.definitions import defs
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.od.generate import inconsistent_parents
+from opal_dp.release.od.product import OD_HIERARCHY
 from opal_dp.defs.shared.tags import WITHOUT_TAG
 from opal_dp_tests.conftest import other_days
 from opal_dp_tests.defs.conftest import DAYS, TRIP
@@ -76,6 +77,6 @@ def test_release_od_job_charges_the_hierarchy_of_each_date_once_and_publishes_no
         assert sum_problems(frame.drop(columns=["draw_id"])) == [] and frame["draw_id"].nunique() == 4
     charges = [c for c in PrivacyBudget(**config).ledger(storage).charges() if c.marginal == "od_hierarchy"]
     assert sorted(c.scope for c in charges) == [d.isoformat() for d in DAYS]
-    assert all(c.unit == "card_day" and c.rho == pytest.approx(PrivacyBudget(**config).od_hierarchy_date_rho)
+    assert all(c.unit == "card_day" and [c.cost] == OD_HIERARCHY.costs(PrivacyBudget(**config), PrivacyUnit.CARD_DAY)
                for c in charges)
     assert sorted(p.name for p in storage.published_dir.rglob("*")) == published

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opal_dp.core import PrivacyLedger, PrivacyUnit
+from opal_dp.core import PrivacyCost, PrivacyLedger, PrivacyUnit
 from opal_dp.core.accounting import compose, within
 from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, PersonBudgetExceeded
+from opal_dp.release.od.product import OD_HIERARCHY, OD_TREE
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.settings import WEEKLY_OD_HIERARCHY_RHO, WEEKLY_OD_TOTALS_RHO, PrivacySettings
@@ -46,12 +47,14 @@ def test_the_weekly_share_fits_and_is_the_largest_to_three_digits():
 
 def test_the_weekly_share_leaves_room_for_the_od_hierarchy_and_no_more():
     """Kills a share that leaves the hierarchy's seven charges a week out (the ledger would then refuse the last
-    weeks of a year), or counts them once a week instead of once a date."""
+    weeks of a year), or a hierarchy that declares them once a week instead of once a date."""
     cap, weeks = DEFAULT_PERSON_CAP, 53
-    share = share_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)
+    others = tuple(OD_HIERARCHY.costs(PrivacySettings(), PrivacyUnit.CARD_PERIOD))
+    assert [c.rho for c in others] == pytest.approx([WEEKLY_OD_HIERARCHY_RHO + WEEKLY_OD_TOTALS_RHO] * 7)
+    share = share_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH, others=others)
     delta = scope_delta(cap[1], weeks)
-    costs = lambda e: scope_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH, 0.0, WEEKLY_OD_HIERARCHY_RHO)  # noqa: E731
-    assert sum(c.rho for c in costs(share)[-7:]) == pytest.approx(7 * WEEKLY_OD_HIERARCHY_RHO)
+    costs = lambda e: scope_costs(e, delta, Mechanism.GAUSSIAN, Design.SBH, others=others)  # noqa: E731
+    assert costs(share)[-7:] == list(others)
     assert within(costs(share) * weeks, *cap) and not within(costs(share + 0.02) * weeks, *cap)
     assert share < share_epsilon(*cap, weeks, Mechanism.GAUSSIAN, Design.SBH) - 0.3
 
@@ -62,8 +65,8 @@ def test_the_default_settings_release_a_week_at_the_share():
     assert settings.releases_od_hierarchy and settings.od_hierarchy_budget == WEEKLY_OD_HIERARCHY_RHO
     epsilon, delta = settings.budget()
     assert settings.od_totals_budget == WEEKLY_OD_TOTALS_RHO  # charged with the hierarchy's levels, a date
-    share = share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH, 0.0,
-                          WEEKLY_OD_HIERARCHY_RHO + WEEKLY_OD_TOTALS_RHO)
+    hierarchy = PrivacyCost.zcdp(WEEKLY_OD_HIERARCHY_RHO + WEEKLY_OD_TOTALS_RHO, 0.0)  # a date's levels and totals
+    share = share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH, others=(hierarchy,) * 7)
     assert sum(epsilon.values()) == pytest.approx(share) and sum(delta.values()) == pytest.approx(1e-6 / 106)
     without = PrivacySettings(od_hierarchy_release=False)
     assert sum(without.budget()[0].values()) == share_epsilon(*DEFAULT_PERSON_CAP, 53, Mechanism.GAUSSIAN, Design.SBH)
@@ -80,7 +83,7 @@ def test_a_year_of_default_weekly_releases_fits_the_ledger_and_one_more_is_refus
     with the default person cap: all accepted, and a second release of the last week (fresh noise, a new charge)
     refused before any draw."""
     default = PrivacySettings()
-    costs = [m.cost() for m in default.plan().mechanisms.values()] + default.od_hierarchy_costs(PrivacyUnit.CARD_PERIOD)
+    costs = [m.cost() for m in default.plan().mechanisms.values()] + OD_HIERARCHY.costs(default, PrivacyUnit.CARD_PERIOD)
     ledger = PrivacyLedger(str(tmp_path / "ledger.sqlite"), {"card_period": (100.0, 1e-3)})
     weeks = []
     for w in range(53):
@@ -101,8 +104,6 @@ def test_a_year_of_default_weekly_releases_fits_the_ledger_and_one_more_is_refus
 def test_an_opted_in_hierarchy_fits_the_default_cap_of_a_date_and_would_not_without_its_room():
     """Under ``card_day`` the marginals' (epsilon, delta) charges take the cap's whole delta, so the hierarchy's rho
     needs a delta of its own in the default cap (kills a cap that only adds its epsilon)."""
-    from opal_dp.core import PrivacyCost
-
     from opal_dp.release.settings import DEFAULT_DELTA
 
     sixteen = {"epsilon": {m.name: m.default_epsilon for m in MARGINALS},
@@ -110,9 +111,10 @@ def test_an_opted_in_hierarchy_fits_the_default_cap_of_a_date_and_would_not_with
                "mechanism": "laplace"}  # SBH calibrated to the card-day
     settings = PrivacySettings(privacy_unit="card_day", od_hierarchy_release=True, **sixteen)
     date = [m.cost() for m in settings.plan().mechanisms.values()] + [PrivacyCost.approx_dp(settings.od_budget, 0.0)]
-    hierarchy = settings.od_hierarchy_costs(PrivacyUnit.CARD_DAY)
+    assert OD_TREE.costs(settings, PrivacyUnit.CARD_DAY) == date[-1:]
+    hierarchy = OD_HIERARCHY.costs(settings, PrivacyUnit.CARD_DAY)
     assert [c.rho for c in hierarchy] == [0.5 + settings.od_totals_budget]  # its levels and the daily totals
-    assert settings.od_hierarchy_costs(PrivacyUnit.TRIP) == []
+    assert OD_HIERARCHY.costs(settings, PrivacyUnit.TRIP) == [] == OD_TREE.costs(settings, PrivacyUnit.TRIP)
     epsilon, delta = settings._default_cap()
     assert within(date + hierarchy, epsilon, delta) and not within(date + hierarchy, epsilon, settings.nominal[1])
     assert not within(date + hierarchy + hierarchy, epsilon, delta)  # a second hierarchy of the date is refused

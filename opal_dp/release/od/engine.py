@@ -41,6 +41,16 @@ from opal_dp.release.periods import Periods
 OD = "od"
 
 
+def tree_budget(settings) -> TreeBudget:
+    """One date's tree parameters from the release's ``PrivacySettings``: ``od_budget`` (epsilon), ``od_height``."""
+    return TreeBudget(settings.od_budget, settings.od_height)
+
+
+def tree_date_cost(budget: TreeBudget) -> PrivacyCost:
+    """What one date's tree charges a card: pure ``epsilon``-DP (the module docstring's argument)."""
+    return PrivacyCost.approx_dp(budget.epsilon, 0.0)
+
+
 @dataclass(frozen=True)
 class OdPlan(OdPlacement):
     """Unit, scope and cost of the OD trees under the marginals' configured ``unit`` (module docstring)."""
@@ -52,7 +62,7 @@ class OdPlan(OdPlacement):
     periods: Periods = field(default_factory=Periods)  # card_period: which dates form one period
 
     def cost(self) -> PrivacyCost:
-        return PrivacyCost.approx_dp(self.budget.epsilon, 0.0)
+        return tree_date_cost(self.budget)
 
     def mechanism(self) -> str:
         digest = hashlib.sha256(self.taxonomy.first.tobytes() + self.taxonomy.size.tobytes()).hexdigest()

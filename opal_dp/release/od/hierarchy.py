@@ -46,7 +46,7 @@ from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.hierarchy import Fitted, HierarchyBudget, Measurement, Tree, fit, listing_threshold, measure
 from opal_dp.core.input_version import stand_ins
 from opal_dp.core.accounting import PrivacyCost
-from opal_dp.core.totals import TOTALS_PER_MODE, TotalsBudget, card_day_totals, measure_totals
+from opal_dp.core.totals import TOTALS_PER_MODE, TotalsBudget, card_day_totals, date_cost, measure_totals
 from opal_dp.core.ledger import Charge, Draw, Request
 from opal_dp.network import MODES, per_stop_list
 from opal_dp.prep.binning import stop_labels
@@ -259,8 +259,7 @@ class HierarchyPlan(OdPlacement):
         return tau_for(self.domain, self.budget)
 
     def cost(self) -> PrivacyCost:
-        """One date's charge: the levels' rho and the totals', delta 0 (zCDP composition adds rho)."""
-        return PrivacyCost.zcdp(self.budget.cost().rho + self.totals.rho, 0.0)
+        return date_cost(self.budget.cost(), self.totals)
 
     def mechanism(self) -> str:
         return json.dumps({**self.budget.describe(), "tau": self.tau, "domain_sha256": self.domain.digest(),
@@ -271,16 +270,22 @@ class HierarchyPlan(OdPlacement):
                            "max_per_cell": self.budget.max_per_cell}, sort_keys=True)
 
 
-def hierarchy_plan(settings, domain: OdDomain) -> HierarchyPlan:
-    """The plan from the release's ``PrivacySettings``: ``od_hierarchy_budget`` (rho) per date, at most ``od_height`` trips
-    per card-day (the stored sequences' length) and ``od_hierarchy_max_per_pair`` of them in one location pair
-    (default 2: an out-and-back trip within one bus postcode is twice the same pair, and a bound of 1 would cut
-    the busiest such pairs, e.g. inside 2000, by a third; ``benchmarks.od_compare`` measures both)."""
-    unit = settings.unit
+def hierarchy_budgets(settings) -> tuple[HierarchyBudget, TotalsBudget]:
+    """One date's parameters from the release's ``PrivacySettings``: ``od_hierarchy_budget`` (rho) for the levels, at
+    most ``od_height`` trips per card-day (the stored sequences' length) and ``od_hierarchy_max_per_pair`` of them in
+    one location pair (default 2: an out-and-back trip within one bus postcode is twice the same pair, and a bound of
+    1 would cut the busiest such pairs, e.g. inside 2000, by a third; ``benchmarks.od_compare`` measures both); and
+    ``od_totals_budget`` (rho) for the daily totals, ``TOTALS_PER_MODE`` trips of a mode per card-day."""
     budget = HierarchyBudget(settings.od_hierarchy_budget, SHARES, settings.od_height,
                              min(settings.od_hierarchy_max_per_pair, settings.od_height), FALSE_CELLS)
     totals = TotalsBudget(settings.od_totals_budget, settings.od_height, min(TOTALS_PER_MODE, settings.od_height))
-    return HierarchyPlan(unit, budget, domain, totals, settings.periods)
+    return budget, totals
+
+
+def hierarchy_plan(settings, domain: OdDomain) -> HierarchyPlan:
+    """The plan from the release's ``PrivacySettings`` (``hierarchy_budgets``)."""
+    budget, totals = hierarchy_budgets(settings)
+    return HierarchyPlan(settings.unit, budget, domain, totals, settings.periods)
 
 
 @dataclass(frozen=True)

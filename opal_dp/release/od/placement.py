@@ -13,6 +13,14 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.release.periods import Periods
 
 
+def dates_per_scope(unit: PrivacyUnit, periods: Periods) -> int:
+    """How many dates' OD charges one ledger scope of ``unit`` receives: none for a trip scope, one for a date
+    (``card_day``), one per date of the period (``card_period``)."""
+    if unit is PrivacyUnit.TRIP:
+        return 0
+    return periods.days if unit is PrivacyUnit.CARD_PERIOD else 1
+
+
 class OdPlacement:
     """Mixin for an OD plan with fields ``unit`` (the release's unit) and ``periods`` (card_period: which dates form
     one period, ``release.periods``), and the class attribute ``NAME`` (the ledger's marginal name)."""

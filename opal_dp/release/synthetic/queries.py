@@ -186,6 +186,12 @@ class SyntheticPlan:
                           sort_keys=True)
 
 
+def synthetic_week_cost(epsilon: float, delta: float) -> PrivacyCost:
+    """What the queries of one week charge a card together: the largest rho within (``epsilon``, ``delta``), delta 0
+    (the plan splits it ``RHO_SHARES`` over the queries; zCDP composition adds them back)."""
+    return PrivacyCost.zcdp(zcdp_rho_for(epsilon, delta), 0.0)
+
+
 def synthetic_plan(
     epsilon: float, delta: float, bounds: ContributionBounds, period: Sequence[str], stops: pd.DataFrame,
     noise: DiscreteGaussian | None = None,
@@ -201,7 +207,7 @@ def synthetic_plan(
     sens["time_origin"] = sens["od"] = Sensitivity(l0=days * m, l1=days * m, l2_squared=days * m * m, linf=m)
     weeks = min(len(Periods().group(period)), days)
     sens[WEEK_QUERY] = Sensitivity(l0=weeks, l1=weeks, l2_squared=weeks, linf=1)
-    rho_total = zcdp_rho_for(epsilon, delta)
+    rho_total = synthetic_week_cost(epsilon, delta).rho
     rho = {q: rho_total * RHO_SHARES[q] for q in QUERIES}
     sigma = {q: sigma_for(rho[q], sens[q].l2_squared) for q in QUERIES}
     return SyntheticPlan(float(epsilon), float(delta), bounds, period, synthetic_domain(stops, m), rho, sens, sigma,

@@ -1,0 +1,23 @@
+"""The synthetic trips as the registry sees them (``release.products``): when ``synthetic`` is on, one charge a
+week (``queries.synthetic_week_cost``, the function the plan splits over its queries) to the week's card_period
+scope, whatever the marginals' unit; nothing to any other scope."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opal_dp.core import PrivacyCost, PrivacyUnit
+from opal_dp.release.synthetic.queries import synthetic_week_cost
+
+
+@dataclass(frozen=True)
+class SyntheticTrips:
+    name: str = "synthetic"
+
+    def costs(self, settings, unit: PrivacyUnit) -> list[PrivacyCost]:
+        if not settings.synthetic or unit is not PrivacyUnit.CARD_PERIOD:
+            return []
+        return [synthetic_week_cost(*settings.synthetic_budget)]
+
+
+SYNTHETIC = SyntheticTrips()
