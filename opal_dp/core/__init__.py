@@ -4,7 +4,8 @@ persistent privacy ledger."""
 
 from opal_dp.core.accounting import Guarantee, PrivacyCost, compose
 from opal_dp.core.bits import BitSource, SecureBits, SeededBits
-from opal_dp.core.ledger import BudgetExceeded, LedgerError, PrivacyLedger
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_records import BudgetExceeded, LedgerError
 from opal_dp.core.mechanism import HistogramMechanism, Relation
 from opal_dp.core.noise import MAX_SCALE, DiscreteLaplace
 from opal_dp.core.sbh import StabilityHistogram, error_bound, release_probability

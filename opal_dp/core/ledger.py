@@ -70,7 +70,6 @@ from opal_dp.core.accounting import Guarantee, PrivacyCost, compose, within
 from opal_dp.core.ledger_backends import open_backend
 from opal_dp.core.ledger_records import (
     BudgetExceeded,
-    CARD_UNITS,
     Cap,
     Charge,
     DEFAULT_HORIZON_DAYS,
@@ -80,14 +79,9 @@ from opal_dp.core.ledger_records import (
     InputVersionMismatch,
     LedgerError,
     LedgerResetRefused,
-    PersonBudgetExceeded,
-    PersonCap,
-    PersonSpend,
     RELEASES,
     REL_TOL,
     Request,
-    ScopeSpend,
-    UNVERSIONED,
     _CAP_COLUMNS,
     _CHARGE_COLUMNS,
     _DRAW_COLUMNS,
@@ -99,13 +93,10 @@ from opal_dp.core.ledger_records import (
     _now,
     _positive,
 )
-from opal_dp.core.ledger_schema import _MIGRATE_2_TO_3, _SCHEMA, SCHEMA_VERSION
+from opal_dp.core.ledger_schema import _SCHEMA, SCHEMA_VERSION
 from opal_dp.core.ledger_reads import LedgerReads
 from opal_dp.core.person_account import PersonAccount
 from opal_dp.core.units import PrivacyUnit
-
-__all__ = ["BudgetExceeded", "CARD_UNITS", "Cap", "Charge", "DEFAULT_HORIZON_DAYS", "DEFAULT_PERSON_CAP", "Decision", "Draw", "InputVersionMismatch", "LedgerError", "LedgerResetRefused", "PersonBudgetExceeded", "PersonCap", "PersonSpend", "RELEASES", "REL_TOL", "Request", "ScopeSpend", "UNVERSIONED", "PrivacyLedger"]
-"""The ledger and its records (``core.ledger_records``), importable from here."""
 
 
 class PrivacyLedger(PersonAccount, LedgerReads):
@@ -117,7 +108,7 @@ class PrivacyLedger(PersonAccount, LedgerReads):
     ``published``: ledger id -> draw ids, for every release already published (``privacy.json``).
     ``acknowledge_reset``: a reason; only then may a ledger that lacks those be used, and the reset is
     recorded. ``person_cap`` (epsilon, delta) and ``horizon_days``: the person account's cap and horizon,
-    recorded when the ledger is created (or migrated from schema 2); ignored afterwards, like the caps.
+    recorded when the ledger is created; ignored afterwards, like the caps.
     """
 
     def __init__(
@@ -152,14 +143,11 @@ class PrivacyLedger(PersonAccount, LedgerReads):
             version = self._backend.schema_version(conn)
             if version == 0:
                 self._create(conn)
-            elif version == 2:
-                self._backend.migrate(conn, _MIGRATE_2_TO_3, SCHEMA_VERSION, params={3: (UNVERSIONED,)})
             elif version != SCHEMA_VERSION:
                 raise LedgerError(
                     f"ledger {self.location} has schema version {version}; this code reads version "
-                    f"{SCHEMA_VERSION} (and migrates version 2). A version-1 ledger (trip unit, unkeyed fingerprints) cannot be "
-                    "carried forward: keep it as the record of the releases it made, move it aside, and start "
-                    "a new ledger with an acknowledged reset."
+                    f"{SCHEMA_VERSION}. An older ledger cannot be carried forward: keep it as the record of the releases it "
+                    "made, move it aside, and start a new ledger with an acknowledged reset."
                 )
             self.ledger_id = conn.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchone()[0]
             for unit, (eps, delta) in caps.items():
@@ -168,8 +156,7 @@ class PrivacyLedger(PersonAccount, LedgerReads):
                                  (unit, eps, delta, _now(), "cap at ledger creation (first use of the unit)"))
             if not conn.execute("SELECT 1 FROM person_caps").fetchone():
                 conn.execute(f"INSERT INTO person_caps ({_PERSON_CAP_COLUMNS}) VALUES (?, ?, ?, ?, 'create', ?)",
-                             (horizon_days, *person, _now(), "person cap at ledger creation" if version == 0 else
-                              f"person cap at the migration from schema {version}"))
+                             (horizon_days, *person, _now(), "person cap at ledger creation"))
             self._check_published(conn, published, acknowledge_reset)
 
     def _create(self, conn: Any) -> None:

@@ -38,7 +38,6 @@ class LedgerBackend(Protocol):
     def transaction(self, conn: Any, *, init: bool = False) -> Any: ...
     def schema_version(self, conn: Any) -> int: ...
     def create_schema(self, conn: Any, statements: Sequence[str], version: int) -> None: ...
-    def migrate(self, conn: Any, statements: Sequence[str], version: int, params: dict[int, tuple]) -> None: ...
     def lock(self, conn: Any, keys: Sequence[str]) -> None: ...
 
 
@@ -109,12 +108,6 @@ class SQLiteBackend:
     def create_schema(self, conn: sqlite3.Connection, statements: Sequence[str], version: int) -> None:
         for statement in statements:
             conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {int(version)}")
-
-    def migrate(self, conn: sqlite3.Connection, statements: Sequence[str], version: int, params: dict[int, tuple]) -> None:
-        """Run ``statements`` (``params``: statement index -> its parameters) and set the schema version."""
-        for i, statement in enumerate(statements):
-            conn.execute(statement, params.get(i, ()))
         conn.execute(f"PRAGMA user_version = {int(version)}")
 
     def lock(self, conn: sqlite3.Connection, keys: Sequence[str]) -> None:
@@ -196,11 +189,6 @@ class PostgresBackend:
             conn.execute(_dialect(statement))
         conn.execute("CREATE TABLE ledger_locks (key TEXT PRIMARY KEY)")
         conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(int(version)),))
-
-    def migrate(self, conn: _PgConnection, statements: Sequence[str], version: int, params: dict[int, tuple]) -> None:
-        for i, statement in enumerate(statements):
-            conn.execute(_dialect(statement), params.get(i, ()))
-        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(int(version)),))
 
     def lock(self, conn: _PgConnection, keys: Sequence[str]) -> None:
         """Lock one row per key until the transaction ends, creating the row the first time."""

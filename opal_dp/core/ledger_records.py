@@ -15,8 +15,6 @@ DEFAULT_HORIZON_DAYS = 365
 DEFAULT_PERSON_CAP = (20.0, 1e-6)
 """One person's loss over any 365 consecutive service dates, across every product and period (module docstring)."""
 CARD_UNITS = (PrivacyUnit.CARD_DAY.value, PrivacyUnit.CARD_PERIOD.value)
-UNVERSIONED = "unversioned (charged before schema 3)"
-"""The input version of charges carried over from a schema-2 ledger: no request ever has it."""
 REL_TOL = 1e-9
 """Relative slack on the cap, only to absorb float rounding in sums such as 6 × 1/8e6."""
 RELEASES = "releases"

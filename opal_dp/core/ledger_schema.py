@@ -1,4 +1,4 @@
-"""The ledger's tables (schema version 3) and the migration from version 2 (``core.ledger``)."""
+"""The ledger's tables (schema version 3, ``core.ledger``)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,6 @@ CREATE TABLE person_caps (
     action       TEXT NOT NULL CHECK (action IN ('create', 'raise')),
     reason       TEXT NOT NULL CHECK (reason <> '')
 )"""
-_MIGRATE_2_TO_3 = (  # a schema-2 charge covers its scope's dates; it has no input version (UNVERSIONED)
-    "ALTER TABLE charges ADD COLUMN first_date TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE charges ADD COLUMN last_date TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE charges ADD COLUMN input_version TEXT NOT NULL DEFAULT ''",
-    "UPDATE charges SET first_date = substr(scope, 1, 10), last_date = CASE WHEN unit = 'card_period'"
-    " THEN substr(scope, 13, 10) ELSE substr(scope, 1, 10) END, input_version = ?",
-    _PERSON_CAPS,
-    "CREATE INDEX charges_dates ON charges (last_date, first_date)",
-)
-
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     """

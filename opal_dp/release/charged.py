@@ -28,7 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from opal_dp.core.ledger import RELEASES, Charge, Decision, Draw, PrivacyLedger, Request
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_records import RELEASES, Charge, Decision, Draw, Request
 from opal_dp.private_files import read_parquet, remove_stale_temporaries, write_parquet_exclusive
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyLedger, PrivacyUnit, Relation, compose
-from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, LedgerError
+from opal_dp.core.ledger_records import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, LedgerError
 from opal_dp.core.prefix_tree import Taxonomy
 from opal_dp.core.secrets import derive_key, load_or_create_secret
 from opal_dp.locations import DataLocation
@@ -331,10 +331,7 @@ def published_ledger_draws(root: Path) -> dict[str, set[int]]:
         if statement.parent.name.startswith("."):
             continue
         stated = json.loads(statement.read_text(encoding="utf-8"))
-        ledger = stated.get("ledger")
-        if not ledger:  # a release from before the ledger was named (schema 1)
-            found.setdefault("schema-1 release", set())
-            continue
+        ledger = stated["ledger"]
         found.setdefault(ledger["id"], set()).update(draws_of(ledger["draws"]))
         found[ledger["id"]].update(draws_of(stated.get("od", {}).get("draws", [])))
     return found

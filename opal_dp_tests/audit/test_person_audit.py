@@ -10,7 +10,8 @@ import pytest
 
 from opal_dp.core import ledger as ledger_module
 from opal_dp.core.accounting import PrivacyCost, compose
-from opal_dp.core.ledger import PersonBudgetExceeded, PrivacyLedger
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_records import PersonBudgetExceeded
 from opal_dp_tests.core.test_ledger import request
 
 WIDE = {"trip": (100.0, 1e-3), "card_day": (100.0, 1e-3), "card_period": (100.0, 1e-3)}

@@ -21,16 +21,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core.accounting import PrivacyCost, compose
-from opal_dp.core.ledger import (
-    SCHEMA_VERSION,
-    BudgetExceeded,
-    Decision,
-    InputVersionMismatch,
-    LedgerError,
-    LedgerResetRefused,
-    PrivacyLedger,
-    Request,
-)
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_records import (BudgetExceeded, Decision, InputVersionMismatch, LedgerError, LedgerResetRefused,
+                                         Request)
+from opal_dp.core.ledger_schema import SCHEMA_VERSION
 from opal_dp.core.ledger_reads import _by_ids
 from opal_dp.core.ledger_backends import open_backend
 
@@ -99,17 +93,16 @@ def test_creates_versioned_wal_database_with_an_id(tmp_path: Path) -> None:
     assert PrivacyLedger(tmp_path / "other.sqlite", CAPS).ledger_id != first.ledger_id
 
 
-@pytest.mark.parametrize("version", [99, 1])
+@pytest.mark.parametrize("version", [99, 2, 1])
 def test_refuses_other_schema_versions(tmp_path: Path, version: int) -> None:
     """The whole refusal, with its advice (kills the advice reworded)."""
     path = tmp_path / "ledger.sqlite"
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA user_version = {version}")
     conn.close()
-    refusal = (f"ledger {path} has schema version {version}; this code reads version {SCHEMA_VERSION} (and migrates "
-               "version 2). A version-1 ledger (trip unit, unkeyed fingerprints) cannot be carried forward: keep it "
-               "as the record of the releases it made, move it aside, and start a new ledger with an acknowledged "
-               "reset.")
+    refusal = (f"ledger {path} has schema version {version}; this code reads version {SCHEMA_VERSION}. An older ledger "
+               "cannot be carried forward: keep it as the record of the releases it made, move it aside, and start a "
+               "new ledger with an acknowledged reset.")
     with pytest.raises(LedgerError, match=f"^{re.escape(refusal)}$"):
         PrivacyLedger(path, CAPS)
 

@@ -1,5 +1,5 @@
 """The person account of the ledger: every card-level charge of every product counts against one person's cap
-over any horizon window; charges are tied to the input version of their raw files; schema 2 migrates."""
+over any horizon window; charges are tied to the input version of their raw files."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core.accounting import PrivacyCost, compose
-from opal_dp.core.ledger import (
-    UNVERSIONED,
-    BudgetExceeded,
-    LedgerError,
-    PersonBudgetExceeded,
-    PrivacyLedger,
-)
-from opal_dp.core.ledger_backends import open_backend
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_records import BudgetExceeded, LedgerError, PersonBudgetExceeded
 from opal_dp_tests.core.test_ledger import CAPS, begin, release, request, where  # noqa: F401  (fixture)
 
 TREE = PrivacyCost.approx_dp(1.0, 0.0)
@@ -240,39 +234,6 @@ def test_a_person_cap_raise_may_raise_either_coordinate_alone_and_never_lower_on
     assert ledger.raise_person_cap(2.0, 2e-6, "delta only").delta == 2e-6
     assert ledger.raise_person_cap(3.0, 2e-6, "epsilon only").epsilon == 3.0
     assert [(c.epsilon, c.delta) for c in ledger.person_cap_history()] == [(2.0, 1e-6), (2.0, 2e-6), (3.0, 2e-6)]
-
-def test_a_schema_2_ledger_is_migrated_and_its_charges_join_the_person_account(where) -> None:
-    location = where()
-    ledger = PrivacyLedger(location, WIDE)
-    release(ledger, tree(0), period(0, 13))
-    _make_schema_2(location)
-    migrated = PrivacyLedger(location, WIDE, person_cap=(30.0, 1e-6))
-    assert [(c.first_date, c.last_date, c.input_version) for c in migrated.charges()] == [
-        (day(0), day(0), UNVERSIONED), (day(0), day(13), UNVERSIONED)]
-    assert "migration from schema 2" in migrated.person_cap().reason
-    assert len(migrated.person_spend(day(0), day(0)).charges) == 2
-    assert begin(migrated, tree(0))[0].kind == "charge"  # no version: never reused, never joined
-    assert PrivacyLedger(location, WIDE).person_cap().epsilon == 30.0  # migrated once
-
-
-def _make_schema_2(location: str) -> None:
-    """Turn a fresh ledger into what schema 2 was: charges without dates or versions, no person caps."""
-    old_columns = "id, unit, scope, marginal, relation, measure, epsilon, rho, delta, mechanism, bounds, run_id, created_at"
-    if str(location).startswith("postgresql"):
-        statements = ("DROP INDEX charges_dates", "ALTER TABLE charges DROP COLUMN first_date, DROP COLUMN last_date, "
-                      "DROP COLUMN input_version", "DROP TABLE person_caps",
-                      "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-    else:
-        v2 = ("CREATE TABLE v2 (id INTEGER PRIMARY KEY AUTOINCREMENT, unit TEXT, scope TEXT, marginal TEXT, relation"
-              " TEXT, measure TEXT, epsilon REAL, rho REAL, delta REAL, mechanism TEXT, bounds TEXT, run_id TEXT,"
-              " created_at TEXT)")
-        statements = (v2, f"INSERT INTO v2 SELECT {old_columns} FROM charges", "DROP TABLE charges",
-                      "ALTER TABLE v2 RENAME TO charges", "DROP TABLE person_caps", "PRAGMA user_version = 2")
-    backend = open_backend(location)
-    with backend.connect() as conn:
-        for statement in statements:
-            conn.execute(statement)
-
 
 def test_a_releases_person_window_spans_its_first_to_its_last_date(where) -> None:
     """``person_window`` is ``person_spend`` from the earliest to the latest of a release's dates, whatever their order:

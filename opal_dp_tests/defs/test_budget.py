@@ -10,7 +10,7 @@ import pytest
 
 from opal_dp import settings
 from opal_dp.cli import main
-from opal_dp.core.ledger import LedgerResetRefused
+from opal_dp.core.ledger_records import LedgerResetRefused
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 

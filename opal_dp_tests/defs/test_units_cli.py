@@ -13,7 +13,7 @@ import pytest
 
 from opal_dp.cli import _parser, budget_config, ensure_dagster_home
 from opal_dp.core import PrivacyUnit
-from opal_dp.core.ledger import DEFAULT_PERSON_CAP
+from opal_dp.core.ledger_records import DEFAULT_PERSON_CAP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.share import split

@@ -13,7 +13,7 @@ from scipy import stats
 
 from opal_dp.core import DiscreteLaplace, PrivacyCost, SeededBits, compose
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
-from opal_dp.core.ledger import Charge, Draw
+from opal_dp.core.ledger_records import Charge, Draw
 from opal_dp.release.marginals.checks import (
     BLOCKING_CHECKS,
     DESIGN_CHECKS,

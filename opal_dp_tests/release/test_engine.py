@@ -128,7 +128,7 @@ def test_a_resumed_charge_loads_the_draw_a_killed_run_had_stored(tmp_path, store
 
 
 def _requests(parts):
-    from opal_dp.core.ledger import Request
+    from opal_dp.core.ledger_records import Request
     from opal_dp.release.marginals.engine import mechanism_id
 
     p = plan(SeededBits(0))

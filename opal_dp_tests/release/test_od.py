@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import BudgetExceeded, PrivacyCost, PrivacyLedger, SecureBits, SeededBits
-from opal_dp.core.ledger import Request
+from opal_dp.core.ledger_records import Request
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.core.units import PrivacyUnit
 from opal_dp.network import load_stops

@@ -23,6 +23,8 @@ from opal_dp.core import (
 )
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
+from opal_dp.release.marginals.tables import MARGINALS
+from opal_dp.release.open_data import to_open_data
 from opal_dp.release.marginals.public_domain import (
     OTHER,
     calibrate,
@@ -30,8 +32,8 @@ from opal_dp.release.marginals.public_domain import (
     expected_false_cells,
     min_tau_over,
     noisy,
-    published_rows,
     release_tap,
+    released_frames,
     sum_problems,
     true_blocks,
 )
@@ -120,13 +122,14 @@ def test_calibration():
 
 
 def _tables(stops, part, mode, noise, tau):
-    tables = {}
+    """One partition's three published tables by the release's own path (``released_frames`` per tap, then
+    ``to_open_data``), as the published files read back (text columns)."""
+    releases = {}
     for tap in ("on", "off"):
         dom = domain(stops, mode, tap)
-        rows = published_rows(f"2016-07-25|{mode}", dom, release_tap(part, dom, noise, tau))
-        for table, frame in rows.items():
-            tables.setdefault(table, []).append(frame)
-    return {t: pd.concat(f, ignore_index=True) for t, f in tables.items()}
+        frames = released_frames(dom, release_tap(part, dom, noise, tau), part[f"tap_{tap}_loc"].cat.categories)
+        releases.update({m.name: {f"2016-07-25|{mode}": frames[m.table]} for m in MARGINALS if m.tap == tap})
+    return {t: f.astype({c: str for c in f.columns if c != "count"}) for t, f in to_open_data(releases).items()}
 
 
 @pytest.mark.parametrize("mechanism,budget,tau", [
@@ -165,13 +168,6 @@ def test_sum_problems_finds_files_that_do_not_add_up():
     bumped = {**tables, "loc": tables["loc"].assign(count=tables["loc"]["count"] + (tables["loc"].index == 0))}
     problems = sum_problems(bumped)
     assert any("loc.csv" in p for p in problems) and any("totals" in p for p in problems)
-
-
-def test_published_rows_refuse_another_modes_blocks(stops):
-    dom = domain(stops, "bus", "on")
-    blocks = release_tap(trips(stops, "bus", 50), dom, calibrate("laplace", TRIP, BUDGET), 5)
-    with pytest.raises(ValueError):
-        published_rows("2016-07-25|train", dom, blocks)
 
 
 def test_expected_false_cells_bounds_an_empty_partition():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from opal_dp.core import PrivacyCost, PrivacyLedger, PrivacyUnit
 from opal_dp.core.accounting import compose, within
-from opal_dp.core.ledger import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, PersonBudgetExceeded
+from opal_dp.core.ledger_records import DEFAULT_HORIZON_DAYS, DEFAULT_PERSON_CAP, PersonBudgetExceeded
 from opal_dp.release.od.product import OD_HIERARCHY, OD_TREE
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from opal_dp.core import DiscreteLaplace, PrivacyCost, PrivacyLedger, SeededBits
-from opal_dp.core.ledger import Request
+from opal_dp.core.ledger_records import Request
 from opal_dp.core import sbh
 from opal_dp.release.marginals.engine import release_partitions
 from opal_dp.release.marginals.tables import MARGINALS

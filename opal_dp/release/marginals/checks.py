@@ -20,7 +20,7 @@ import pandas as pd
 import pandera.pandas as pa
 
 from opal_dp.core.accounting import Guarantee
-from opal_dp.core.ledger import Charge, Draw
+from opal_dp.core.ledger_records import Charge, Draw
 from opal_dp.prep.schemas import UNKNOWN, WINDOWS_PER_DAY
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
 from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW, Domain

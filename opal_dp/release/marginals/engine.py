@@ -28,7 +28,7 @@ import pandas as pd
 
 from opal_dp.core import HistogramMechanism, PrivacyLedger
 from opal_dp.core.input_version import stand_ins
-from opal_dp.core.ledger import Charge, Draw, LedgerError, Request
+from opal_dp.core.ledger_records import Charge, Draw, LedgerError, Request
 from opal_dp.release.charged import Pending, Serve, release_charged, serve_each
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.prep.binning import split_by_mode

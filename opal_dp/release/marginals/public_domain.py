@@ -46,17 +46,14 @@ from opal_dp.core.noise import laplace_scale
 from opal_dp.core.sensitivity import Sensitivity
 from opal_dp.core.sparse_noise import GaussianNoise, LaplaceNoise, ThresholdNoise, tail_probability
 from opal_dp.network import MODES
-from opal_dp.prep.binning import stop_labels, window_label
+from opal_dp.prep.binning import stop_labels
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals.consistency import Rounded, least_squares, round_with_remainders
 from opal_dp.release.marginals.tables import TAPS
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
 from opal_dp.release.options import Mechanism
-from opal_dp.release.statement.build import open_data_partition
 
 OTHER = "other"
-AGGREGATED = "-"
-COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
 
 
@@ -194,40 +191,6 @@ def release_tap(partition: pd.DataFrame, dom: Domain, noise: DesignNoise, tau: i
         v = noise.variances
         estimate = least_squares(joint, rows, cols, v["time-loc"], v["time"], v["loc"])
         out.append(round_with_remainders(estimate, tau))
-    return out
-
-
-def published_rows(key: str, dom: Domain, blocks: list[Rounded]) -> dict[str, pd.DataFrame]:
-    """The partition-tap's rows of the three published tables, with remainder rows; zero counts left out."""
-    day, mode = open_data_partition(key)
-    if mode != dom.mode or len(blocks) != len(dom.blocks):
-        raise ValueError(f"{key}: blocks are not those of the {dom.mode} tap-{dom.tap} domain")
-    pieces: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in TABLES}
-
-    def add(table: str, time: np.ndarray, loc: np.ndarray, count: np.ndarray) -> None:
-        pieces[table].append((time, loc, count))
-
-    for block, rounded in zip(dom.blocks, blocks):
-        times = np.array([window_label(w) for w in block.windows], dtype=object)
-        locs = np.array(block.locations, dtype=object)
-        i, j = np.nonzero(rounded.cells)
-        add("time-loc", times[i], locs[j], rounded.cells[i, j])
-        i = np.flatnonzero(rounded.row_other)
-        add("time-loc", times[i], np.full(i.size, OTHER, dtype=object), rounded.row_other[i])
-        j = np.flatnonzero(rounded.col_other)
-        add("time-loc", np.full(j.size, OTHER, dtype=object), locs[j], rounded.col_other[j])
-        i = np.flatnonzero(rounded.rows)
-        add("time", times[i], np.full(i.size, AGGREGATED, dtype=object), rounded.rows[i])
-        j = np.flatnonzero(rounded.cols)
-        add("loc", np.full(j.size, AGGREGATED, dtype=object), locs[j], rounded.cols[j])
-    out = {}
-    for table, parts in pieces.items():
-        time, loc, count = (np.concatenate([p[k] for p in parts]) for k in range(3))
-        n = len(count)
-        out[table] = pd.DataFrame({
-            "mode": np.full(n, mode, dtype=object), "date": np.full(n, day, dtype=object),
-            "tap": np.full(n, dom.tap, dtype=object), "time": time, "loc": loc, "count": count.astype(np.int64),
-        })
     return out
 
 

@@ -29,7 +29,7 @@ import pandas as pd
 
 from opal_dp.core import PrivacyCost, PrivacyLedger, PrivacyUnit
 from opal_dp.core.input_version import stand_ins
-from opal_dp.core.ledger import Charge, Draw, Request
+from opal_dp.core.ledger_records import Charge, Draw, Request
 from opal_dp.core.prefix_tree import NoisyTree, Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.parallel import map_calls
 from opal_dp.prep.sequences import from_frame

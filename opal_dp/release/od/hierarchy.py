@@ -47,7 +47,7 @@ from opal_dp.core.hierarchy import Fitted, HierarchyBudget, Measurement, Tree, f
 from opal_dp.core.input_version import stand_ins
 from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.totals import TOTALS_PER_MODE, TotalsBudget, card_day_totals, date_cost, measure_totals
-from opal_dp.core.ledger import Charge, Draw, Request
+from opal_dp.core.ledger_records import Charge, Draw, Request
 from opal_dp.network import MODES, per_stop_list
 from opal_dp.prep.binning import stop_labels
 from opal_dp.prep.schemas import UNKNOWN_LABEL

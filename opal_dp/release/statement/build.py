@@ -24,7 +24,8 @@ import pandas as pd
 from opal_dp.core import PrivacyUnit
 from opal_dp.core import discrete_gaussian as gaussian_tail
 from opal_dp.core import sbh as laplace_tail
-from opal_dp.core.ledger import Cap, Charge, Draw, PrivacyLedger, ScopeSpend
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_records import Cap, Charge, Draw, ScopeSpend
 from opal_dp.release.statement.person import person_section
 from opal_dp.release.statement.runs import draws_section, partitions_section
 from opal_dp.release.page.summary import PageSummary

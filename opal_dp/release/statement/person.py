@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from opal_dp.core.accounting import compose
-from opal_dp.core.ledger import Charge, PrivacyLedger
+from opal_dp.core.ledger import PrivacyLedger
+from opal_dp.core.ledger_records import Charge
 from opal_dp.core.units import PrivacyUnit
 from opal_dp.release.statement.runs import int_runs
 

@@ -52,7 +52,7 @@ from opal_dp.core.accounting import PrivacyCost, zcdp_rho_for
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.gaussian_threshold import sigma_for
 from opal_dp.core.input_version import stand_ins
-from opal_dp.core.ledger import Charge, Draw, Request
+from opal_dp.core.ledger_records import Charge, Draw, Request
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.synthetic.archetypes import ARCHETYPES, HOURS, Districts, card_days, districts, trip_features
