@@ -9,8 +9,8 @@ other. With nothing new it launches nothing.
 
 The runs are runs of the code location's jobs: created with the origin of ``workspace.yaml``'s location
 (``LOCATION``), so the UI lists them on the jobs' pages and the overview, tagged with their weeks, the privacy unit
-and the release id (``defs.shared.tags``), and executed here, in this process (``distributed``: by the job's
-executor, the Celery workers of ``deploy/``).
+and the release id (``defs.shared.tags``), and executed from here by the jobs' executor (``defs.shared.executor``:
+in this process on one machine, the Celery workers of ``deploy/`` when ``distributed``).
 """
 
 from __future__ import annotations
@@ -93,9 +93,8 @@ def run_release(
     ``budget``: configuration of the ``privacy_budget`` resource for every run (privacy unit, bounds, ...);
     ``data_dir``: the data directory (default: ``$OPAL_DP_DATA_DIR`` or ``./data``, read once); ``log_file``:
     where the runs' events go instead of the console; ``progress``: a progress bar per run on stderr;
-    ``synthetic``: the synthetic card-day trips too (``privacy_budget.synthetic`` on); ``distributed``: each job by
-    its configured executor (the Celery workers of ``deploy/``, on a persistent ``instance``) instead of in this
-    process; ``without``: days whose weeks are released without them (named by the operator; the statement lists
+    ``synthetic``: the synthetic card-day trips too (``privacy_budget.synthetic`` on); ``distributed``: the jobs'
+    executor is the Celery workers of ``deploy/`` (on a persistent ``instance``), so no per-day workers start here; ``without``: days whose weeks are released without them (named by the operator; the statement lists
     them). A failed ingest of a bad raw file, a week that waits and a refused week are results, not errors; any other
     failed run stops the release (``SystemExit`` with the run's message).
     """
@@ -244,13 +243,10 @@ class _Launcher:
 
         recon = dg.build_reconstructable_job(__name__, job_by_name.__name__, (job,))
         job_def = job_by_name(job)
-        run_config = dict(self.run_config)
-        if not self.distributed and job_def.executor_def.name == "multi_or_in_process_executor":
-            run_config["execution"] = {"config": {"in_process": {}}}
         run_tags = {**self.tags, **(tags or {}), **({WEEKS_TAG: ",".join(sorted(set(weeks)))} if weeks else {}),
                     **({RANGE_START: span[0], RANGE_END: span[1]} if span else {})}
         dagster_run = self.instance.create_run_for_job(
-            job_def=job_def, run_config=run_config, tags=run_tags, job_code_origin=recon.get_python_origin(),
+            job_def=job_def, run_config=self.run_config, tags=run_tags, job_code_origin=recon.get_python_origin(),
             remote_job_origin=job_origin(job))
         label = STAGE_NAMES[job] + (f" {weeks[0]}" if job in ("release", "release_od", "synthetic") else "")
         self.launched += 1

@@ -1,8 +1,8 @@
 """The Dagster UI in a real browser: every stage is in the lineage graph; after a release on its instance the
 publication's page shows the person account as numbers and the publication gate's checks, and a release asset's
 page each checked property by name; several days of the first stage are materialised from the UI as the data team
-does it (a backfill of a date range, Dagster's default executor: a process per step, the step's per-day worker
-processes in it) and the run finishes.
+does it (a backfill of a date range, one machine's default executor: the steps in the run's process, the per-day
+worker processes under it) and the run finishes.
 
 Runs ``dagster dev`` on a throwaway instance (temp DAGSTER_HOME, temp OPAL_DP_DATA_DIR holding one
 small raw day) and drives Debian's Chromium through Playwright. Screenshots land in
@@ -41,7 +41,7 @@ from opal_dp_tests.conftest import other_days
 SERVICE_DAYS = [date(2016, 7, 25), date(2016, 7, 26), date(2016, 7, 27)]
 RELEASED_DAYS = [date(2016, 8, 1), date(2016, 8, 2)]  # another week: the UI's backfill of SERVICE_DAYS is unaffected
 FIRST_STAGE_ASSET = "ingested_trips"  # group "ingest", partitioned by service date (daily time windows)
-RUN_TIMEOUT_S = 300  # a backfill run: a process per step (the default executor), workers in the step
+RUN_TIMEOUT_S = 300  # a backfill run: its steps in the run's process (the default executor), workers under it
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 UI_STOP_S = 15  # the UI and everything it started, after SIGTERM
 

@@ -4,8 +4,8 @@ says (``OPAL_DP_AUTOMATION=1``), a new week of raw days dropped into ``raw/`` is
 action.
 
 Only the intervals are shortened for the test: sensors every 2 s and a publication tick every minute instead of
-weekly (so the publication follows within a minute of the release). Runs go through the daemon's own machinery (queued run coordinator, backfills, run launcher), one process
-per run (``OPAL_DP_EXECUTOR=in_process``) so that two cores finish in a few minutes.
+weekly (so the publication follows within a minute of the release). Runs go through the daemon's own machinery (queued run coordinator, backfills, run launcher), under one
+machine's default executor (the steps in the run's process).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def start_daemon(home: Path, data_dir: Path, log: Path) -> subprocess.Popen:
         settings.AUTOMATION_ENV: "1",
         settings.SENSOR_INTERVAL_ENV: "2",
         settings.PUBLISH_CRON_ENV: "* * * * *",
-        "OPAL_DP_EXECUTOR": "in_process",
+        "OPAL_DP_EXECUTOR": "",
         settings.WORKERS_ENV: "1",
         "PYTHONUNBUFFERED": "1",
     }

@@ -1,5 +1,6 @@
 """Runs launched as the UI launches them finish: each job of the release over several partitions with Dagster's
-default multiprocess executor, every step in a process of its own. A step that starts the per-day process pool
+multiprocess executor (``OPAL_DP_EXECUTOR=multiprocess``; one machine's default is in-process), every step in a
+process of its own. A step that starts the per-day process pool
 (``opal_dp.parallel``) must shut it down as its process exits: ``multiprocessing`` joins a process's children before
 the pool's own exit hook runs, so without that the step's process waited on its idle workers forever."""
 
@@ -30,10 +31,10 @@ RUNS = textwrap.dedent("""
                 ("rollup", None)]
         with dg.DagsterInstance.get() as instance:
             for job, span in plan:
-                assert job_by_name(job).executor_def.name == "multi_or_in_process_executor"
+                assert job_by_name(job).executor_def.name == "multiprocess"
                 tags = {RANGE_START: span[0], RANGE_END: span[1]} if span else {}
                 result = dg.execute_job(dg.build_reconstructable_job("opal_dp.runs", "job_by_name", (job,)),
-                                        instance=instance, tags=tags)  # the default: multiprocess
+                                        instance=instance, tags=tags)
                 print(job, result.success, flush=True)
                 assert result.success, job
 """)
@@ -47,7 +48,7 @@ def test_each_job_of_the_release_finishes_under_the_multiprocess_executor(tmp_pa
     script = tmp_path / "runs.py"
     script.write_text(RUNS)
     env = {**os.environ, "DAGSTER_HOME": str(home), DATA_DIR_ENV: str(data), WORKERS_ENV: "2",
-           "OPAL_DP_EXECUTOR": ""}
+           "OPAL_DP_EXECUTOR": "multiprocess"}
     try:
         done = subprocess.run([sys.executable, str(script), WEEK[0], WEEK[-1]], cwd=REPO_ROOT, env=env,
                               capture_output=True, text=True, timeout=600)

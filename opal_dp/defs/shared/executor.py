@@ -1,10 +1,13 @@
-"""How a run's steps execute: Dagster's default on one machine, Celery workers when the deployment says so.
+"""How a run's steps execute: in the run's own process on one machine (the default), Celery workers when the
+deployment says so.
 
-``OPAL_DP_EXECUTOR=celery`` (deploy/README.md) sends every step of every run to the Celery workers listening
-on ``$OPAL_DP_CELERY_BROKER`` (results on ``$OPAL_DP_CELERY_BACKEND``); the definitions are otherwise the
-same. ``OPAL_DP_EXECUTOR=in_process`` runs every step of a run in the run's own process (one process start per
-run instead of one per step: the cheaper choice for a small machine's daemon). ``make release`` runs in process
-whatever this says.
+One machine: ``OPAL_DP_EXECUTOR`` unset (or ``in_process``) runs every step of a run in the run's own process, one
+process start per run; the days of a step still go to the per-day worker processes (``opal_dp.parallel``).
+``multiprocess`` is Dagster's own default, a process per step: on one machine it only adds process starts and
+imports (``benchmarks.executors``: one week of 14,159 trips through the four jobs, median of 3 on 2 cores, 87.5 s
+against 38.5 s, 2.3x the wall time and 3.4x the CPU of in-process; docs/benchmarks.md). ``celery`` (deploy/README.md) sends every step of every run to
+the Celery workers listening on ``$OPAL_DP_CELERY_BROKER`` (results on ``$OPAL_DP_CELERY_BACKEND``), for several
+hosts. The definitions are otherwise the same.
 """
 
 import os
@@ -13,18 +16,18 @@ import dagster as dg
 
 EXECUTOR_ENV = "OPAL_DP_EXECUTOR"
 BROKER_ENV, BACKEND_ENV = "OPAL_DP_CELERY_BROKER", "OPAL_DP_CELERY_BACKEND"
-EXECUTORS = ("", "default", "in_process", "celery")
+EXECUTORS = ("", "in_process", "multiprocess", "celery")
 
 
 @dg.definitions
 def executor() -> dg.Definitions:
     choice = os.environ.get(EXECUTOR_ENV, "").strip()
     if choice not in EXECUTORS:
-        raise ValueError(f"{EXECUTOR_ENV} must be one of {EXECUTORS[1:]}, got {choice!r}")
-    if choice == "in_process":
+        raise ValueError(f"{EXECUTOR_ENV} must be one of {EXECUTORS[1:]} (unset: in_process), got {choice!r}")
+    if choice in ("", "in_process"):
         return dg.Definitions(executor=dg.in_process_executor)
-    if choice != "celery":
-        return dg.Definitions()
+    if choice == "multiprocess":
+        return dg.Definitions(executor=dg.multiprocess_executor)
     from dagster_celery import celery_executor  # the `cluster` extra
 
     return dg.Definitions(executor=celery_executor.configured(
