@@ -62,7 +62,7 @@ $(REDIS):
 # end-to-end releases through Dagster, the command line, the daemon, Celery, a browser, the benchmark) before each
 # commit, `make test` (everything; CI) before each push.
 test: $(STAMP) $(SYNTH_PEERS)/.installed-stamp $(CHROMIUM) $(POSTGRES) $(REDIS)
-	$(PY) -m pytest -n auto --dist loadfile --durations=25
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
 
 check: $(STAMP) $(POSTGRES)
 	$(PY) -m pytest -n auto --dist loadfile --durations=10 -m "not slow"

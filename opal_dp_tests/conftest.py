@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -24,12 +25,22 @@ false-alarm rate above holds there, and the tests of what an audit detects (plan
 their own numbers."""
 os.environ[AUDIT_RUNS_ENV] = SUITE_AUDIT_RUNS
 PUBLISH_STEP = "opal_dp.defs.marginals.publish."
+SLOW_WEIGHT = 10  # seconds: a slow test without an estimate of its own
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under `make mutation` (mutmut names the mutant in ``MUTANT_UNDER_TEST``), the publish gate's end-to-end
-    tests run only against mutants of the publish step: they reach nearly every function of the core, whose
-    mutants their unit tests cover, and would cost a release per mutant."""
+    """The files of the costliest end-to-end (slow) tests first, the order of everything else kept: with xdist's
+    ``--no-loadscope-reorder`` (``make test``) the longest files start first and the many short ones fill the end,
+    instead of the long ones starting last. A slow test weighs its marker's rough seconds on 2 cores
+    (``@pytest.mark.slow(170)``), else ``SLOW_WEIGHT``; only the order depends on it. Under `make mutation` (mutmut names the mutant in
+    ``MUTANT_UNDER_TEST``), the publish gate's end-to-end tests run only against mutants of the publish step: they
+    reach nearly every function of the core, whose mutants their unit tests cover, and would cost a release per
+    mutant."""
+    weight: Counter = Counter()
+    for item in items:
+        if marker := item.get_closest_marker("slow"):
+            weight[item.path] += marker.args[0] if marker.args else SLOW_WEIGHT
+    items.sort(key=lambda item: -weight[item.path])  # stable: a file's tests stay together and in order
     mutant = os.environ.get("MUTANT_UNDER_TEST", "")
     if "." not in mutant or mutant.startswith(PUBLISH_STEP):
         return

@@ -56,7 +56,7 @@ def _noise_bound(epsilon: float, cells: int) -> float:
     return SENSITIVITY / epsilon * math.log(2 * cells / FALSE_FAILURE)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(60)
 @pytest.mark.parametrize("name", sorted(peers.PEERS))
 def test_peer_releases_the_true_counts_plus_noise(name, day):
     _require(name)

@@ -16,7 +16,7 @@ from opal_dp.release.published_folder import FILES
 PIPELINE_RUNS = {"private_stages", "release", "release_od", "rollup"}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(80)
 def test_benchmark_smoke(tmp_path, monkeypatch):
     monkeypatch.setattr(dataset, "DAYS", 7)  # one week, not the fortnight: structure only
     assert main(["--scale", "0.005", "--no-peers", "--repeat", "1", "--out", str(tmp_path),

@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = REPO_ROOT / "deploy"
 WORKERS = 2
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(70)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 MAX_LINES = 40
 
 
-@pytest.mark.slow
+@pytest.mark.slow(95)
 def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_path):
     if not (REPO / ".git").exists() or shutil.which("git") is None or shutil.which("make") is None:
         pytest.fail("this test needs the project's git checkout, git and make")

@@ -146,7 +146,7 @@ def test_killed_release_is_never_under_or_double_charged(data_dir, owner, attr, 
     assert_latest_is_complete()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(70)
 def test_killed_publish_is_completed_by_the_rerun_and_reruns_charge_nothing(data_dir):
     """Kill the publish at each of its steps: nothing is pointed at before its commit, the rerun completes it, and a
     rerun with nothing new rewrites nothing."""

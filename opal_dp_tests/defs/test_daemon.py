@@ -91,7 +91,7 @@ def settled_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun] | None:
 FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(170)
 def test_with_the_daemon_running_a_new_raw_week_is_released_and_published_by_itself(tmp_path):
     data_dir = tmp_path / "data"
     raw = make_dirs(data_dir / "raw")

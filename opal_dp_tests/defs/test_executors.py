@@ -40,7 +40,7 @@ RUNS = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(130)
 def test_each_job_of_the_release_finishes_under_the_multiprocess_executor(tmp_path):
     data, home = tmp_path / "data", ensure_dagster_home(tmp_path / "home")
     for i, day in enumerate(WEEK):

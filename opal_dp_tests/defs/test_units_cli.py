@@ -60,7 +60,7 @@ def test_each_unit_releases_the_sample_from_the_command_line(tmp_path, unit):
         assert {json.loads(c.mechanism)["epsilon"] for c in charges if c.marginal.startswith("tap")} == {1.0, 2.0}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(90)
 def test_synthetic_trips_release_with_the_default_in_the_same_weeks(tmp_path):
     """Both weeks of the sample: the synthetic queries are charged to each week's scope, and their one publication
     states each week's guarantee, the worst first."""

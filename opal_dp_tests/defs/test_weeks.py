@@ -73,7 +73,7 @@ def job_runs(home: Path) -> dict[str, list[dict]]:
     return {job: result.data[job]["runs"] for job in JOBS}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(130)
 def test_a_bad_day_holds_its_own_week_and_every_other_week_goes_ahead(tmp_path):
     data, home = tmp_path / "data", ensure_dagster_home(tmp_path / "home")
     deliver(data, WEEKS[0] + WEEKS[1])
