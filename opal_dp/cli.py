@@ -24,7 +24,8 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.core.ledger_backends import open_backend
 from opal_dp.locations import DataLocation, normalise_data_dir
-from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask, reserve_private
+from opal_dp.defs.shared.instance import ensure_dagster_home
+from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask
 from opal_dp.prep.day_records import read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.options import Design, Mechanism
@@ -35,16 +36,6 @@ from opal_dp.release.statement.person import person_account
 from opal_dp.runs import ReleaseRuns, run_release
 
 __all__ = ["main", "run_release", "budget_config", "ensure_dagster_home", "summary"]
-
-DAGSTER_YAML = """\
-# Written by opal_dp: no telemetry (a privacy product phones nobody), and one run at a time on the ledger.
-telemetry:
-  enabled: false
-concurrency:
-  pools:
-    default_limit: 1
-"""
-
 
 def budget_config(args: argparse.Namespace) -> dict[str, object]:
     """The ``privacy_budget`` configuration the command line asks for (only what it sets): ``--budget`` first, then
@@ -75,15 +66,6 @@ def budget_config(args: argparse.Namespace) -> dict[str, object]:
         except ValueError:
             raise SystemExit(f"--person-cap must be EPSILON or EPSILON,DELTA, got {args.person_cap!r}") from None
     return config
-
-
-def ensure_dagster_home(path: Path) -> Path:
-    """A Dagster home at ``path`` with opal_dp's ``dagster.yaml`` (telemetry off), created if missing; private
-    (0700: its event log holds non-DP figures)."""
-    yaml = make_dirs(path) / "dagster.yaml"
-    if not reserve_private(yaml).read_text().strip():
-        yaml.write_text(DAGSTER_YAML)
-    return path
 
 
 def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +19,7 @@ import dagster as dg
 import pandas as pd
 
 from opal_dp import settings
+from opal_dp.defs.shared.instance import dagster_yaml, instance_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_LOCATION = "opal_dp"
@@ -32,12 +32,15 @@ AUTOMATION_TAGS = (
     "dagster/auto_materialize",
     "dagster/from_automation_condition",
 )
-# Telemetry off: CI has no network and the test must not phone home.
-DAGSTER_YAML = (
-    "telemetry:\n  enabled: false\n"
-    "concurrency:\n  runs:\n    tag_concurrency_limits:\n"
-    + "".join(f"      - key: {tag}\n        limit: 0\n" for tag in AUTOMATION_TAGS)
-)
+
+
+def instance_yaml(home: Path) -> str:
+    """The project's own instance (``defs.shared.instance``: telemetry off, the ledger's pool, the kept-connection
+    event log) with the runs automation starts kept queued."""
+    config = instance_settings(home)
+    config["concurrency"]["runs"] = {"tag_concurrency_limits": [{"key": tag, "limit": 0} for tag in AUTOMATION_TAGS]}
+    return dagster_yaml(config)
+
 
 ASSET_NODES_QUERY = """
 query { assetNodes { assetKey { path } groupName } }
@@ -151,7 +154,7 @@ class DagsterDev:
     def prepare_instance(self) -> None:
         """Create the instance (service dates are time partitions: nothing to register)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
+        (self.home / "dagster.yaml").write_text(instance_yaml(self.home), encoding="utf-8")
         previous = os.environ.get("DAGSTER_HOME")
         os.environ["DAGSTER_HOME"] = str(self.home)
         try:

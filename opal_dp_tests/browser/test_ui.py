@@ -166,7 +166,7 @@ def _launch_days(page: Page, server: DagsterDev, asset: str, first: str, last: s
 
 def _wait_for_ui_runs(server: DagsterDev, before: set[str]) -> list[dict]:
     """The runs the UI launched (new, not started by a sensor, schedule or automation: those stay queued on this
-    instance, see ``dagster_dev.DAGSTER_YAML``), once every one of them has ended."""
+    instance, see ``dagster_dev.instance_yaml``), once every one of them has ended."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
     ours: list[dict] = []
     while time.monotonic() < deadline:
