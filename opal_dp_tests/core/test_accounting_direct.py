@@ -8,8 +8,10 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from opal_dp.core.accounting import PrivacyCost, compose, within, zcdp_epsilon, zcdp_rho_for
+from opal_dp.core.accounting import MONOTONE_BEYOND, PrivacyCost, compose, within, zcdp_epsilon, zcdp_rho_for
 
 
 def cks_delta(epsilon: float, rho: float) -> float:
@@ -119,3 +121,29 @@ def test_within_holds_both_coordinates_of_the_cap():
     assert not within(mixed, compose(mixed, 3e-7).epsilon * 0.999, 3e-7)
     assert within(mixed, compose(mixed, 3e-7).epsilon, 3e-7)  # equality fits through compose too
     assert within([], 1e-9, 1e-12)
+
+
+def _plain_bisection(epsilon: float, delta: float) -> float:
+    """The search as it was: OpenDP asked at every midpoint."""
+    lo, hi = 0.0, epsilon
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if zcdp_epsilon(mid, delta) <= epsilon else (lo, mid)
+    return lo
+
+
+@settings(max_examples=25, deadline=None)
+@given(epsilon=st.floats(0.01, 40.0), delta_exponent=st.floats(-12.0, -3.0))
+def test_rho_for_gives_exactly_what_asking_openDP_at_every_step_gives(epsilon, delta_exponent):
+    delta = 10.0 ** delta_exponent
+    zcdp_rho_for.cache_clear()
+    assert zcdp_rho_for(epsilon, delta) == _plain_bisection(epsilon, delta)
+
+
+@pytest.mark.parametrize("epsilon, delta", [(2.0, 1e-8), (0.3, 4e-9), (5.0, 1e-7), (20.0, 1e-6)])
+def test_openDP_conversion_is_monotone_beyond_the_replay_margin(epsilon, delta):
+    """``MONOTONE_BEYOND``: around the boundary, points 1e-14 apart (a tenth of the margin) never decrease; adjacent
+    floats sometimes do, which is why the search asks OpenDP there."""
+    rho = zcdp_rho_for(epsilon, delta)
+    values = [zcdp_epsilon(rho * (1 + k * MONOTONE_BEYOND / 10), delta) for k in range(-150, 150)]
+    assert all(a <= b for a, b in zip(values, values[1:]))
