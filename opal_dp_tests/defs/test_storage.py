@@ -56,3 +56,26 @@ def test_partition_frames_list_their_keys_only_when_iterated_and_hold_only_what_
     assert listed == [1]
     other = PartitionFrames.of_paths({"2016-07-25|bus": tmp_path / "2016-07-25_bus.parquet"})
     assert materialised(frames, other) == ["2016-07-25|bus"] and "2016-07-26|bus" not in other
+
+
+def test_the_stored_partitions_are_listed_at_once_and_are_those_whose_file_exists(tmp_path):
+    """``PartitionStore.stored`` inverts ``path`` (a writer's temporary file is not a partition), so the IO manager's
+    frames list their stored pieces from one walk and give what asking each path gives."""
+    import pandas as pd
+
+    from opal_dp.defs.shared.io import PartitionFrames
+    from opal_dp.private_files import PartitionStore
+
+    store, asset = PartitionStore(tmp_path), ("release", "tap_on_time")
+    for key in ("2016-07-25|bus", "2016-07-25|train", "2016-07-26|ferry"):
+        store.write(asset, key, pd.DataFrame({"n": [1]}))
+    store.write(("trips",), "2016-07-25", pd.DataFrame({"n": [1]}))
+    (store.path(asset, "2016-07-27|bus").parent / ".bus.parquet.123.tmp").parent.mkdir(parents=True)
+    (store.path(asset, "2016-07-27|bus").parent / ".bus.parquet.123.tmp").write_bytes(b"half")
+    assert store.stored(asset) == {"2016-07-25|bus", "2016-07-25|train", "2016-07-26|ferry"}
+    assert store.stored(("trips",)) == {"2016-07-25"} and store.stored(("missing",)) == set()
+    registered = [f"{day}|{mode}" for day in ("2016-07-25", "2016-07-26", "2016-07-27")
+                  for mode in ("bus", "ferry", "train")]
+    listed = PartitionFrames(lambda k: store.path(asset, k), lambda: registered, lambda: store.stored(asset))
+    asked = PartitionFrames(lambda k: store.path(asset, k), lambda: registered)
+    assert list(listed) == list(asked) == ["2016-07-25|bus", "2016-07-25|train", "2016-07-26|ferry"]

@@ -33,8 +33,10 @@ class PartitionFrames(Mapping[str, pd.DataFrame]):
     iterates one of them, so the other nine are never listed. A piece is "in" the mapping when its file is
     materialised."""
 
-    def __init__(self, path_of: Callable[[str], Path], keys: Callable[[], Iterable[str]]):
-        self._path_of, self._list, self._keys = path_of, keys, None
+    def __init__(self, path_of: Callable[[str], Path], keys: Callable[[], Iterable[str]],
+                 stored: Callable[[], set[str] | None] = lambda: None):
+        """``stored``: the keys that have a file, listed at once (``PartitionStore.stored``), or None: ask each."""
+        self._path_of, self._list, self._stored, self._keys = path_of, keys, stored, None
 
     @classmethod
     def of_paths(cls, paths: Mapping[str, Path]) -> PartitionFrames:
@@ -66,7 +68,8 @@ class PartitionFrames(Mapping[str, pd.DataFrame]):
 
     def _registered(self) -> list[str]:
         if self._keys is None:
-            self._keys = sorted(k for k in map(str, self._list()) if k in self)
+            stored = self._stored()
+            self._keys = sorted(k for k in map(str, self._list()) if (k in stored if stored is not None else k in self))
         return self._keys
 
 
@@ -124,7 +127,8 @@ class PartitionedParquetIOManager(dg.IOManager):
         if not context.has_asset_partitions:
             return pd.read_parquet(self.store.path(key, None))
         return PartitionFrames(lambda k: self.store.path(key, k),
-                               lambda: _pieces(context.asset_partitions_def, context.asset_partition_keys))
+                               lambda: _pieces(context.asset_partitions_def, context.asset_partition_keys),
+                               lambda: self.store.stored(key))
 
 
 @dg.io_manager(required_resource_keys={"storage"},
