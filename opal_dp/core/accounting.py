@@ -228,9 +228,9 @@ def zcdp_rho_for(epsilon: float, delta: float) -> float:
     if 0 < low < epsilon and fits.excess(low) <= 0 < fits.excess(epsilon):  # the classic bound fits (CKS is tighter)
         from scipy.optimize import brentq
 
-        brentq(fits.excess, low, epsilon, xtol=low * 1e-15)
+        brentq(fits.excess, low, epsilon, xtol=low * 1e-15, disp=False)  # not converged: the bisection still answers
     lo = _bisect(fits, epsilon)
-    if lo > 0 and lo not in fits.asked and fits.excess(lo) > 0:  # the replay's premise failed here: ask at every step
+    if lo > 0 and fits.asked.get(lo, 1.0) > 0 and fits.excess(lo) > 0:  # the premise failed: ask at every step
         lo = _bisect(lambda rho: zcdp_epsilon(rho, delta) <= epsilon, epsilon)
     if lo == 0.0:
         raise ValueError(f"no rho > 0 reaches epsilon {epsilon!r} at delta {delta!r}")
@@ -261,12 +261,12 @@ class _Fits:
     def __init__(self, epsilon: float, delta: float) -> None:
         self.epsilon, self.delta = epsilon, delta
         self.fit, self.unfit = 0.0, math.inf
-        self.asked: set[float] = set()
+        self.asked: dict[float, float] = {}  # rho -> its excess, as OpenDP answered
 
     def excess(self, rho: float) -> float:
         """OpenDP's epsilon of ``rho`` minus the target (<= 0: fits), remembered."""
         excess = zcdp_epsilon(rho, self.delta) - self.epsilon
-        self.asked.add(rho)
+        self.asked[rho] = excess
         if excess <= 0:
             self.fit = max(self.fit, rho)
         else:

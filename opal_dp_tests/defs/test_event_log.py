@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import sqlalchemy as sa
 from dagster._core.events.log import EventLogEntry
 
@@ -165,3 +166,28 @@ def _wait_for(condition, seconds: float = 20) -> bool:
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.05)
     return condition()
+
+
+def test_an_asset_event_reaches_the_index_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The index's rows of one asset event (the event, its tags, the asset's record) are one transaction, as in
+    Dagster's own storage: the question about the index's tables asked in the middle shares it, never commits
+    half of it."""
+    home = ensure_dagster_home(tmp_path / "home")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        run = dg.materialize([summary], instance=instance).run_id
+        (event,) = [e for e in instance.all_logs(run) if e.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION]
+    storage = KeptConnectionSqliteEventLogStorage(str(tmp_path / "other"))
+    materialised = dg.EventRecordsFilter(dg.DagsterEventType.ASSET_MATERIALIZATION, asset_key=dg.AssetKey("summary"))
+    store_asset_event = type(storage)._store_asset_event
+
+    def fails(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(storage), "_store_asset_event", fails)  # after the event's row and its tags
+    with pytest.raises(OSError, match="disk full"):
+        storage.store_event(event)
+    assert storage.get_event_records(materialised) == []
+    monkeypatch.setattr(type(storage), "_store_asset_event", store_asset_event)
+    storage.store_event(event)  # nothing left open or locked by the failure
+    assert len(storage.get_event_records(materialised)) == 1
+    storage.dispose()

@@ -23,18 +23,18 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 
 import sqlalchemy as sa
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log import SqliteEventLogStorage
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 KEPT_FILES = 16  # open database files per process: a release's runs and the index, with room for the UI's reads
 INDEX = "index"  # Dagster's name of the cross-run shard
-BUSY_TIMEOUT_SECONDS = 120  # Dagster's own SQLite busy timeout
 
 
 class KeptConnectionSqliteEventLogStorage(SqliteEventLogStorage):
@@ -42,8 +42,8 @@ class KeptConnectionSqliteEventLogStorage(SqliteEventLogStorage):
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self._engines: OrderedDict[str, Engine] = OrderedDict()
-        self._kept_lock = threading.RLock()  # store_event_batch holds it across the events' own connections
-        self._batch: dict[str, Connection] = {}
+        self._kept_lock = threading.RLock()  # a thread's nested uses of a file share its open transaction
+        self._open: dict[str, Connection] = {}  # the files with a transaction open (by the thread holding the lock)
         super().__init__(base_dir, inst_data)  # may already connect (a new home's index is built here)
 
     @classmethod
@@ -51,45 +51,52 @@ class KeptConnectionSqliteEventLogStorage(SqliteEventLogStorage):
         return cls(inst_data=inst_data, **config_value)
 
     def _engine(self, shard: str) -> Engine:
-        """The kept engine of ``shard``, most recently used last; called under ``_kept_lock``."""
+        """The kept engine of ``shard``, most recently used last; called under ``_kept_lock``. An engine evicted
+        beyond ``KEPT_FILES`` is never one with an open transaction."""
         engine = self._engines.pop(shard, None)
         if engine is None:
             first = super().index_connection() if shard == INDEX else super().run_connection(shard)
             with first:  # Dagster's own path creates and migrates the file, once per process
                 pass
             engine = sa.create_engine(self.conn_string_for_shard(shard), poolclass=StaticPool,
-                                      connect_args={"timeout": BUSY_TIMEOUT_SECONDS, "check_same_thread": False})
+                                      connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
+                                                    "check_same_thread": False})
         self._engines[shard] = engine
-        while len(self._engines) > KEPT_FILES:
-            self._engines.popitem(last=False)[1].dispose()
+        for old in [s for s in self._engines if s not in self._open][:max(0, len(self._engines) - KEPT_FILES)]:
+            self._engines.pop(old).dispose()
         return engine
 
     @contextmanager
     def _kept_connection(self, shard: str) -> Iterator[Connection]:
+        """A connection to ``shard`` in a transaction: a new one, committed on leaving, or, nested inside one (a
+        batch, or ``has_table`` inside an index transaction), that same one: one transaction, as with Dagster's own
+        storage, whose nested questions use connections of their own."""
         with self._kept_lock:
-            if shard in self._batch:  # inside store_event_batch: its open transaction
-                yield self._batch[shard]
+            if shard in self._open:
+                yield self._open[shard]
                 return
             with self._engine(shard).connect() as conn:
                 sqlite = conn.connection.dbapi_connection
                 changes = sqlite.total_changes
-                with conn.begin():
-                    yield conn
-                if shard != INDEX and sqlite.total_changes != changes:  # the live view watches the run's .db file
+                self._open[shard] = conn
+                try:
+                    with conn.begin():
+                        yield conn
+                finally:
+                    del self._open[shard]
+            if shard != INDEX and sqlite.total_changes != changes:  # the live view watches the run's .db file
+                with suppress(OSError):  # stored already; a file wiped meanwhile has no view to wake
                     os.utime(self.path_for_shard(shard))
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """The events of a batch (the materialisations of one partitioned output, ``DAGSTER_EVENT_BATCH_SIZE``) in
-        one transaction per file instead of one per event; on any error none is stored and Dagster stores them one
-        by one (``handle_new_event``)."""
-        shards = sorted({event.run_id for event in events}) + [INDEX]
+        one transaction per file instead of one per event, the runs' files committed before the index; on any error
+        none is stored and Dagster stores them one by one (``handle_new_event``)."""
         with self._kept_lock, ExitStack() as stack:
-            self._batch = {shard: stack.enter_context(self._kept_connection(shard)) for shard in shards}
-            try:
-                for event in events:
-                    self.store_event(event)
-            finally:
-                self._batch = {}
+            for shard in [INDEX, *sorted({event.run_id for event in events})]:  # left in reverse: the index last
+                stack.enter_context(self._kept_connection(shard))
+            for event in events:
+                self.store_event(event)
 
     def run_connection(self, run_id: str | None = None) -> Iterator[Connection]:  # type: ignore[override]
         return self._kept_connection(run_id)  # type: ignore[arg-type]  # Dagster's own signature allows None
@@ -104,15 +111,16 @@ class KeptConnectionSqliteEventLogStorage(SqliteEventLogStorage):
             return bool(conn.dialect.has_table(conn, table_name))
 
     def _close_all(self) -> None:
-        with self._kept_lock:
-            for engine in self._engines.values():
-                engine.dispose()
-            self._engines.clear()
+        for engine in self._engines.values():
+            engine.dispose()
+        self._engines.clear()
 
     def wipe(self) -> None:
-        self._close_all()  # the run files are deleted: no connection may outlive them
-        super().wipe()
+        with self._kept_lock:  # the run files are deleted: no connection may outlive them, none opens meanwhile
+            self._close_all()
+            super().wipe()
 
     def dispose(self) -> None:
-        self._close_all()
-        super().dispose()
+        super().dispose()  # the live views' observer first: it reads through the kept connections
+        with self._kept_lock:
+            self._close_all()
