@@ -191,3 +191,16 @@ def test_an_asset_event_reaches_the_index_whole_or_not_at_all(tmp_path, monkeypa
     storage.store_event(event)  # nothing left open or locked by the failure
     assert len(storage.get_event_records(materialised)) == 1
     storage.dispose()
+
+
+def test_the_kept_files_commit_without_waiting_for_the_disk_and_stay_write_ahead_logged(tmp_path):
+    """``synchronous=NORMAL`` under WAL: atomic commits that wait for no fsync (one per event under Dagster's FULL)."""
+    with dg.DagsterInstance.from_config(str(_home(tmp_path / "home", kept=True))) as instance:
+        _release(instance)
+        storage = instance.event_log_storage
+        connections = [storage.index_connection(), *(storage.run_connection(r.run_id) for r in instance.get_runs())]
+        for connection in connections:
+            with connection as conn:
+                modes = conn.exec_driver_sql("PRAGMA synchronous").scalar(), \
+                    conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+            assert modes == (1, "wal"), modes

@@ -37,6 +37,13 @@ KEPT_FILES = 16  # open database files per process: a release's runs and the ind
 INDEX = "index"  # Dagster's name of the cross-run shard
 
 
+def _synchronous_normal(dbapi_connection, _record) -> None:  # noqa: ANN001 (SQLAlchemy's connect event)
+    """WAL with ``synchronous=NORMAL``: a commit is ordered and atomic but waits for no ``fsync`` (SQLite syncs at
+    checkpoints), so a power cut may lose the last events and never corrupts the file; a killed process loses nothing.
+    Dagster's default, FULL, syncs every commit: one per event stored, 3.2 ms each on the 2-core machine."""
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+
 class KeptConnectionSqliteEventLogStorage(SqliteEventLogStorage):
     """``SqliteEventLogStorage`` with one kept connection per database file (module docstring)."""
 
@@ -61,6 +68,7 @@ class KeptConnectionSqliteEventLogStorage(SqliteEventLogStorage):
             engine = sa.create_engine(self.conn_string_for_shard(shard), poolclass=StaticPool,
                                       connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
                                                     "check_same_thread": False})
+            sa.event.listen(engine, "connect", _synchronous_normal)
         self._engines[shard] = engine
         for old in [s for s in self._engines if s not in self._open][:max(0, len(self._engines) - KEPT_FILES)]:
             self._engines.pop(old).dispose()
