@@ -18,7 +18,7 @@ delivering independent uniform words.
 from __future__ import annotations
 
 import math
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
 
@@ -58,6 +58,36 @@ def _floor_scaled_power(inv_scale: Fraction, k: int, bits: int) -> int:
     return floor_exp_neg(k * inv_scale, bits)
 
 
+CHAIN_GUARD_DIGITS = 12
+"""Digits kept beyond ``floor_exp_neg``'s first precision by ``_floor_scaled_powers``: the chain of ``size``
+products widens its enclosure by about ``2 * size`` units of the last digit, and ``size <= 22,720``."""
+
+
+def _floor_scaled_powers(inv_scale: Fraction, size: int, bits: int) -> list[int]:
+    """Exactly ``floor(exp(-k * inv_scale) * 2**bits)`` for ``k = 1..size``, as ``_floor_scaled_power`` gives each.
+
+    ``q = exp(-inv_scale)`` is enclosed as in ``floor_exp_neg`` (directed rounding, widened by the relative error of
+    the correctly rounded ``Decimal.exp``), then ``q**k`` by products rounded down from the lower bound and up from
+    the upper one: each bound stays a bound. Where the two bounds of ``q**k * 2**bits`` have the same floor, that is
+    the floor; elsewhere (within about ``10**-40`` of an integer) ``floor_exp_neg`` decides that entry alone. One
+    exponential and two products per entry instead of two exponentials."""
+    prec = 40 + bits // 3 + CHAIN_GUARD_DIGITS
+    down, up = Context(prec=prec, rounding=ROUND_FLOOR), Context(prec=prec, rounding=ROUND_CEILING)
+    num, den = Decimal(inv_scale.numerator), Decimal(inv_scale.denominator)
+    rel = Decimal(10) ** (1 - prec)
+    with localcontext(down):
+        q_lo = (-up.divide(num, den)).exp() * (1 - rel)
+    with localcontext(up):
+        q_hi = (-down.divide(num, den)).exp() * (1 + rel)
+    unit = Decimal(2**bits)
+    lo, hi, out = unit, unit, []
+    for k in range(1, size + 1):
+        lo, hi = down.multiply(lo, q_lo), up.multiply(hi, q_hi)
+        floor = int(lo)  # lo >= 0: int() is the floor
+        out.append(floor if floor == int(hi) else _floor_scaled_power(inv_scale, k, bits))
+    return out
+
+
 def floor_exp_neg(x: Fraction, bits: int) -> int:
     """Exactly ``floor(exp(-x) * 2**bits)`` for a rational ``x > 0``.
 
@@ -91,8 +121,8 @@ class _Table:
     def __init__(self, scale: float) -> None:
         self.inv_scale = 1 / Fraction(scale)  # Fraction(float) is exact
         self.size = max(1, math.ceil(32 * math.log(2) * scale))  # q**K <= 2**-32 (approx.)
-        t = [_floor_scaled_power(self.inv_scale, k, _WORD) for k in range(self.size, 0, -1)]
-        self.ascending = np.array(t, dtype=np.uint64)  # T_K, ..., T_1
+        t = _floor_scaled_powers(self.inv_scale, self.size, _WORD)
+        self.ascending = np.array(t[::-1], dtype=np.uint64)  # T_K, ..., T_1
         # below[j] = the largest entry <= U when searchsorted gives j (sentinel: never equals U)
         self.below = np.concatenate(([_UINT64_MAX], self.ascending))
 

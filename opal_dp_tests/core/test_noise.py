@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from opal_dp.core import MAX_SCALE, DiscreteLaplace, SecureBits, SeededBits
-from opal_dp.core.noise import _table, floor_exp_neg
+from opal_dp.core import noise
+from opal_dp.core.noise import _floor_scaled_power, _floor_scaled_powers, _table, floor_exp_neg
 from opal_dp_tests.core.helpers import (
     ALPHA,
     OS_ALPHA,
@@ -48,6 +49,48 @@ def test_next_digits_are_exact(scale, k):
     t = _table(scale)
     for j in (2, 3, 4):
         assert t.next_digit(k, j) == reference_floor(scale, k, 64 * j) % 2**64
+
+
+@pytest.mark.parametrize("scale", [100.0, MAX_SCALE])
+def test_a_large_table_is_the_floor_of_each_entrys_own_exponential(scale):
+    """The table's chained products give what each entry's own ``floor_exp_neg`` gives, up to the last entries of
+    the largest table, where the chain's enclosure is widest."""
+    by_k = _table(scale).ascending[::-1]  # T_1, ..., T_K
+    ks = [*range(1, len(by_k) + 1, 37), len(by_k)]
+    assert [int(by_k[k - 1]) for k in ks] == [_floor_scaled_power(1 / Fraction(scale), k, 64) for k in ks]
+
+
+def _counting_alone(monkeypatch) -> list[int]:
+    """The k of every entry ``_floor_scaled_powers`` hands to ``_floor_scaled_power`` to decide alone."""
+    alone: list[int] = []
+
+    def counted(inv_scale, k, bits):
+        alone.append(k)
+        return _floor_scaled_power(inv_scale, k, bits)
+
+    monkeypatch.setattr(noise, "_floor_scaled_power", counted)
+    return alone
+
+
+@pytest.mark.parametrize("offset", ["-1e-60", "1e-60"])
+def test_a_power_within_a_hair_of_an_integer_is_decided_alone(offset, monkeypatch):
+    """``q * 2**64`` 1e-60 below or above an integer: the chain's enclosure (73 digits) straddles it, so that entry
+    alone goes to ``floor_exp_neg``, and the next ones, far from any integer, are the chain's. Kills the enclosure
+    turned inward and the fallback taken on agreement instead of disagreement."""
+    n = 12_345_678_901_234_567_891  # q about 0.67: q**2 * 2**64 and q**3 * 2**64 are nowhere near an integer
+    x = _x_near(n + 1 if offset.startswith("-") else n, offset)
+    alone = _counting_alone(monkeypatch)
+    assert _floor_scaled_powers(x, 3, 64) == [floor_exp_neg(k * x, 64) for k in (1, 2, 3)]
+    assert alone == [1] and _floor_scaled_powers(x, 3, 64)[0] == n
+
+
+def test_a_chain_too_coarse_to_decide_falls_back_entry_by_entry_and_stays_exact(monkeypatch):
+    """With 21 digits the enclosure of ``q**k * 2**64`` is wider than one: many entries fall back, none is wrong."""
+    monkeypatch.setattr(noise, "CHAIN_GUARD_DIGITS", -40)
+    alone = _counting_alone(monkeypatch)
+    inv_scale = 1 / Fraction(7.3)
+    assert _floor_scaled_powers(inv_scale, 300, 64) == [floor_exp_neg(k * inv_scale, 64) for k in range(1, 301)]
+    assert 0 < len(alone) < 300
 
 
 # --- scripted paths: tie at U == T_k and the memoryless tail ----------------------------------
