@@ -22,7 +22,8 @@ class Publication(Protocol):
     """A product's files in the shared publication: ``tables``, the stems it may publish in a date's folder (each
     also combined over the dates, in this order); ``files``, those a statement says the release has;
     ``date_problems``, what is wrong with its files among the ``present`` ones of one date's folder (the
-    statement, when known, says what was published); ``markdown``, its section of PRIVACY.md."""
+    statement, when known, says what was published); ``markdown``, its section of PRIVACY.md. They read published
+(DP) files, the statement and public reference data only: post-processing, no privacy cost."""
 
     tables: tuple[str, ...]
 
