@@ -34,11 +34,11 @@ import pandas as pd
 from opal_dp.parallel import map_calls
 from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs, reserve_private
 from opal_dp.private_files import fsync_folder
-from opal_dp.release.od.publish import OD_TABLES
-from opal_dp.release.open_data import DATE, TABLES, PublishedFormatError
+from opal_dp.release.open_data import DATE, PublishedFormatError
 from opal_dp.release.page.catalogue import INDEX_JSON, PageSettings
 from opal_dp.release.page.render import PAGE, render_index
 from opal_dp.release.page.summary import PageSummary
+from opal_dp.release.products import PUBLICATIONS
 from opal_dp.release.published_folder import (DATES, LATEST, LATEST_JSON, LINK_PREFIX, MANIFEST, RELEASE_ID,
                                               STAGING_PREFIX, csv_header, file_sha256, files_of, published_index,
                                               validate_date, validate_root)
@@ -221,7 +221,7 @@ def _combine(folder: Path, index: dict, touched: list[str]) -> dict:
     """Bring every combined CSV up to the index's dates: append the touched dates when they are all new and
     follow the dates it holds and its size is the one committed, else rebuild it by streaming; its index entry."""
     present = {name for entry in index["dates"].values() for name in entry["files"]}
-    known = [f"{t}.csv" for t in (*TABLES, *OD_TABLES)]
+    known = [f"{t}.csv" for p in PUBLICATIONS for t in p.tables]
     names = [n for n in known if n in present] + sorted(present - set(known))
     combined = {}
     for name in names:
@@ -281,7 +281,8 @@ class _SummaryState:
         path = None if entry["draws"] is None else self._date_path(date, entry["draws"])
         if path is not None and path.is_file():
             return PageSummary.from_json(path.read_text(encoding="utf-8"))
-        tables = {t: pd.read_csv(folder / DATES / date / f"{t}.csv", dtype=str, keep_default_na=False) for t in TABLES}
+        tables = {name.removesuffix(".csv"): pd.read_csv(folder / DATES / date / name, dtype=str, keep_default_na=False)
+                  for name in entry["files"]}  # what its manifest lists: what ``stage_date`` summarised
         return PageSummary.of_tables(tables)
 
     def combined(self, folder: Path) -> PageSummary:

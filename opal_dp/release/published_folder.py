@@ -1,12 +1,12 @@
 """The published folder: its layout, its index, where the latest publication is, and its validation.
 
-    <published>/latest/dates/<YYYYMMDD>/{time-loc,time,loc}.csv [od.csv, od-sequences.csv], manifest.json
-    <published>/latest/{time-loc,time,loc}.csv [od.csv, od-sequences.csv]   (combined: every date, in date order)
+    <published>/latest/dates/<YYYYMMDD>/<each product's files>, manifest.json   (e.g. time.csv, od.csv)
+    <published>/latest/<each product's files>   (combined: every date, in date order)
     <published>/latest/privacy.json, PRIVACY.md, index.html, index.json
     <published>/latest.json                      ({"release_id": ..., "folder": "latest"}: written last)
 
 ``release.publish`` writes it; readers and tests read it through ``latest_release``, ``read_index`` and
-``validate_published``.
+``validate_published``. The products' files and their checks are the registry's (``release.products``).
 """
 
 from __future__ import annotations
@@ -17,22 +17,17 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-import pandas as pd
-
-from opal_dp.network import load_stops
-from opal_dp.prep.sequences import trip_alphabet
-from opal_dp.release.marginals.public_domain import sum_problems
-from opal_dp.release.od.publish import OD_TABLES, validate_od
-from opal_dp.release.open_data import TABLES, PublishedFormatError, validate_table
+from opal_dp.release.open_data import PublishedFormatError
 from opal_dp.release.page.catalogue import INDEX_JSON
 from opal_dp.release.page.render import PAGE, external_references, links, stated_guarantee, stated_sizes
+from opal_dp.release.products import PUBLICATIONS
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, stated_design
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.runs import dates_of, partition_keys
 
 DATES = "dates"
 MANIFEST = "manifest.json"
-FILES = (*(f"{t}.csv" for t in TABLES), STATEMENT_JSON, STATEMENT_MD, INDEX_JSON, PAGE)
+OWN_FILES = (STATEMENT_JSON, STATEMENT_MD, INDEX_JSON, PAGE)  # the publication's own, beside the products' (``files_of``)
 LATEST = "latest"
 LATEST_JSON = "latest.json"
 STAGING_PREFIX, LINK_PREFIX = ".staging-", ".latest-"
@@ -40,8 +35,11 @@ RELEASE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
 
 
 def files_of(statement: Mapping) -> tuple[str, ...]:
-    """The files of a release: the marginals' and the statement's, plus the OD files its OD section lists."""
-    return FILES + tuple(statement["od"]["files"]) if "od" in statement else FILES
+    """The files of a release: each product's its statement lists (``release.products``), then ``OWN_FILES``."""
+    return (*(name for p in PUBLICATIONS for name in p.files(statement)), *OWN_FILES)
+
+
+FILES = files_of({})  # the files every release has (those of a statement that lists no other)
 
 
 def published_index(published_dir: Path) -> dict:
@@ -105,7 +103,7 @@ def validate_published(folder: Path) -> None:
     for day, entry in index["dates"].items():
         if set(entry["modes"]) != modes_of[day]:
             raise PublishedFormatError(f"{folder / DATES / day / MANIFEST}: not the modes {STATEMENT_JSON} states")
-        validate_date(folder / DATES / day, day, modes_of[day], remainders, od=statement.get("od"))
+        validate_date(folder / DATES / day, day, modes_of[day], remainders, statement)
         if file_sha256(folder / DATES / day / MANIFEST) != entry[MANIFEST]:
             raise PublishedFormatError(f"{folder / DATES / day / MANIFEST}: not the manifest {INDEX_JSON} lists")
         for name, about in entry["files"].items():
@@ -119,31 +117,17 @@ def validate_published(folder: Path) -> None:
     validate_root(folder, statement)
 
 
-def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, od: Mapping | None = None) -> None:
-    """Raise ``PublishedFormatError`` unless ``folder`` holds well-formed files of date ``day`` only: the marginal
-    tables (and the OD tables, if any; ``od``: the statement's OD section when known)."""
-    present = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
-    marginals, od_files = [f"{t}.csv" for t in TABLES], [f"{t}.csv" for t in OD_TABLES]
-    extra = set(present) - set(marginals)
-    if not set(marginals) <= set(present) or not extra <= set(od_files) or (extra and "od.csv" not in extra):
-        raise PublishedFormatError(f"{folder}: expected the files {marginals} (and od.csv, with or without "
-                                   f"od-sequences.csv and totals.csv), found {present}")
-    partitions = {(day, mode) for mode in modes}
-    for table in TABLES:
-        validate_table(folder / f"{table}.csv", table, partitions, remainders)
-    if remainders:
-        tables = {t: pd.read_csv(folder / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
-                  for t in TABLES}
-        problems = sum_problems(tables)
-        if problems:
-            raise PublishedFormatError(f"{folder}: the files do not add up: " + "; ".join(problems[:5]))
-    if extra:  # a hierarchy's od.csv has a level column (when the statement's od section is not known yet)
-        hierarchy = "hierarchy" in od if od is not None else "level" in csv_header(folder / "od.csv").rstrip("\n").split(",")
-        runs = [[day, day]]
-        section = {"date_runs": runs, "files": sorted(extra), **({"hierarchy": {"date_runs": runs}} if hierarchy else {})}
-        problems = validate_od(folder, section, trip_alphabet(load_stops()))
-        if problems:
-            raise PublishedFormatError(f"{folder}: " + "; ".join(problems))
+def validate_date(folder: Path, day: str, modes: set[str], remainders: bool, statement: Mapping | None = None) -> None:
+    """Raise ``PublishedFormatError`` unless ``folder`` holds well-formed files of date ``day`` only, each some
+    product's and valid by its ``date_problems`` (``statement``: the release's, when known)."""
+    present = {p.name for p in folder.iterdir() if p.name != MANIFEST}
+    known = {f"{t}.csv" for p in PUBLICATIONS for t in p.tables}
+    if not present <= known:
+        raise PublishedFormatError(f"{folder}: files no product publishes: {sorted(present - known)}")
+    problems = [problem for p in PUBLICATIONS
+                for problem in p.date_problems(folder, day, present, modes, remainders, statement)]
+    if problems:
+        raise PublishedFormatError(f"{folder}: " + "; ".join(problems))
 
 
 def _statement(folder: Path) -> dict:

@@ -53,7 +53,8 @@ def released(tmp_path, unit="trip", relation=None, seed=None, parts=PARTS, ledge
 
 def statement(ledger, draws, release_id="r1") -> dict:
     parts = sorted({p for p, _ in draws})
-    return privacy_statement(ledger_evidence(ledger, draws), parts, release_id, "2016-08-01T00:00:00+00:00")
+    return privacy_statement(ledger_evidence(ledger, draws), parts, release_id, "2016-08-01T00:00:00+00:00",
+                             marginals=MARGINALS)
 
 
 def test_parameters_are_the_charges(tmp_path):

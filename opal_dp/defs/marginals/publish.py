@@ -197,7 +197,7 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
     try:
         evidence = ledger_evidence(ledger, draw_ids, with_person=not (od or rows))
         statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
-                                      data_origin(storage, draw_ids, *unpublished))
+                                      data_origin(storage, draw_ids, *unpublished), marginals=MARGINALS)
     except StatementError as err:
         raise refused(STATEMENT, f"publishing refused: {err}") from err
     if od or rows:  # the person's share of this release counts every file in it, the OD releases too

@@ -1,6 +1,7 @@
-"""The OD products as the registry sees them (``release.products``): whether each is on under the settings and what
+"""The OD products as the registry sees them (``release.products``): whether each is on under the settings, what
 it charges one ledger scope, one date's charge (the function its plan charges with) per date the scope receives
-(``placement.dates_per_scope``)."""
+(``placement.dates_per_scope``), and what it publishes: both publish into the one set of OD files
+(``publish.OD_FILES``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from opal_dp.core.totals import date_cost
 from opal_dp.release.od.engine import tree_budget, tree_date_cost
 from opal_dp.release.od.hierarchy import hierarchy_budgets
 from opal_dp.release.od.placement import dates_per_scope
+from opal_dp.release.od.publish import OD_FILES, OdFiles
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,7 @@ class OdProduct:
     name: str
     enabled: Callable[..., bool]  # (settings) -> on?
     date_charge: Callable[..., PrivacyCost]  # (settings) -> what one date's release charges a card
+    publication: OdFiles = OD_FILES
 
     def costs(self, settings, unit: PrivacyUnit) -> list[PrivacyCost]:
         if not self.enabled(settings):

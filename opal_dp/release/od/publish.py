@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from opal_dp.core import PrivacyLedger
 from opal_dp.network import load_stops
-from opal_dp.prep.sequences import TripAlphabet
+from opal_dp.prep.sequences import TripAlphabet, trip_alphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents, od_counts, top_sequences
 from opal_dp.release.od.hierarchy import od_domain
 from opal_dp.release.od.hierarchy_publish import (
@@ -154,6 +155,42 @@ def od_markdown(od: Mapping) -> list[str]:
     lines += grouped_scopes(od["scopes"], lambda s: (s["unit"], f"{s['epsilon']:.4g}", f"{s['delta']:.3g}",
                                                      f"{s['cap_epsilon']:.4g}", f"{s['cap_delta']:.3g}"))
     return [*lines, ""]
+
+
+@dataclass(frozen=True)
+class OdFiles:
+    """The OD files in the shared publication (``release.products.Publication``), one for the trees and the
+    hierarchy: ``od.csv`` (the hierarchy's when it is on), with or without ``od-sequences.csv`` and ``totals.csv``."""
+
+    tables: tuple[str, ...] = OD_TABLES
+
+    def files(self, statement: Mapping) -> tuple[str, ...]:
+        return tuple(statement["od"]["files"]) if "od" in statement else ()
+
+    def date_problems(self, folder: Path, day: str, present: set[str], modes: set[str], remainders: bool,
+                      statement: Mapping | None) -> list[str]:
+        """``validate_od`` of the date's OD files, if it has any; a hierarchy's ``od.csv`` has a ``level`` column
+        (read from the file when the statement's OD section is not known)."""
+        mine = present & {f"{t}.csv" for t in self.tables}
+        if not mine:
+            return []
+        if "od.csv" not in mine:
+            return [f"od-sequences.csv and totals.csv come with od.csv, found {sorted(present)}"]
+        stated = (statement or {}).get("od")
+        if stated is not None:
+            hierarchy = "hierarchy" in stated
+        else:
+            with open(folder / "od.csv", encoding="utf-8") as handle:
+                hierarchy = "level" in handle.readline().rstrip("\n").split(",")
+        runs = [[day, day]]
+        section = {"date_runs": runs, "files": sorted(mine), **({"hierarchy": {"date_runs": runs}} if hierarchy else {})}
+        return validate_od(folder, section, trip_alphabet(load_stops()))
+
+    def markdown(self, statement: Mapping) -> list[str]:
+        return od_markdown(statement["od"]) if "od" in statement else []
+
+
+OD_FILES = OdFiles()
 
 
 def validate_od(folder: Path, od: Mapping, alphabet: TripAlphabet) -> list[str]:

@@ -30,7 +30,6 @@ from opal_dp.release.statement.person import person_section
 from opal_dp.release.statement.runs import draws_section, partitions_section
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.network import MODES
-from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.options import Design
 
 SCHEMA_VERSION = 4  # 4: partitions, dates and draws stated as runs (``runs``); 3: the release design ("design")
@@ -137,15 +136,17 @@ def open_data_partition(key: str) -> tuple[str, str]:
 
 def privacy_statement(
     evidence: LedgerEvidence, partitions: list[str], release_id: str, created_at: str,
-    tables: PageSummary | Mapping[str, pd.DataFrame] | None = None, data: Mapping | None = None,
+    tables: PageSummary | Mapping[str, pd.DataFrame] | None = None, data: Mapping | None = None, *,
+    marginals: Sequence,
 ) -> dict:
-    """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone; ``tables``: the
+    """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone; ``marginals``: the
+    published marginals (``name``, ``table``, ``tap``; the caller's: the statement names no product); ``tables``: the
     ``PageSummary`` of the published tables, or the tables (the public-domain design states its totals from
     ``time``); ``data``: where the trips came from (``synthetic_sample``, ``synthetic_sample_dates``), the dates
     not (yet) released (``pending_dates``) and those left out of a released week (``left_out_dates``). Published
     partitions the ledger had drawn before under another input version or a fresh draw are listed under
     ``corrections``."""
-    names = [m.name for m in MARGINALS]
+    names = [m.name for m in marginals]
     wanted = {(p, n) for p in partitions for n in names}
     if set(evidence.draws) != wanted:
         raise StatementError("the ledger evidence must name exactly one draw per published (partition, marginal)")
@@ -189,7 +190,7 @@ def privacy_statement(
         "worked_examples": _worked_examples(unit, scopes),
         "mechanisms": {name: {**MECHANISMS[name], "randomness": RANDOMNESS[seeded]}
                        for name in sorted({p["mechanism"] for p in params.values()})},
-        "marginals": [_marginal(m.name, m.table, m.tap, params[m.name]) for m in MARGINALS],
+        "marginals": [_marginal(m.name, m.table, m.tap, params[m.name]) for m in marginals],
         "partitions": partitions_section(open_data_partition(k) for k in partitions),
         "ledger": {
             "id": evidence.ledger_id,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import date
 
-from opal_dp.release.od.publish import od_markdown
-from opal_dp.release.statement.coverage import coverage_markdown
 from opal_dp.release.options import Design
+from opal_dp.release.products import PUBLICATIONS
+from opal_dp.release.statement.coverage import coverage_markdown
 from opal_dp.release.statement.plain import SYNTHETIC_SAMPLE, plain_guarantee, synthetic_sample
 from opal_dp.release.statement.runs import dates_of, grouped_scopes, int_runs
 
@@ -139,8 +139,8 @@ def render_markdown(statement: Mapping) -> str:
         lines += ["## Also released under other units", "",
                   *(f"- {u}: {_date_runs([date.fromisoformat(x) for x in d])}"
                     for u, d in s["also_released_under_other_units"].items()), ""]
-    if "od" in s:
-        lines += od_markdown(s["od"])
+    for publication in PUBLICATIONS:  # each product's own section (``release.products``)
+        lines += publication.markdown(s)
     if "coverage" in s:
         lines += coverage_markdown(s["coverage"])
     lines += [

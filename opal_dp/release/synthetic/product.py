@@ -1,6 +1,7 @@
 """The synthetic trips as the registry sees them (``release.products``): when ``synthetic`` is on, one charge a
 week (``queries.synthetic_week_cost``, the function the plan splits over its queries) to the week's card_period
-scope, whatever the marginals' unit; nothing to any other scope."""
+scope, whatever the marginals' unit; nothing to any other scope. It publishes nothing into the shared dated folder:
+its rows and statement go to their own folder (``publish.publish_synthetic``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from opal_dp.release.synthetic.queries import synthetic_week_cost
 @dataclass(frozen=True)
 class SyntheticTrips:
     name: str = "synthetic"
+    publication: None = None
 
     def costs(self, settings, unit: PrivacyUnit) -> list[PrivacyCost]:
         if not settings.synthetic or unit is not PrivacyUnit.CARD_PERIOD:
