@@ -326,13 +326,13 @@ def _ledger(args: argparse.Namespace) -> None:
               f"delta={person.delta:g}) at {person.set_at}: {person.reason}")
         return
     if args.ledger_command == "raise-cap":
-        cap = ledger.raise_cap(args.unit, args.epsilon, args.delta, args.reason)
+        cap = ledger.raise_cap(PrivacyUnit(args.unit), args.epsilon, args.delta, args.reason)
         print(f"cap for {cap.unit} raised to (epsilon={cap.epsilon:g}, delta={cap.delta:g}) at {cap.set_at}: {cap.reason}")
         return
     print(f"ledger {ledger.ledger_id} at {ledger.location}")
     for unit in PrivacyUnit:
         for cap in ledger.cap_history(unit):
-            print(f"  cap {unit.value}: {cap.action} {cap.set_at} epsilon={cap.epsilon:g} delta={cap.delta:g} ({cap.reason})")
+            print(f"  cap {unit}: {cap.action} {cap.set_at} epsilon={cap.epsilon:g} delta={cap.delta:g} ({cap.reason})")
     for person in ledger.person_cap_history():
         print(f"  person cap over {person.horizon_days} days: {person.action} {person.set_at} "
               f"epsilon={person.epsilon:g} delta={person.delta:g} ({person.reason})")
