@@ -23,7 +23,7 @@ from opal_dp import settings
 from opal_dp.core import PrivacyUnit
 from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.core.ledger_backends import open_backend
-from opal_dp.locations import DataLocation, normalise_data_dir
+from opal_dp.locations import DataLocation
 from opal_dp.defs.shared.instance import ensure_dagster_home
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask
 from opal_dp.prep.day_records import read_records
@@ -230,10 +230,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _location(args: argparse.Namespace) -> DataLocation:
-    """The data location the command line asks for: a URI is kept as given, a local path made absolute."""
-    given = getattr(args, "data_dir", None)
-    data_dir = normalise_data_dir(given) if given else settings.data_dir_from_env()
-    return DataLocation(data_dir=data_dir, ledger_url=settings.ledger_url_from_env())
+    """The data location the command line asks for (``DataLocation.resolved``)."""
+    return DataLocation.resolved(getattr(args, "data_dir", None))
 
 
 def _release(args: argparse.Namespace) -> None:

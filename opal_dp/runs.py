@@ -34,7 +34,7 @@ from opal_dp.defs.shared.jobs import OD_ASSETS, run_plan
 from opal_dp.defs.shared.logs import STEP_LISTENERS
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, service_dates
 from opal_dp.defs.shared.tags import RELEASE_ID_TAG, UNIT_TAG, WEEKS_TAG, WITHOUT_TAG
-from opal_dp.locations import DataLocation, normalise_data_dir
+from opal_dp.locations import DataLocation
 from opal_dp.network import MODES, load_stops
 from opal_dp.parallel import import_in_background, start_in_background
 from opal_dp.prep.day_files import raw_file_stamp
@@ -101,8 +101,7 @@ def run_release(
     if not distributed:
         start_in_background()  # the per-day workers start while the definitions load
     import_in_background(*ACCOUNTING_LIBRARY)  # while this process waits on the day pass
-    location = DataLocation(data_dir=normalise_data_dir(data_dir) if data_dir else settings.data_dir_from_env(),
-                            ledger_url=settings.ledger_url_from_env())
+    location = DataLocation.resolved(data_dir)
     config = {**dict(budget or {}), **({"synthetic": True} if synthetic else {})}
     chosen = PrivacySettings(**config)
     found = scan_raw_files(location.raw_dir)[0] if location.raw_dir.exists() else {}

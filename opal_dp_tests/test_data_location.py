@@ -14,7 +14,7 @@ import pytest
 from upath import UPath
 
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.locations import DataLocation, normalise_data_dir
+from opal_dp.locations import DataLocation, resolve_data_dir
 from opal_dp.settings import DATA_DIR_ENV
 from opal_dp.simulate.trips import generate_days
 
@@ -28,10 +28,10 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 def test_a_file_uri_is_the_local_folder_and_a_relative_path_becomes_absolute(tmp_path, monkeypatch):
     uri = tmp_path.as_uri()
-    assert normalise_data_dir(uri) == uri  # kept as given, never <cwd>/file:/...
+    assert resolve_data_dir(uri) == uri  # kept as given, never <cwd>/file:/...
     assert DataLocation(data_dir=uri).root == tmp_path
     monkeypatch.chdir(tmp_path)
-    assert normalise_data_dir("data") == str(tmp_path / "data")
+    assert resolve_data_dir("data") == str(tmp_path / "data")
     monkeypatch.setenv(DATA_DIR_ENV, uri)
     assert default_storage().raw_dir == tmp_path / "raw"
 
