@@ -238,10 +238,8 @@ def _release(args: argparse.Namespace) -> None:
     for category in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=category)
     storage = _location(args)
-    if args.workers is not None:
-        if args.workers < 1:
-            raise SystemExit(f"--workers must be at least 1, got {args.workers}")
-        os.environ[settings.WORKERS_ENV] = str(args.workers)  # read by opal_dp.parallel in this process
+    if args.workers is not None and args.workers < 1:
+        raise SystemExit(f"--workers must be at least 1, got {args.workers}")
     if not args.sample and not storage.root.exists():
         raise SystemExit(f"data directory {storage.root} does not exist: give the folder whose raw/ holds the day "
                          "files (--data-dir or $OPAL_DP_DATA_DIR), or --sample to generate the synthetic sample there")
@@ -268,7 +266,7 @@ def _release(args: argparse.Namespace) -> None:
     with dg.DagsterInstance.get() as instance:
         results = run_release(instance, budget=budget_config(args), data_dir=storage.data_dir,
                               log_file=None if args.verbose else log_file, progress=not args.verbose,
-                              synthetic=args.synthetic, without=args.without)
+                              synthetic=args.synthetic, without=args.without, workers=args.workers)
     if results.nothing_new:
         print(_nothing_new(results, storage))
     else:
