@@ -97,8 +97,8 @@ def run_release(
     ``synthetic``: the synthetic card-day trips too (``privacy_budget.synthetic`` on); ``distributed``: the jobs'
     executor is the Celery workers of ``deploy/`` (on a persistent ``instance``), so no per-day workers start here; ``without``: days whose weeks are released without them (named by the operator; the statement lists
     them); ``workers``: processes for the per-day work of every run (the ``workers`` resource; default
-    ``$OPAL_DP_WORKERS`` or the CPUs). A failed ingest of a bad raw file, a week that waits and a refused week are results, not errors; any other
-    failed run stops the release (``SystemExit`` with the run's message).
+    ``$OPAL_DP_WORKERS`` or the CPUs). A failed ingest of a bad raw file, a week that waits and a refused week are
+    results, not errors; any other failed run stops the release (``SystemExit`` with the run's message).
     """
     if not distributed:
         start_in_background(workers)  # the per-day workers start while the definitions load

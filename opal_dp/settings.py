@@ -1,8 +1,9 @@
 """Where data lives, decided once.
 
 One setting, ``OPAL_DP_DATA_DIR`` (default: ``data/`` in the working directory), read by
-``opal_dp.locations.resolve_data_dir`` when the Dagster definitions or the command line start; from then on every asset, IO manager, sensor and
-publisher takes its paths from the ``storage`` resource (``opal_dp.defs.shared.storage``):
+``opal_dp.locations.resolve_data_dir`` when the Dagster definitions or the command line start; from then on every
+asset, IO manager, sensor and publisher takes its paths from the ``storage`` resource
+(``opal_dp.defs.shared.storage``):
 
 - ``raw/``       daily raw trip files (input, private)
 - ``private/``   intermediates, rejected rows, the privacy ledger and its secret, stored draws (never published)

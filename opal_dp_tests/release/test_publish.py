@@ -430,9 +430,8 @@ def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_p
     result = dg.materialize(
         [*sources, published_release],
         instance=instance,
-        resources={"private_parquet": private_parquet, "privacy_budget": PrivacyBudget(),
-                   "reference": ReferenceNetwork(), "storage": OpalStorage(data_dir=str(tmp_path)),
-                   "workers": PerDayWorkers()},
+        resources={"private_parquet": private_parquet, "privacy_budget": PrivacyBudget(), "workers": PerDayWorkers(),
+                   "reference": ReferenceNetwork(), "storage": OpalStorage(data_dir=str(tmp_path))},
         raise_on_error=False,
     )
     assert not result.success
