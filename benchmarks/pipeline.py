@@ -33,7 +33,7 @@ from opal_dp.release.settings import DEFAULT_DELTA
 from opal_dp.release.published_folder import LATEST
 
 REPO = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks.pipeline`` resolves
-STORAGE = OpalStorage(data_dir=str(settings.data_dir_from_env()))  # the child's data directory (set by the parent)
+STORAGE = OpalStorage.resolved()  # the child's data directory (set by the parent)
 
 
 def run_pipeline(
@@ -159,8 +159,8 @@ def _lines(path: Path) -> int:
 
 if __name__ == "__main__":
     data_dir, result_path = map(Path, sys.argv[1:3])
-    if settings.data_dir_from_env() != str(data_dir.absolute()):
-        raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {settings.data_dir_from_env()}")
+    if STORAGE.data_dir != str(data_dir.absolute()):
+        raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {STORAGE.data_dir}")
     measured = _measure_release(*sys.argv[3:5])
     result_path.write_text(json.dumps(measured, indent=2) + "\n")
     sys.exit(1 if measured["error"] else 0)

@@ -23,7 +23,7 @@ from opal_dp import settings
 from opal_dp.core import PrivacyUnit
 from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.core.ledger_backends import open_backend
-from opal_dp.locations import DataLocation, normalise_data_dir
+from opal_dp.locations import DataLocation
 from opal_dp.defs.shared.instance import ensure_dagster_home
 from opal_dp.permissions import ExposedDataError, check_folders, make_dirs, private_umask
 from opal_dp.prep.day_records import read_records
@@ -230,20 +230,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _location(args: argparse.Namespace) -> DataLocation:
-    """The data location the command line asks for: a URI is kept as given, a local path made absolute."""
-    given = getattr(args, "data_dir", None)
-    data_dir = normalise_data_dir(given) if given else settings.data_dir_from_env()
-    return DataLocation(data_dir=data_dir, ledger_url=settings.ledger_url_from_env())
+    """The data location the command line asks for (``DataLocation.resolved``)."""
+    return DataLocation.resolved(getattr(args, "data_dir", None))
 
 
 def _release(args: argparse.Namespace) -> None:
     for category in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=category)
     storage = _location(args)
-    if args.workers is not None:
-        if args.workers < 1:
-            raise SystemExit(f"--workers must be at least 1, got {args.workers}")
-        os.environ[settings.WORKERS_ENV] = str(args.workers)  # read by opal_dp.parallel in this process
+    if args.workers is not None and args.workers < 1:
+        raise SystemExit(f"--workers must be at least 1, got {args.workers}")
     if not args.sample and not storage.root.exists():
         raise SystemExit(f"data directory {storage.root} does not exist: give the folder whose raw/ holds the day "
                          "files (--data-dir or $OPAL_DP_DATA_DIR), or --sample to generate the synthetic sample there")
@@ -270,7 +266,7 @@ def _release(args: argparse.Namespace) -> None:
     with dg.DagsterInstance.get() as instance:
         results = run_release(instance, budget=budget_config(args), data_dir=storage.data_dir,
                               log_file=None if args.verbose else log_file, progress=not args.verbose,
-                              synthetic=args.synthetic, without=args.without)
+                              synthetic=args.synthetic, without=args.without, workers=args.workers)
     if results.nothing_new:
         print(_nothing_new(results, storage))
     else:
@@ -326,13 +322,13 @@ def _ledger(args: argparse.Namespace) -> None:
               f"delta={person.delta:g}) at {person.set_at}: {person.reason}")
         return
     if args.ledger_command == "raise-cap":
-        cap = ledger.raise_cap(args.unit, args.epsilon, args.delta, args.reason)
+        cap = ledger.raise_cap(PrivacyUnit(args.unit), args.epsilon, args.delta, args.reason)
         print(f"cap for {cap.unit} raised to (epsilon={cap.epsilon:g}, delta={cap.delta:g}) at {cap.set_at}: {cap.reason}")
         return
     print(f"ledger {ledger.ledger_id} at {ledger.location}")
     for unit in PrivacyUnit:
         for cap in ledger.cap_history(unit):
-            print(f"  cap {unit.value}: {cap.action} {cap.set_at} epsilon={cap.epsilon:g} delta={cap.delta:g} ({cap.reason})")
+            print(f"  cap {unit}: {cap.action} {cap.set_at} epsilon={cap.epsilon:g} delta={cap.delta:g} ({cap.reason})")
     for person in ledger.person_cap_history():
         print(f"  person cap over {person.horizon_days} days: {person.action} {person.set_at} "
               f"epsilon={person.epsilon:g} delta={person.delta:g} ({person.reason})")

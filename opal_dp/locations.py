@@ -13,12 +13,15 @@ relative local path.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, field_validator
 from upath import UPath
 
+from opal_dp import settings
 from opal_dp.core.ledger_backends import POSTGRES_SCHEMES
 
 LEDGER_FILE = "ledger.sqlite"
@@ -26,9 +29,11 @@ SECRET_FILE = "secret.key"
 REPORTS = "reports"
 
 
-def normalise_data_dir(value: str | Path) -> str:
-    """A data location as the string the storage resource keeps: a URI as given, a local path made absolute."""
-    text = str(value)
+def resolve_data_dir(given: str | Path | None = None) -> str:
+    """The data directory as the storage resource keeps it, resolved here only: ``given`` (``--data-dir``, a caller's
+    folder), else ``$OPAL_DP_DATA_DIR``, else ``data/`` in the working directory; a URI as given, a local path made
+    absolute."""
+    text = str(given or os.environ.get(settings.DATA_DIR_ENV) or Path.cwd() / "data")
     return text if UPath(text).protocol else str(Path(text).absolute())
 
 
@@ -38,6 +43,12 @@ class DataLocation(BaseModel):
 
     data_dir: str
     ledger_url: str | None = None
+
+    @classmethod
+    def resolved(cls, data_dir: str | Path | None = None) -> Self:
+        """The location asked for: the data directory ``resolve_data_dir`` gives for ``data_dir``, the ledger's URL
+        from ``$OPAL_DP_LEDGER_URL``."""
+        return cls(data_dir=resolve_data_dir(data_dir), ledger_url=settings.ledger_url_from_env())
 
     @field_validator("ledger_url")
     @classmethod

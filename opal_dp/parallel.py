@@ -2,7 +2,9 @@
 
 The calls read their inputs and write their outputs themselves (private files, ``opal_dp.private_files``) and return
 only small summaries, so the caller never holds a day's trips: memory is bounded by ``workers`` days, whatever
-the number of days. ``$OPAL_DP_WORKERS`` (``opal_dp.settings``) says how many processes; with one, or one call,
+the number of days. How many processes: the caller's ``workers`` (a run's ``per_day_workers`` resource, which the
+command line's ``--workers`` configures), else the number of the enclosing ``per_day_workers`` block, else
+``$OPAL_DP_WORKERS`` (``opal_dp.settings``) or the CPUs; with one, or one call,
 everything runs in the calling process, in order, as it does in a daemonic process (a Celery worker's
 child: there the executor spreads the steps). Workers fork from a forkserver that has imported the prep
 modules and what the program's main module uses (a worker re-runs the main module, which then finds its imports
@@ -26,6 +28,8 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from concurrent.futures import CancelledError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import cache
@@ -39,6 +43,23 @@ PRELOAD = ["opal_dp.prep.day_files"]
 
 
 _POOL_LOCK = threading.Lock()
+_BLOCK_WORKERS: ContextVar[int | None] = ContextVar("opal_dp_per_day_workers", default=None)
+
+
+@contextmanager
+def per_day_workers(workers: int | None) -> Iterator[None]:
+    """In the block (this thread), calls that do not give their own ``workers`` use ``workers``; ``None`` leaves the
+    default. For a step whose per-day work runs deep in functions that take no ``workers`` argument."""
+    token = _BLOCK_WORKERS.set(workers)
+    try:
+        yield
+    finally:
+        _BLOCK_WORKERS.reset(token)
+
+
+def _workers(workers: int | None) -> int:
+    """``workers`` if given, else the enclosing ``per_day_workers`` block's, else ``$OPAL_DP_WORKERS`` or the CPUs."""
+    return workers or _BLOCK_WORKERS.get() or settings.workers_from_env()
 
 
 def _preload() -> list[str]:
@@ -92,7 +113,7 @@ def _exit_with_parent() -> None:
 def start_in_background(workers: int | None = None) -> None:
     """Start the worker processes of ``map_calls`` in a background thread, so that their imports overlap the
     caller's own start (e.g. loading the Dagster definitions) instead of delaying the first per-day call."""
-    workers = workers or settings.workers_from_env()
+    workers = _workers(workers)
     if workers <= 1 or multiprocessing.current_process().daemon:
         return
 
@@ -131,7 +152,7 @@ def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None 
     """``fn(*call)`` for every call, yielded in the calls' order; an exception in a call is raised here, after the
     calls not yet started are cancelled and those running have ended (so that no call still writes when the caller
     cleans up). ``fn`` must be a module-level function (it is pickled by name)."""
-    workers = min(workers or settings.workers_from_env(), len(calls))
+    workers = min(_workers(workers), len(calls))
     if workers <= 1 or multiprocessing.current_process().daemon:  # a daemonic process may not have children
         yield from (fn(*call) for call in calls)
         return

@@ -34,7 +34,7 @@ from opal_dp.defs.shared.jobs import OD_ASSETS, run_plan
 from opal_dp.defs.shared.logs import STEP_LISTENERS
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, service_dates
 from opal_dp.defs.shared.tags import RELEASE_ID_TAG, UNIT_TAG, WEEKS_TAG, WITHOUT_TAG
-from opal_dp.locations import DataLocation, normalise_data_dir
+from opal_dp.locations import DataLocation
 from opal_dp.network import MODES, load_stops
 from opal_dp.parallel import import_in_background, start_in_background
 from opal_dp.prep.day_files import raw_file_stamp
@@ -87,6 +87,7 @@ def run_release(
     synthetic: bool = False,
     distributed: bool = False,
     without: Collection[str] = (),
+    workers: int | None = None,
 ) -> ReleaseRuns:
     """Release what is new among the raw days (default: every raw file; ``dates``: only those) and publish it.
 
@@ -95,14 +96,14 @@ def run_release(
     where the runs' events go instead of the console; ``progress``: a progress bar per run on stderr;
     ``synthetic``: the synthetic card-day trips too (``privacy_budget.synthetic`` on); ``distributed``: the jobs'
     executor is the Celery workers of ``deploy/`` (on a persistent ``instance``), so no per-day workers start here; ``without``: days whose weeks are released without them (named by the operator; the statement lists
-    them). A failed ingest of a bad raw file, a week that waits and a refused week are results, not errors; any other
-    failed run stops the release (``SystemExit`` with the run's message).
+    them); ``workers``: processes for the per-day work of every run (the ``workers`` resource; default
+    ``$OPAL_DP_WORKERS`` or the CPUs). A failed ingest of a bad raw file, a week that waits and a refused week are
+    results, not errors; any other failed run stops the release (``SystemExit`` with the run's message).
     """
     if not distributed:
-        start_in_background()  # the per-day workers start while the definitions load
+        start_in_background(workers)  # the per-day workers start while the definitions load
     import_in_background(*ACCOUNTING_LIBRARY)  # while this process waits on the day pass
-    location = DataLocation(data_dir=normalise_data_dir(data_dir) if data_dir else settings.data_dir_from_env(),
-                            ledger_url=settings.ledger_url_from_env())
+    location = DataLocation.resolved(data_dir)
     config = {**dict(budget or {}), **({"synthetic": True} if synthetic else {})}
     chosen = PrivacySettings(**config)
     found = scan_raw_files(location.raw_dir)[0] if location.raw_dir.exists() else {}
@@ -117,8 +118,8 @@ def run_release(
     cut = chosen.day_cut(load_stops())
     release_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     out = ReleaseRuns(release_id)
-    launcher = _Launcher(instance, _run_config(location, config, log_file, progress), release_id, chosen.unit.value,
-                         progress, distributed)
+    launcher = _Launcher(instance, _run_config(location, config, log_file, progress, workers), release_id,
+                         chosen.unit.value, progress, distributed)
     records = read_records(location.private_dir)
     new = [d for d in days if _needs_ingest(records.get(d), raw_file_stamp(location.raw_dir, d), cut)]
     for span in _ranges(new):
@@ -218,10 +219,12 @@ def _week_released(instance: dg.DagsterInstance, location: DataLocation, week: s
     return True
 
 
-def _run_config(location: DataLocation, budget: Mapping[str, object], log_file: Path | None, progress: bool) -> dict:
+def _run_config(location: DataLocation, budget: Mapping[str, object], log_file: Path | None, progress: bool,
+                workers: int | None) -> dict:
     config: dict = {"resources": {"storage": {"config": {"data_dir": location.data_dir,
                                                          "ledger_url": location.ledger_url}},
-                                  **({BUDGET: {"config": dict(budget)}} if budget else {})}}
+                                  **({BUDGET: {"config": dict(budget)}} if budget else {}),
+                                  **({"workers": {"config": {"count": workers}}} if workers else {})}}
     if log_file is not None:
         config["loggers"] = {"event_log_file": {"config": {"path": str(log_file)}},
                              **({"step_progress": {}} if progress else {})}

@@ -1,8 +1,9 @@
 """Where data lives, decided once.
 
-One setting, ``OPAL_DP_DATA_DIR`` (default: ``data/`` in the working directory), read by ``data_dir_from_env``
-when the Dagster definitions or the command line start; from then on every asset, IO manager, sensor and
-publisher takes its paths from the ``storage`` resource (``opal_dp.defs.shared.storage``):
+One setting, ``OPAL_DP_DATA_DIR`` (default: ``data/`` in the working directory), read by
+``opal_dp.locations.resolve_data_dir`` when the Dagster definitions or the command line start; from then on every
+asset, IO manager, sensor and publisher takes its paths from the ``storage`` resource
+(``opal_dp.defs.shared.storage``):
 
 - ``raw/``       daily raw trip files (input, private)
 - ``private/``   intermediates, rejected rows, the privacy ledger and its secret, stored draws (never published)
@@ -29,14 +30,6 @@ DATA_DIR_ENV = "OPAL_DP_DATA_DIR"
 LEDGER_URL_ENV = "OPAL_DP_LEDGER_URL"
 STRICT_PERMISSIONS_ENV = "OPAL_DP_STRICT_PERMISSIONS"
 _FLAGS = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": False, "no": False}
-
-
-def data_dir_from_env() -> str:
-    """``$OPAL_DP_DATA_DIR``, else ``./data``: a URI as given, a local path made absolute
-    (``opal_dp.locations.normalise_data_dir``)."""
-    from opal_dp.locations import normalise_data_dir
-
-    return normalise_data_dir(os.environ.get(DATA_DIR_ENV) or Path.cwd() / "data")
 
 
 def ledger_url_from_env() -> str | None:

@@ -14,8 +14,8 @@ import pytest
 from upath import UPath
 
 from opal_dp.defs.shared.storage import default_storage
-from opal_dp.locations import DataLocation, normalise_data_dir
-from opal_dp.settings import DATA_DIR_ENV
+from opal_dp.locations import DataLocation, resolve_data_dir
+from opal_dp.settings import DATA_DIR_ENV, LEDGER_URL_ENV
 from opal_dp.simulate.trips import generate_days
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,12 +28,21 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 def test_a_file_uri_is_the_local_folder_and_a_relative_path_becomes_absolute(tmp_path, monkeypatch):
     uri = tmp_path.as_uri()
-    assert normalise_data_dir(uri) == uri  # kept as given, never <cwd>/file:/...
+    assert resolve_data_dir(uri) == uri  # kept as given, never <cwd>/file:/...
     assert DataLocation(data_dir=uri).root == tmp_path
     monkeypatch.chdir(tmp_path)
-    assert normalise_data_dir("data") == str(tmp_path / "data")
+    assert resolve_data_dir("data") == str(tmp_path / "data")
     monkeypatch.setenv(DATA_DIR_ENV, uri)
     assert default_storage().raw_dir == tmp_path / "raw"
+
+
+def test_a_given_folder_wins_over_the_environment_and_the_ledger_url_comes_from_it(tmp_path, monkeypatch):
+    """``--data-dir`` (a caller's folder) over ``$OPAL_DP_DATA_DIR``; the ledger's URL is read with it, in one place."""
+    monkeypatch.setenv(DATA_DIR_ENV, "memory://elsewhere")
+    monkeypatch.setenv(LEDGER_URL_ENV, "postgresql://ledger.example/opal")
+    location = DataLocation.resolved(tmp_path)
+    assert location.root == tmp_path and location.ledger_location == "postgresql://ledger.example/opal"
+    assert DataLocation.resolved().data_dir == "memory://elsewhere"
 
 
 def test_another_filesystem_stays_on_it(monkeypatch):

@@ -191,3 +191,14 @@ def test_release_refuses_fewer_than_one_worker(tmp_path):
         main(["release", "--data-dir", str(tmp_path), "--workers", "0"])
     assert "--workers N" in subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--help"],
                                            capture_output=True, text=True, check=True).stdout
+
+
+def test_the_worker_count_reaches_the_runs_as_their_configuration(tmp_path):
+    """``--workers`` is given to every run as the ``workers`` resource's count (so it reaches each step, whatever the
+    executor), never through the environment; without it the resource keeps its default, ``$OPAL_DP_WORKERS``."""
+    from opal_dp.locations import DataLocation
+    from opal_dp.runs import _run_config
+
+    location = DataLocation.resolved(tmp_path)
+    assert _run_config(location, {}, None, False, 3)["resources"]["workers"] == {"config": {"count": 3}}
+    assert "workers" not in _run_config(location, {}, None, False, None)["resources"]

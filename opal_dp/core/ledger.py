@@ -114,7 +114,7 @@ class PrivacyLedger(PersonAccount, LedgerReads):
     def __init__(
         self,
         location: str | Path,
-        initial_caps: Mapping[str, tuple[float, float]],
+        initial_caps: Mapping[PrivacyUnit | str, tuple[float, float]],
         *,
         published: Mapping[str, Collection[int]] | None = None,
         acknowledge_reset: str | None = None,
@@ -123,7 +123,7 @@ class PrivacyLedger(PersonAccount, LedgerReads):
     ) -> None:
         self._backend = open_backend(location)
         self.location = self._backend.location
-        caps = {PrivacyUnit(u).value: (_positive("cap epsilon", e), _positive("cap delta", d, True))
+        caps = {PrivacyUnit(u): (_positive("cap epsilon", e), _positive("cap delta", d, True))
                 for u, (e, d) in initial_caps.items()}
         published = {_name("published ledger id", k): set(v) for k, v in (published or {}).items()}
         if acknowledge_reset is not None:
@@ -209,13 +209,13 @@ class PrivacyLedger(PersonAccount, LedgerReads):
         return [Draw(*row) for row in conn.execute(f"SELECT {_DRAW_COLUMNS} FROM draws WHERE {where}", params)]
 
     @staticmethod
-    def _cap(conn: Any, unit: str) -> Cap:
+    def _cap(conn: Any, unit: PrivacyUnit) -> Cap:
         row = conn.execute(f"SELECT {_CAP_COLUMNS} FROM caps WHERE unit = ? ORDER BY id DESC LIMIT 1", (unit,)).fetchone()
         if row is None:
-            raise LedgerError(f"the ledger has no cap for unit {unit!r}")
+            raise LedgerError(f"the ledger has no cap for unit {str(unit)!r}")
         return Cap(*row)
 
-    def _spend(self, conn: Any, unit: str, scope: str, extra: Sequence[PrivacyCost] = ()) -> Guarantee:
+    def _spend(self, conn: Any, unit: PrivacyUnit, scope: str, extra: Sequence[PrivacyCost] = ()) -> Guarantee:
         costs = [c.cost for c in self._charges(conn, "unit = ? AND scope = ?", (unit, scope))] + list(extra)
         return compose(costs, delta_target=self._cap(conn, unit).delta)
 
@@ -235,7 +235,6 @@ class PrivacyLedger(PersonAccount, LedgerReads):
         if not isinstance(fresh, bool):
             raise LedgerError(f"fresh must be a bool, got {fresh!r}")
         for r in requests:
-            PrivacyUnit(r.unit)
             for label in ("scope", "part", "date", "marginal", "relation", "mechanism", "bounds", "fingerprint",
                           "input_version"):
                 _name(label, getattr(r, label))
@@ -298,7 +297,7 @@ class PrivacyLedger(PersonAccount, LedgerReads):
 
     def _check_period(self, conn: Any, r: Request) -> None:
         """A date belongs to one card_period scope only: periods must not overlap."""
-        if PrivacyUnit(r.unit) is not PrivacyUnit.CARD_PERIOD:
+        if r.unit is not PrivacyUnit.CARD_PERIOD:
             return
         other = conn.execute(
             "SELECT c.scope FROM draws d JOIN charges c ON c.id = d.charge_id WHERE d.date = ? AND c.unit = ?"
@@ -359,13 +358,12 @@ class PrivacyLedger(PersonAccount, LedgerReads):
                              " AND status = 'pending'",  # first wins, also when two runs race here
                              (_now(), run_id, draw_id))
 
-    def raise_cap(self, unit: str, epsilon: float, delta: float, reason: str) -> Cap:
+    def raise_cap(self, unit: PrivacyUnit, epsilon: float, delta: float, reason: str) -> Cap:
         """Raise ``unit``'s cap per scope (both coordinates at least the current ones), recording why.
 
         Statements of earlier releases name the cap in force when they were made and say that it can
         only be raised this way; every later statement lists the raise.
         """
-        unit = PrivacyUnit(unit).value
         epsilon, delta = _positive("epsilon", epsilon), _positive("delta", delta, True)
         _name("reason", reason)
         with self._connect() as conn, self._transaction(conn):

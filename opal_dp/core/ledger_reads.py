@@ -16,18 +16,18 @@ from opal_dp.core.units import PrivacyUnit
 class LedgerReads:
     """The read-only queries of ``PrivacyLedger`` (module docstring)."""
 
-    def cap(self, unit: str) -> Cap:
+    def cap(self, unit: PrivacyUnit) -> Cap:
         with self._connect() as conn:
-            return self._cap(conn, PrivacyUnit(unit).value)
+            return self._cap(conn, unit)
 
-    def spend(self, unit: str, scope: str) -> Guarantee:
+    def spend(self, unit: PrivacyUnit, scope: str) -> Guarantee:
         """What everything charged to ``scope`` costs one unit together, pending charges included."""
         with self._connect() as conn:
-            return self._spend(conn, PrivacyUnit(unit).value, _name("scope", scope))
+            return self._spend(conn, unit, _name("scope", scope))
 
-    def cap_history(self, unit: str) -> list[Cap]:
+    def cap_history(self, unit: PrivacyUnit) -> list[Cap]:
         with self._connect() as conn:
-            rows = conn.execute(f"SELECT {_CAP_COLUMNS} FROM caps WHERE unit = ? ORDER BY id", (PrivacyUnit(unit).value,))
+            rows = conn.execute(f"SELECT {_CAP_COLUMNS} FROM caps WHERE unit = ? ORDER BY id", (unit,))
             return [Cap(*row) for row in rows]
 
     def resets(self) -> list[dict]:
@@ -36,7 +36,7 @@ class LedgerReads:
             return [{"acknowledged_at": a, "reason": r, "ledger_ids": json.loads(i), "missing_draws": m}
                     for a, r, i, m in rows]
 
-    def charges(self, unit: str | None = None, scope: str | None = None,
+    def charges(self, unit: PrivacyUnit | None = None, scope: str | None = None,
                 ids: Collection[int] | None = None) -> list[Charge]:
         """The charges (by id), all of them or those of ``unit``, ``scope`` or with the given ``ids``: a reader that
         needs a few charges asks for them, so its cost does not grow with the ledger's history."""
@@ -65,21 +65,22 @@ class LedgerReads:
             return out
 
     @staticmethod
-    def _filter(unit: str | None, scope: str | None) -> tuple[str, tuple]:
+    def _filter(unit: PrivacyUnit | None, scope: str | None) -> tuple[str, tuple]:
         clauses, params = ["1 = 1"], []
         if unit is not None:
             clauses.append("unit = ?")
-            params.append(PrivacyUnit(unit).value)
+            params.append(unit)
         if scope is not None:
             clauses.append("scope = ?")
             params.append(_name("scope", scope))
         return " AND ".join(clauses), tuple(params)
 
-    def summary(self, unit: str | None = None, scopes: Collection[tuple[str, str]] | None = None) -> list[ScopeSpend]:
+    def summary(self, unit: PrivacyUnit | None = None,
+                scopes: Collection[tuple[PrivacyUnit, str]] | None = None) -> list[ScopeSpend]:
         """Per (unit, scope), sorted: what it costs one unit, its cap, charges, draws, pending draws; of every scope,
         of ``unit``'s, or of the (unit, scope) pairs in ``scopes`` only (what a date's gate needs, whatever the
         history)."""
-        wanted = None if scopes is None else {(PrivacyUnit(u).value, s) for u, s in scopes}
+        wanted = None if scopes is None else set(scopes)
         with self._connect() as conn:
             where, params = self._filter(unit, None)
             found = conn.execute(

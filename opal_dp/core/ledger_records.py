@@ -14,7 +14,7 @@ from opal_dp.core.units import PrivacyUnit
 DEFAULT_HORIZON_DAYS = 365
 DEFAULT_PERSON_CAP = (20.0, 1e-6)
 """One person's loss over any 365 consecutive service dates, across every product and period (module docstring)."""
-CARD_UNITS = (PrivacyUnit.CARD_DAY.value, PrivacyUnit.CARD_PERIOD.value)
+CARD_UNITS = tuple(u for u in PrivacyUnit if u.bounds_cards)
 REL_TOL = 1e-9
 """Relative slack on the cap, only to absorb float rounding in sums such as 6 × 1/8e6."""
 RELEASES = "releases"
@@ -53,11 +53,19 @@ class LedgerResetRefused(LedgerError):
     """The ledger does not account for releases already published: it looks like a budget reset."""
 
 
+class _OfUnit:
+    """A record whose ``unit`` is a ``PrivacyUnit``, whatever it was built from (a ledger row, a caller's value): the
+    one conversion, made when the record is."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unit", PrivacyUnit(self.unit))
+
+
 @dataclass(frozen=True)
-class Cap:
+class Cap(_OfUnit):
     """The cap in force for one unit: per scope, (epsilon, delta) of everything released from it."""
 
-    unit: str
+    unit: PrivacyUnit
     epsilon: float
     delta: float
     set_at: str
@@ -79,9 +87,9 @@ class PersonCap:
 
 
 @dataclass(frozen=True)
-class Charge:
+class Charge(_OfUnit):
     id: int
-    unit: str
+    unit: PrivacyUnit
     scope: str
     marginal: str
     relation: str
@@ -118,10 +126,10 @@ class Draw:
 
 
 @dataclass(frozen=True)
-class Request:
+class Request(_OfUnit):
     """One part of one marginal asking to be released under ``unit``."""
 
-    unit: str
+    unit: PrivacyUnit
     scope: str
     part: str
     date: str
@@ -161,8 +169,8 @@ class PersonSpend:
 
 
 @dataclass(frozen=True)
-class ScopeSpend:
-    unit: str
+class ScopeSpend(_OfUnit):
+    unit: PrivacyUnit
     scope: str
     guarantee: Guarantee
     cap: Cap
@@ -205,9 +213,9 @@ def _lock_keys(r: Request) -> list[str]:
     """The rows a request locks (PostgreSQL): its scope, and for card_period its date, which must belong to
     one period only (``_check_period`` reads other scopes)."""
     keys = [f"scope|{r.unit}|{r.scope}"]
-    if PrivacyUnit(r.unit) is PrivacyUnit.CARD_PERIOD:
+    if r.unit is PrivacyUnit.CARD_PERIOD:
         keys.append(f"date|{r.unit}|{r.date}")
-    if PrivacyUnit(r.unit).bounds_cards:
+    if r.unit.bounds_cards:
         keys.append("person")  # the person account reads every card-level charge near the request's dates
     return keys
 
@@ -217,11 +225,10 @@ def _covered(r: Request) -> tuple[str, str]:
     period named by its scope ``first..last`` (a period with gaps is covered end to end: conservative). A part
     whose date is not its scope's is refused: the person account reads a charge's dates from its scope, so a
     card_day part of another date would spend a day the account never sees."""
-    unit = PrivacyUnit(r.unit)
-    if unit is not PrivacyUnit.CARD_PERIOD:
-        scope_day = r.scope if unit is PrivacyUnit.CARD_DAY else r.scope.partition("|")[0]
+    if r.unit is not PrivacyUnit.CARD_PERIOD:
+        scope_day = r.scope if r.unit is PrivacyUnit.CARD_DAY else r.scope.partition("|")[0]
         if _day(scope_day) != _day(r.date):
-            raise LedgerError(f"a {unit.value} part is charged to its own date's scope, got part {r.part!r} of "
+            raise LedgerError(f"a {r.unit.value} part is charged to its own date's scope, got part {r.part!r} of "
                               f"{r.date!r} for scope {r.scope!r}")
         return _day(r.date), _day(r.date)
     first, sep, last = r.scope.partition("..")

@@ -65,7 +65,7 @@ class PersonAccount:
 
     def _check_person(self, conn: Any, r: Request, first: str, last: str) -> None:
         """Refuse a card-level charge that would take any horizon window touching its dates past the person cap."""
-        if not PrivacyUnit(r.unit).bounds_cards:
+        if not r.unit.bounds_cards:
             return
         cap = self._person_cap(conn)
         if within([c.cost for c in self._near(conn, first, last)] + [r.cost], cap.epsilon, cap.delta, REL_TOL):
@@ -132,4 +132,4 @@ class PersonAccount:
         statement over those dates must flag them."""
         with self._connect() as conn:
             return self._charges(conn, "unit = ? AND last_date >= ? AND first_date <= ? ORDER BY id",
-                                 (PrivacyUnit.TRIP.value, _day(first), _day(last)))
+                                 (PrivacyUnit.TRIP, _day(first), _day(last)))

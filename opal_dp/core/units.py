@@ -32,13 +32,15 @@ replace-one (``r = 2``: the removed unit's bins and the added unit's bins):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from enum import Enum
+from enum import StrEnum
 
 from opal_dp.core.mechanism import Relation
 from opal_dp.core.sensitivity import Sensitivity
 
 
-class PrivacyUnit(str, Enum):
+class PrivacyUnit(StrEnum):
+    """Its value is what is written (ledger, statements, paths): ``str()`` and f-strings give it, as ``json`` does."""
+
     TRIP = "trip"
     CARD_DAY = "card_day"
     CARD_PERIOD = "card_period"
@@ -103,7 +105,7 @@ def sensitivity(
     unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, period_days: int | None = None
 ) -> Sensitivity:
     """Sensitivity of one marginal's scope histogram to one ``unit`` (module docstring)."""
-    unit, relation = PrivacyUnit(unit), Relation(relation)
+    relation = Relation(relation)
     r = relation.units_changed
     if unit is PrivacyUnit.TRIP:
         return Sensitivity(l0=r, l1=r, l2_squared=r, linf=1)

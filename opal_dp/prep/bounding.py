@@ -83,7 +83,6 @@ def keep_mask(
 ) -> np.ndarray:
     """Which rows of one day's ``trips`` (with ``card_id``) the bounds keep, as ``bound_day`` keeps them; for
     callers that still need the card id of the kept trips (the synthetic data's card-day queries)."""
-    unit = PrivacyUnit(unit)
     keep = np.ones(len(trips), dtype=bool)
     if unit.bounds_cards:
         card = trips[CARD].to_numpy(np.int64)

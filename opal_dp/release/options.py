@@ -45,11 +45,11 @@ class Mechanism(StrEnum):
         return self is Mechanism.LAPLACE
 
     @classmethod
-    def default_for(cls, unit: PrivacyUnit | str) -> Mechanism:
+    def default_for(cls, unit: PrivacyUnit) -> Mechanism:
         """SBH's Laplace for one trip (the 2016 release); the Gaussian for the card units, whose releases add up in one
         person's account over a horizon (53 weeks, or 365 dates, of charges compose tightly and fast in zCDP; SBH's
         Laplace pieces would need privacy-loss distributions, and allow about half the budget)."""
-        return cls.LAPLACE if PrivacyUnit(unit) is PrivacyUnit.TRIP else cls.GAUSSIAN
+        return cls.LAPLACE if unit is PrivacyUnit.TRIP else cls.GAUSSIAN
 
     @classmethod
     def parse(cls, value: str | Mechanism) -> Mechanism:

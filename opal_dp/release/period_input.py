@@ -54,7 +54,7 @@ class PeriodInput:
     def scope_versions(self, unit: PrivacyUnit) -> dict[str, str]:
         """Date -> the input version of the ledger scope it is charged in: for ``card_period`` every day of the week
         together (a left-out day as absent), else its own day's."""
-        if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD:
+        if unit is PrivacyUnit.CARD_PERIOD:
             whole = combined({**self.versions, **{d: ABSENT for d in self.without}}, week_days(self.period))
             return {day: whole for day in self.days}
         return {day: combined(self.versions, [day]) for day in self.days}

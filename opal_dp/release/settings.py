@@ -130,7 +130,7 @@ class PrivacySettings(BaseModel):
                 raise ValueError(f"epsilon[{name}] must be finite and > 0, got {eps}")
             if not 0 < dlt < 1:
                 raise ValueError(f"delta[{name}] must satisfy 0 < delta < 1, got {dlt}")
-        PrivacyUnit(self.privacy_unit)
+        self.unit  # parses the unit, here
         if self.relation is not None:
             Relation(self.relation)
         self.noise_mechanism, self.design  # parse both once, here
@@ -281,9 +281,9 @@ class PrivacySettings(BaseModel):
         none; refuses (``CapMismatch``) a configured cap that differs from the ledger's."""
         eps, delta = self.nominal
         rooms = {u: _room(product_costs(self, u)) for u in PrivacyUnit}
-        caps = {u.value: (eps + rooms[u][0], delta + rooms[u][1]) for u in PrivacyUnit}
+        caps = {u: (eps + rooms[u][0], delta + rooms[u][1]) for u in PrivacyUnit}
         wanted = (self.cap_epsilon or self._default_cap()[0], self.cap_delta or self._default_cap()[1])
-        caps[self.unit.value] = wanted
+        caps[self.unit] = wanted
         ledger = PrivacyLedger(location.ledger_location, caps, published=published_ledger_draws(location.published_dir),
                                acknowledge_reset=self.acknowledge_ledger_reset,
                                person_cap=(self.person_cap_epsilon or DEFAULT_PERSON_CAP[0],

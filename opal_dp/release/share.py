@@ -39,7 +39,7 @@ def weeks_touching(horizon_days: int) -> int:
 def scopes_touching(horizon_days: int, unit: PrivacyUnit) -> int:
     """The most ledger scopes of a card-level ``unit`` a window of ``horizon_days`` dates can touch: weeks for
     ``card_period``, dates for ``card_day``."""
-    return weeks_touching(horizon_days) if PrivacyUnit(unit) is PrivacyUnit.CARD_PERIOD else horizon_days
+    return weeks_touching(horizon_days) if unit is PrivacyUnit.CARD_PERIOD else horizon_days
 
 
 def split(total_epsilon: float, total_delta: float) -> tuple[dict[str, float], dict[str, float]]:
@@ -80,7 +80,7 @@ def share_epsilon(cap_epsilon: float, cap_delta: float, scopes: int, mechanism: 
         return within(scope_costs(epsilon, delta, mechanism, design, unit, others) * scopes, cap_epsilon, cap_delta)
 
     if others and not within(list(others) * scopes, cap_epsilon, cap_delta):
-        raise ValueError(f"the other products alone ({len(others)} charges a scope of {PrivacyUnit(unit).value}, "
+        raise ValueError(f"the other products alone ({len(others)} charges a scope of {unit.value}, "
                          f"{scopes} scopes) exceed the person cap ({cap_epsilon}, {cap_delta}): lower their budgets "
                          "or turn them off")
     lo, hi = 0.0, cap_epsilon

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from opal_dp import settings
+from opal_dp.locations import DataLocation
 from opal_dp.simulate.trips import DEFAULT_SEED, FORMATS, generate_days
 
 
@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    out = args.out or Path(settings.data_dir_from_env()) / "raw"
+    out = args.out or DataLocation.resolved().raw_dir
     started = time.perf_counter()
     rows = 0
     days = _dates(args)

@@ -15,6 +15,7 @@ import pytest
 
 from opal_dp.cli import run_release
 from opal_dp.core.input_version import file_version
+from opal_dp.core.units import PrivacyUnit
 from opal_dp.definitions import defs
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, period_range
@@ -96,7 +97,7 @@ def test_a_raw_file_replaced_after_its_day_was_ingested_is_not_what_the_release_
     assert run(instance, storage, "release", period_range([week]), CUT).success
     assert run(instance, storage, "release_od", (week, week), CUT).success
     expected = period_input(storage.private_dir, week, PrivacyBudget(**CUT).day_cut(load_stops())).scope_versions(
-        "card_period")
+        PrivacyUnit.CARD_PERIOD)
     assert {c.input_version for c in PrivacyBudget(**CUT).ledger(storage).charges()} == set(expected.values())
 
 

@@ -35,7 +35,8 @@ def test_parse_dates_takes_ranges_and_dates_sorted_once():
 def test_each_unit_has_its_ledger_scope(unit, scope):
     plan = build_plan(unit, EPSILON, DELTA, periods=Periods(PERIOD))
     assert plan.scope("2016-07-26", "bus") == scope
-    assert plan.relation is PrivacyUnit(unit).default_relation and plan.mechanism is Mechanism.default_for(unit)
+    chosen = PrivacyUnit(unit)
+    assert plan.relation is chosen.default_relation and plan.mechanism is Mechanism.default_for(chosen)
 
 
 def test_a_card_period_plan_refuses_a_date_outside_its_period():

@@ -24,7 +24,7 @@ from opal_dp.defs.marginals.publish import published_release
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import private_parquet
 from opal_dp.defs.shared.partitions import period_mode, release_periods
-from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES, load_stops
 from opal_dp.release import publish as publish_module
@@ -430,7 +430,7 @@ def test_published_release_asset_refuses_releases_the_ledger_never_charged(tmp_p
     result = dg.materialize(
         [*sources, published_release],
         instance=instance,
-        resources={"private_parquet": private_parquet, "privacy_budget": PrivacyBudget(),
+        resources={"private_parquet": private_parquet, "privacy_budget": PrivacyBudget(), "workers": PerDayWorkers(),
                    "reference": ReferenceNetwork(), "storage": OpalStorage(data_dir=str(tmp_path))},
         raise_on_error=False,
     )

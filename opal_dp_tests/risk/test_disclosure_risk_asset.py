@@ -13,6 +13,7 @@ from opal_dp.definitions import defs
 from opal_dp.defs.marginals.risk import WORST, disclosure_risk
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
+from opal_dp.defs.shared.resources import PerDayWorkers
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals.tables import COUNT, MARGINALS, TIME
 from opal_dp.reports.attacks import differencing, differencing_summary
@@ -48,8 +49,9 @@ def test_metadata_reports_all_three_attacks(tmp_path):
     budget = PrivacyBudget(privacy_unit="trip")  # the attacks are on the 2016 trip-level release
     storage = OpalStorage(data_dir=str(tmp_path / "data"))
     frames = stored(releases, tmp_path / "releases")
-    result = disclosure_risk(context=dg.build_asset_context(), privacy_budget=budget, storage=storage, **frames)
-    again = disclosure_risk(context=dg.build_asset_context(), privacy_budget=budget, storage=storage, **frames)
+    resources = {"privacy_budget": budget, "storage": storage, "workers": PerDayWorkers()}
+    result = disclosure_risk(context=dg.build_asset_context(), **resources, **frames)
+    again = disclosure_risk(context=dg.build_asset_context(), **resources, **frames)
     days = sorted({key.split("|")[0] for key in releases["tap_on_time"]})
     assert result.metadata["differencing_days_computed"] == len(days) and again.metadata["differencing_days_computed"] == 0
     assert {k: v for k, v in again.metadata.items() if k != "differencing_days_computed"} == \

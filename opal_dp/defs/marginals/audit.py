@@ -12,8 +12,9 @@ from opal_dp.audit.public_domain import audit_table
 from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
-from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.parallel import per_day_workers
 from opal_dp.release.od.hierarchy import OD_HIERARCHY, hierarchy_plan, od_domain
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.settings import audit_false_alarm_from_env, audit_runs_from_env
@@ -33,8 +34,8 @@ def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, refere
 
 
 @dg.asset(group_name="report", **labels("internal"))
-def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage,
-                  reference: ReferenceNetwork) -> dg.MaterializeResult:
+def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
+                  workers: PerDayWorkers) -> dg.MaterializeResult:
     """``$OPAL_DP_AUDIT_RUNS`` (default 10^6) releases on every neighbouring pair of the configured unit, with
     production noise and, for card units, the production contribution bounding in the path. Under the public-domain design, the measurement
     of each table (``opal_dp.audit.public_domain``) against the epsilon (delta 0) or rho charged for it.
@@ -44,8 +45,13 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage,
     audits it runs: a correct release fails with probability at most alpha. Runs at relaxed (eps, delta) (the
     audit's own, e.g. (1, 0.01)); the formulas, bounding and samplers are those of the release. With the OD
     hierarchy on (``od.csv``), its measurement per level against each of its ledger charges (``audit.hierarchy``),
-    at half of alpha.
+    at half of alpha. The neighbouring pairs are audited a pair per worker process (``workers``).
     """
+    with per_day_workers(workers.count):
+        return _audited(privacy_budget, storage, reference)
+
+
+def _audited(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork) -> dg.MaterializeResult:
     plan = privacy_budget.plan()
     alpha, runs = audit_false_alarm_from_env(), audit_runs_from_env()
     hierarchy_passed, hierarchy = True, {}

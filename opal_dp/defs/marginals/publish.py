@@ -16,8 +16,9 @@ from opal_dp.defs.shared.heap import earlier_objects_frozen
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
 from opal_dp.defs.shared.partitions import date_and_mode
-from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.parallel import per_day_workers
 from opal_dp.prep.day_records import read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.period_input import PeriodNotReady, stored_period_input
@@ -234,12 +235,14 @@ def published_release(
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     storage: OpalStorage,
+    workers: PerDayWorkers,
     **releases: PartitionFrames,
 ) -> Iterator[dg.AssetCheckResult | dg.MaterializeResult]:
     """Publish the dates whose draws are new or changed (gated one date at a time), then the combined files, the
     statement and the page over everything published; a run with nothing new writes nothing. A refusal records the
-    gate check that refused it (``gate_checks``)."""
-    with earlier_objects_frozen():  # it reads the whole history: its cost must not include re-scanning the heap
+    gate check that refused it (``gate_checks``). The dates are staged by ``workers`` processes."""
+    # it reads the whole history: its cost must not include re-scanning the heap
+    with earlier_objects_frozen(), per_day_workers(workers.count):
         try:
             result = _publish_release(context, true_cells, release_draws, od_prefix_tree, od_hierarchy,
                                       privacy_budget, reference, storage, releases)

@@ -14,7 +14,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, column_schema, labels, partition_table
 from opal_dp.defs.shared.partitions import date_and_mode, period_and_mode, period_mode
-from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.weeks import recorded_inputs
 from opal_dp.parallel import map_calls
@@ -109,6 +109,7 @@ def release_marginals(
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     storage: OpalStorage,
+    workers: PerDayWorkers,
 ):
     """Six marginals from one read of each (date, mode) piece of the run's weeks, exactly the days ``trip_partitions``
     recorded for each week, versioned by their days' records; every draw is charged to the ledger first. The six
@@ -130,7 +131,7 @@ def release_marginals(
         ledger = privacy_budget.ledger(storage)
         made = dict(zip(keys, map_calls(partition_truths, [
             (trip_partitions.path(key), trips_over_bound.path(date_and_mode(key)[0]), date_and_mode(key)[1],
-             list(plan.mechanisms)) for key in keys])))
+             list(plan.mechanisms)) for key in keys], workers.count)))
         released_by_key = release_partitions(
             trip_partitions, plan, ledger, storage.private_dir, context.run.run_id,
             privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw, versions,

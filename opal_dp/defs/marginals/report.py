@@ -10,7 +10,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import column_schema, labels
 from opal_dp.defs.shared.partitions import date_and_mode
-from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.parallel import map_calls
 from opal_dp.permissions import make_dirs, reserve_private
@@ -36,7 +36,8 @@ PLOTTED = "tap_on_time_loc"
                 "against the true counts, and a plot of true vs released counts. Never published.",
     **labels("internal", "parquet"),
 )
-def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
+def utility_report(true_cells: PartitionFrames, storage: OpalStorage, workers: PerDayWorkers,
+                   **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
     """Share of bins/trips suppressed and mean relative error per marginal and mode, over the partitions released
     so far, plus a plot of true vs released counts at the busiest location. Private: compares with true counts.
     A partition's figures are kept between runs until its files change (``reports.partition_rows``): a weekly
@@ -45,7 +46,8 @@ def utility_report(true_cells: PartitionFrames, storage: OpalStorage, **released
     kept = PartitionRows(storage.reports_dir / "utility_rows.json")
     files = {key: (true_cells.path(key), {m.name: released[m.name].path(key) for m in MARGINALS}) for key in keys}
     by_key = kept.rows_of({key: version_of([cells, *tables.values()]) for key, (cells, tables) in files.items()},
-                          lambda stale: map_calls(utility_rows, [(*files[k], date_and_mode(k)[1]) for k in stale]))
+                          lambda stale: map_calls(utility_rows, [(*files[k], date_and_mode(k)[1]) for k in stale],
+                                                  workers.count))
     rows = [row for key in keys for row in by_key[key]]
     kept.save()
     summary = UtilitySummary.validate(summarise(rows))

@@ -10,6 +10,7 @@ from opal_dp.defs.shared.io import PartitionFrames, materialised
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.defs.shared.resources import PerDayWorkers
 from opal_dp.parallel import map_calls
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.reports.partition_rows import PartitionRows, version_of
@@ -44,7 +45,8 @@ def _table(frame: pd.DataFrame) -> dg.MetadataValue:
     **labels("internal"),
 )
 def disclosure_risk(
-    context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, storage: OpalStorage, **released: PartitionFrames
+    context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, storage: OpalStorage, workers: PerDayWorkers,
+    **released: PartitionFrames,
 ) -> dg.MaterializeResult:
     """What an outsider can compute from our released counts and public parameters, under either design: the
     public-domain design's one-way tables are sums of its joint with the remainder rows, so its differencing
@@ -70,7 +72,7 @@ def disclosure_risk(
         {day: f"summary|{settings}" + version_of(files[day][name][k] for k in chosen for name in released)
          for day, chosen in sorted(by_day.items())},
         lambda stale: ([summary] for summary in map_calls(day_differencing, [(files[d], mechanisms, WORST)
-                                                                             for d in stale])))
+                                                                             for d in stale], workers.count)))
     days = [rows[0] for rows in by_day_rows.values()]
     kept.save()
     residuals = combined_residuals(pd.DataFrame.from_records(d["shown"], columns=DIFFERENCING_COLUMNS) for d in days)

@@ -13,9 +13,10 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import LEDGER_POOL, WEEK_A_RUN, labels
 from opal_dp.defs.shared.partitions import release_periods
-from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.weeks import period_inputs
+from opal_dp.parallel import per_day_workers
 from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents
 from opal_dp.release.od.engine import release_od_days
@@ -43,10 +44,16 @@ TREE_CHECKS = {
     **labels("dp", "parquet"),
 )
 def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget,
-                   reference: ReferenceNetwork, storage: OpalStorage):
+                   reference: ReferenceNetwork, storage: OpalStorage, workers: PerDayWorkers):
     """The noisy hybrid-granularity prefix tree of each date's card-day sequences, charged to the ledger before
     any noise is drawn, then made consistent (``level, parent, symbol, count, terminal``, plus the ledger
-    ``draw_id``). Empty when ``od_release`` is off (nothing charged)."""
+    ``draw_id``). Empty when ``od_release`` is off (nothing charged). A date per worker process (``workers``)."""
+    with per_day_workers(workers.count):
+        yield from _od_prefix_tree(context, trip_sequences, privacy_budget, reference, storage)
+
+
+def _od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget,
+                    reference: ReferenceNetwork, storage: OpalStorage):
     alphabet = trip_alphabet(reference.stops())
     plan = privacy_budget.od_plan(alphabet.groups)
     out, bad = {}, {name: 0 for name in TREE_CHECKS}

@@ -1,4 +1,5 @@
-"""Resources: the private Parquet store, the public reference network, and the privacy budget."""
+"""Resources: the private Parquet store, the public reference network, the privacy budget, and the processes for
+per-day work."""
 
 
 from functools import lru_cache
@@ -27,6 +28,13 @@ class ReferenceNetwork(dg.ConfigurableResource):
         return _stops(self.path)
 
 
+class PerDayWorkers(dg.ConfigurableResource):
+    """Processes for a step's per-day work (``opal_dp.parallel``): ``count`` as a run's configuration gives it (the
+    command line's ``--workers``); unset, as in a run from the UI or the daemon, ``$OPAL_DP_WORKERS`` or the CPUs."""
+
+    count: int | None = None
+
+
 @dg.definitions
 def resources() -> dg.Definitions:
     storage = default_storage()  # $OPAL_DP_DATA_DIR, read once here
@@ -36,5 +44,6 @@ def resources() -> dg.Definitions:
             "private_parquet": private_parquet,
             "reference": ReferenceNetwork(),
             "privacy_budget": PrivacyBudget(),
+            "workers": PerDayWorkers(),
         }
     )

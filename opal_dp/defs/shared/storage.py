@@ -2,7 +2,6 @@
 
 import dagster as dg
 
-from opal_dp import settings
 from opal_dp.locations import DataLocation
 
 
@@ -14,4 +13,4 @@ class OpalStorage(dg.ConfigurableResource, DataLocation):
 
 
 def default_storage() -> OpalStorage:
-    return OpalStorage(data_dir=settings.data_dir_from_env(), ledger_url=settings.ledger_url_from_env())
+    return OpalStorage.resolved()

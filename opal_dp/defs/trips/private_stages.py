@@ -25,7 +25,7 @@ from opal_dp.defs.shared.io import PartitionFrames, StoredPartitions, stored
 from opal_dp.defs.shared.metadata import SINGLE_RUN, column_schema, labels
 from opal_dp.defs.shared.weeks import period_inputs
 from opal_dp.defs.shared.partitions import period_and_mode, period_mode, service_dates
-from opal_dp.defs.shared.resources import ReferenceNetwork
+from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.parallel import map_calls
 from opal_dp.prep.bounding import select_card_days
@@ -79,7 +79,7 @@ def _day_specs() -> list[dg.AssetSpec]:
 
 @dg.multi_asset(specs=_day_specs(), partitions_def=service_dates, backfill_policy=SINGLE_RUN)
 def private_day_stages(context: dg.AssetExecutionContext, reference: ReferenceNetwork, privacy_budget: PrivacyBudget,
-                       storage: OpalStorage):
+                       storage: OpalStorage, workers: PerDayWorkers):
     """Every private asset of each day from one read of its raw file, a day per worker process, each storing its
     own partitions and then the day's record (``prep.day_files.day_pass``); rows read = accepted + rejected, per
     file, always (recorded per day). Every day is tried and every good one is materialised; a file that cannot be
@@ -94,7 +94,7 @@ def private_day_stages(context: dg.AssetExecutionContext, reference: ReferenceNe
     calls = [(storage.raw_dir, day, stops, bounding, cut, fingerprint, paths[day], storage.private_dir)
              for day in days]
     failed = {}
-    for day, result in zip(days, map_calls(day_pass, calls)):
+    for day, result in zip(days, map_calls(day_pass, calls, workers.count)):
         if isinstance(result, DayFailure):
             failed[day] = result.reason
             continue
@@ -142,6 +142,7 @@ def _day_metadata(result, privacy_budget: PrivacyBudget) -> dict[str, dict]:
 def trip_partitions(
     context: dg.AssetExecutionContext, bounded_trips: PartitionFrames, binned_trips: PartitionFrames,
     card_days: PartitionFrames, privacy_budget: PrivacyBudget, reference: ReferenceNetwork, storage: OpalStorage,
+    workers: PerDayWorkers,
 ) -> dg.Output[StoredPartitions]:
     """The week's (date, mode) pieces of its bounded trips: what the release draws from and the ledger charges.
     Refused, before anything is charged, while a day of the week is not ingested with the release's settings
@@ -166,7 +167,7 @@ def trip_partitions(
                                                    kept.get(day, np.zeros(0, np.int64)))
             calls.append((bounded_trips.path(day), day, {k.split("|")[1]: p for k, p in outs.items()}, cap))
     rows: dict[str, int] = {}
-    for (_, day, _, _), counts in zip(calls, map_calls(split_day, calls)):
+    for (_, day, _, _), counts in zip(calls, map_calls(split_day, calls, workers.count)):
         for mode, count in counts.items():
             rows[f"{mode}|{week_of(day)}"] = rows.get(f"{mode}|{week_of(day)}", 0) + count
     for key in map(str, context.partition_keys):
