@@ -1,4 +1,5 @@
-"""``python -m benchmarks``: pipeline vs floor vs OpenDP vs PipelineDP, at one or more scales."""
+"""``python -m benchmarks``: the default release (card_period, weekly, with its OD hierarchy) and the 2016 trip unit,
+against the hand-written floor, Dagster's own floor for the same asset graph and run plan, OpenDP and PipelineDP."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ NOTES = [
     "the standard library), imports, each Dagster step (STEP_START to STEP_SUCCESS in the run's event log, summed "
     "over the runs), Dagster inside runs outside steps (RUN_START to RUN_SUCCESS less the steps), run_release outside "
     "runs (definitions, partitions, run set-up) and the exit; the parts add up to the end to end (`benchmarks.profile`).",
+    "Dagster-only floor (`benchmarks.dagster_floor`): the headline repeat's run plan (the same jobs, tags and checks "
+    "evaluated) replayed in a fresh process on an ephemeral instance through the same asset keys, partitions, "
+    "dependencies, check specs, backfill policies and jobs with steps that do nothing: Dagster's own cost of this "
+    "graph, interpreter start, imports and definitions included; the same events by type but for the values stored "
+    "and loaded (the floor stores none) and the steps' outputs (`opal_dp_tests/defs/test_dagster_floor.py`).",
     "Row-level peers run on the leading `--peer-days` day(s) and are extrapolated: PipelineDP by rows, "
     "OpenDP Polars by partitions (its per-query threshold search dominates, not the rows).",
 ]
@@ -82,8 +88,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="leading days the row-level peers run on before extrapolation (default %(default)s)")
     parser.add_argument("--memory-limit-gb", type=float, default=min(16.0, 0.75 * report.memory_gib()),
                         help="address-space cap of each pipeline subprocess (default %(default).1f)")
-    parser.add_argument("--units", type=_units, default=["trip"],
-                        help="privacy units to run the pipeline under, e.g. trip,card_day,card_period (default trip)")
+    parser.add_argument("--units", type=_units, default=["card_period", "trip"],
+                        help="privacy units to run the pipeline under, the headline first (default card_period,trip: "
+                             "the default weekly release with its OD hierarchy, then the 2016 trip unit)")
     parser.add_argument("--compare-units", action="store_true",
                         help="also run the internal unit comparison (utility of the three units on the same data)")
     parser.add_argument("--compare-designs", action="store_true",
@@ -123,17 +130,20 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
     print(f"  floor {floor['seconds']:.2f} s", file=sys.stderr)
     entry = {"scale": scale, "seed": args.seed, "trips": fortnight.rows, "raw_dir": str(fortnight.raw_dir),
              "floor": floor, "pipeline": None, "pipeline_error": None, "units": {}, "peers": {}, "ratios": {}}
+    headline = entry["headline_unit"] = args.units[0]
     for unit in args.units:
-        result = _pipeline(args, fortnight, scale, unit, millions, floor)
+        result = _pipeline(args, fortnight, scale, unit, millions, floor, dagster_floor=unit == headline)
         entry["units"][unit] = result
         if result.get("error"):
             entry["pipeline_error"] = f"{unit}: {result['error']}"
-    if "trip" in entry["units"] and not entry["units"]["trip"].get("error"):
-        entry["pipeline"] = entry["units"]["trip"]
+    if not entry["units"][headline].get("error"):
+        entry["pipeline"] = entry["units"][headline]
         entry["ratios"]["pipeline_over_floor"] = entry["pipeline"]["wall_s"] / floor["seconds"]
+        entry["ratios"]["pipeline_over_dagster_floor"] = (entry["pipeline"]["wall_s"]
+                                                          / entry["pipeline"]["dagster_floor"]["wall_s"])
         for unit, result in entry["units"].items():
-            if unit != "trip" and not result.get("error"):
-                entry["ratios"][f"{unit}_over_trip"] = result["wall_s"] / entry["pipeline"]["wall_s"]
+            if unit != headline and not result.get("error"):
+                entry["ratios"][f"{unit}_over_{headline}"] = result["wall_s"] / entry["pipeline"]["wall_s"]
     if args.compare_units:
         entry["unit_comparison"] = run_comparison(fortnight.raw_dir)
     if args.compare_designs:
@@ -149,7 +159,8 @@ def bench_scale(args: argparse.Namespace, scale: float) -> dict:
             subset = files[: args.peer_days] if name in peers.EXTRAPOLATE_BY else files
             result = peer(subset)
             full = result.full_seconds(fortnight.rows, len(files))
-            pipeline_wall = entry["pipeline"]["wall_s"] if entry["pipeline"] else None
+            like = entry["units"].get("trip") or entry["pipeline"] or {}  # the peers count trips: the trip unit
+            pipeline_wall = None if like.get("error") else like.get("wall_s")
             entry["peers"][name] = {
                 "seconds": result.seconds,
                 "rows": result.rows,
@@ -182,15 +193,16 @@ def _compare_designs(args: argparse.Namespace, fortnight, scale: float, millions
 
 
 def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, millions: float, floor: dict,
-              design: str = "sbh") -> dict:
-    """``--repeat`` runs of the pipeline under ``unit`` and ``design``: medians, or the error of the first failed
-    repeat."""
+              design: str = "sbh", dagster_floor: bool = False) -> dict:
+    """``--repeat`` runs of the pipeline under ``unit`` and ``design`` (each with its Dagster-only floor, with
+    ``dagster_floor``): medians, or the error of the first failed repeat."""
     repeats = []
     name = unit if Design.parse(design) is Design.SBH else f"{unit}-{design}"
     for i in range(args.repeat):
         run_dir = args.out / "runs" / f"scale-{scale:g}" / name / f"repeat-{i}"
         try:
-            repeats.append(run_pipeline(fortnight.raw_dir, run_dir, int(args.memory_limit_gb * 2**30), unit, design))
+            repeats.append(run_pipeline(fortnight.raw_dir, run_dir, int(args.memory_limit_gb * 2**30), unit, design,
+                                        dagster_floor))
         except RuntimeError as err:
             return {"error": str(err)}
         if repeats[-1]["error"]:
@@ -212,11 +224,18 @@ def _pipeline(args: argparse.Namespace, fortnight, scale: float, unit: str, mill
         "profile": sorted(repeats, key=lambda r: r["wall_s"])[len(repeats) // 2]["profile"],  # the median repeat's
         "blocking_checks_passed": all(r["blocking_checks_passed"] for r in repeats),
         "ledger": repeats[-1]["ledger"],
+        "dagster_floor": _median_floor([r["dagster_floor"] for r in repeats]) if dagster_floor else None,
     }
     if repeats[0]["rows_accepted"] != floor["rows"]:
         result["error"] = (f"pipeline accepted {repeats[0]['rows_accepted']:,} trips, the floor counted "
                            f"{floor['rows']:,}: the two did not release the same data")
     return result
+
+
+def _median_floor(floors: list[dict]) -> dict:
+    """The Dagster-only floor of the repeats: median seconds, the events of the last."""
+    return {"wall_s": report.median([f["wall_s"] for f in floors]), "runs_s": report.median([f["runs_s"] for f in floors]),
+            "events": floors[-1]["events"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 MODULE_STARTED = time.time()
 
 from benchmarks import profile
+from benchmarks.dagster_floor import dagster_floor_run
 from benchmarks.memory import TreeRssSampler
 from opal_dp import settings
 from opal_dp.defs.shared.storage import OpalStorage
@@ -37,9 +38,11 @@ STORAGE = OpalStorage.resolved()  # the child's data directory (set by the paren
 
 
 def run_pipeline(
-    raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: str = "trip", design: str = "sbh"
+    raw_dir: Path, run_dir: Path, memory_limit_bytes: int, unit: str = "trip", design: str = "sbh",
+    dagster_floor: bool = False,
 ) -> dict:
-    """Run the pipeline once over ``raw_dir`` under privacy ``unit`` and release ``design``; private intermediates are removed afterwards, the
+    """Run the pipeline once over ``raw_dir`` under privacy ``unit`` and release ``design`` (and, with
+    ``dagster_floor``, its run plan through the Dagster-only floor); private intermediates are removed afterwards, the
     published release is kept under ``run_dir/data/published``. The child's address space is capped
     at ``memory_limit_bytes`` so that a runaway step fails the repeat (MemoryError) instead of
     calling the kernel's OOM killer onto a shared machine."""
@@ -53,7 +56,7 @@ def run_pipeline(
     started, spawned = time.perf_counter(), time.time()
     with open(log, "wb") as out:  # Dagster's event log: kept beside the result, not printed
         child = subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", str(data), str(result_file), unit,
-                                  design],
+                                  design, "dagster_floor" if dagster_floor else ""],
                                  stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
                                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes,) * 2))
         with TreeRssSampler(child.pid) as sampler:
@@ -67,6 +70,8 @@ def run_pipeline(
     measured = json.loads(result_file.read_text())
     if measured["error"]:
         measured["error"] += f" (peak RSS {usage.ru_maxrss / 2**20:.1f} GiB; see {log})"
+    plan = measured.pop("plan")
+    floor = dagster_floor_run(plan, run_dir, env) if plan else None
     return {
         "wall_s": wall,
         # the process and its per-day workers together; the largest single process as wait4 reports it (KiB)
@@ -78,16 +83,21 @@ def run_pipeline(
         "profile": profile.phases({**measured.pop("stamps"), "spawned": spawned, "exited": exited},
                                   measured.pop("intervals")),
         **measured,
+        "dagster_floor": floor,
         "published_dir": str(data / "published" / LATEST),
     }
 
 
-def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
+def _measure_release(unit: str = "trip", design: str = "sbh", dagster_floor: str = "") -> dict:
     """In the child: run the release under ``unit`` and ``design`` and collect run/step durations from the instance, also
-    those of the runs that completed before a failed one (``error`` then says which)."""
+    those of the runs that completed before a failed one (``error`` then says which); with ``dagster_floor``
+    (``"dagster_floor"``), also its run plan, for the Dagster-only floor (``benchmarks.dagster_floor``)."""
     import dagster as dg
 
+    from benchmarks.dagster_floor import release_plan
+
     from opal_dp.cli import run_release
+    from opal_dp.release.settings import PrivacySettings
     from benchmarks.quarter import THROUGHPUT_PERSON_CAP
 
     stamps = {"module_started": MODULE_STARTED, "imported": time.time()}
@@ -96,6 +106,8 @@ def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
     if unit != "trip":  # the card units at the 2016 budgets: their share of a cap that never binds would overflow
         budget |= {"epsilon": {m.name: m.default_epsilon for m in MARGINALS},
                    "delta": {m.name: DEFAULT_DELTA for m in MARGINALS}}
+    if budget["privacy_unit"] == PrivacySettings().privacy_unit and Design.parse(design) is Design.SBH:
+        budget = {}  # the default release, as `make release` runs it: each week at its share of the person cap
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
         stamps["release_started"] = time.time()
@@ -110,6 +122,8 @@ def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
         intervals = profile.run_intervals(instance, [run.run_id for run in instance.get_runs()])
         checks = [e for r in results.get("release", []) for e in r.get_asset_check_evaluations()]
         rows_accepted = _rows_accepted(instance)
+        plan = release_plan(instance) if dagster_floor and not error else None
+        events = sum(len(instance.all_logs(run.run_id)) for run in instance.get_runs()) if plan else None
     published = STORAGE.published_dir / LATEST
     return {
         "error": error,
@@ -120,6 +134,8 @@ def _measure_release(unit: str = "trip", design: str = "sbh") -> dict:
         "rows_accepted": rows_accepted,
         "blocking_checks_passed": all(e.passed for e in checks if e.check_name != "plausible_totals") and bool(checks),
         "ledger": _ledger_summary(budget),
+        "plan": plan,
+        "events": events,
         "published_files": {p.name: _lines(p) - 1 for p in sorted(published.iterdir()) if p.suffix == ".csv"}
         if published.exists() else {},
     }
@@ -161,6 +177,6 @@ if __name__ == "__main__":
     data_dir, result_path = map(Path, sys.argv[1:3])
     if STORAGE.data_dir != str(data_dir.absolute()):
         raise SystemExit(f"{settings.DATA_DIR_ENV} must be {data_dir}, got {STORAGE.data_dir}")
-    measured = _measure_release(*sys.argv[3:5])
+    measured = _measure_release(*sys.argv[3:6])
     result_path.write_text(json.dumps(measured, indent=2) + "\n")
     sys.exit(1 if measured["error"] else 0)

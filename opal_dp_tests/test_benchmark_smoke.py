@@ -34,6 +34,11 @@ def test_benchmark_smoke(tmp_path, monkeypatch):
     assert {"private_day_stages", "release_marginals", "published_release"} <= pipeline["steps"].keys()
     assert pipeline["wall_s"] > 0 and pipeline["peak_rss_bytes"] > 0 and pipeline["s_per_m_trips"] > 0
     assert scale["ratios"]["pipeline_over_floor"] > 0
+    assert scale["headline_unit"] == "trip"  # the first of --units (the default: card_period, then trip)
+    floor_dagster = pipeline["dagster_floor"]
+    assert floor_dagster["wall_s"] > floor_dagster["runs_s"] > 0 and floor_dagster["events"] > 0
+    assert scale["ratios"]["pipeline_over_dagster_floor"] == pytest.approx(pipeline["wall_s"] / floor_dagster["wall_s"])
+    assert scale["units"]["card_day"]["dagster_floor"] is None  # the headline's only
     (repeat,) = pipeline["repeats"]
     assert repeat["rows_accepted"] == scale["trips"]
     profile = pipeline["profile"]
@@ -70,8 +75,8 @@ def test_benchmark_smoke(tmp_path, monkeypatch):
     assert not (latest.parent.parent / "private").exists()  # microdata removed after the repeat
 
     markdown = (tmp_path / "RESULTS.md").read_text()
-    assert "| scale | trips | end to end s |" in markdown
-    assert f"| 0.005 | {scale['trips']:,} |" in markdown
+    assert "| scale | unit | trips | end to end s |" in markdown and "| pipeline / Dagster floor |" in markdown
+    assert f"| 0.005 | trip | {scale['trips']:,} |" in markdown
     assert "Machine: " in markdown
     assert "## Profile of the pipeline, scale 0.005" in markdown and "step `release_marginals` |" in markdown
     assert "## Privacy units" in markdown and "## Utility of the units on the same data" in markdown

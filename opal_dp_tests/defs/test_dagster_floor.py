@@ -1,0 +1,35 @@
+"""The Dagster-only floor of the benchmark (``benchmarks.dagster_floor``): a release's run plan replayed through the
+same asset graph with steps that do nothing stores the same Dagster events by type as the release, but those of
+the values the real steps store and load and the steps' outputs (the real day step reports its partitions as
+materialisation events, the floor's steps as one output per asset), so that the floor measures Dagster's own cost
+of this graph and plan."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import dagster as dg
+
+from benchmarks.dagster_floor import release_plan, replay
+
+VALUES = {dg.DagsterEventType.HANDLED_OUTPUT, dg.DagsterEventType.LOADED_INPUT, dg.DagsterEventType.STEP_INPUT,
+          dg.DagsterEventType.STEP_OUTPUT}
+
+
+def _events(instance: dg.DagsterInstance) -> Counter:
+    """Dagster's events of every run by type, the values' events and the steps' own log lines left out."""
+    return Counter(e.dagster_event_type for r in instance.get_runs() for e in instance.all_logs(r.run_id)
+                   if e.is_dagster_event and e.dagster_event_type not in VALUES)
+
+
+def test_the_floor_replays_the_release_plan_with_the_same_events_but_the_values(released):
+    instance, _ = released
+    plan = release_plan(instance)
+    assert [job for job, _, _ in plan].count("rollup") == 1 and len(plan) == len(instance.get_runs())
+    assert any(checks for _, _, checks in plan), "the release's checks are evaluated by the floor too"
+    with dg.DagsterInstance.ephemeral() as floor:
+        seconds = replay(plan, floor)
+        assert len(seconds) == len(plan) and all(s > 0 for s in seconds)
+        assert [(r.job_name, r.tags) for r in reversed(floor.get_runs())] == [(job, tags) for job, tags, _ in plan]
+        real, replayed = _events(instance), _events(floor)
+    assert replayed == real and replayed[dg.DagsterEventType.ASSET_CHECK_EVALUATION] > 0
