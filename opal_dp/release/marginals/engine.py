@@ -107,7 +107,7 @@ def release_partitions(
         day, mode = key.split("|")
         for name in names:
             mech = plan.mechanisms[name]
-            requests.append(Request(plan.unit.value, plan.scope(day, mode), key, day, name, plan.relation.value,
+            requests.append(Request(plan.unit, plan.scope(day, mode), key, day, name, plan.relation.value,
                                     mech.cost(), mechanism_id(mech), bounds, prints[key], versions[key]))
     if plan.design.consistent:
         serve = _serve_taps(partitions, plan)

@@ -138,7 +138,7 @@ def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: Privacy
     prints = list(map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days]))
     versions = (input_versions if input_versions is not None else
                 stand_ins({day: plan.scope(day) for day in days}, dict(zip(days, prints))))
-    requests = [Request(plan.ledger_unit.value, plan.scope(day), day, day, plan.marginal(day), "add_remove",
+    requests = [Request(plan.ledger_unit, plan.scope(day), day, day, plan.marginal(day), "add_remove",
                         plan.cost(), plan.mechanism(), plan.bounds(), print_, versions[day])
                 for day, print_ in zip(days, prints)]
 

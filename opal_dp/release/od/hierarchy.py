@@ -311,7 +311,7 @@ def release_od_hierarchy(sequences: Mapping[str, Path], plan: HierarchyPlan, led
                              hashlib.sha256).hexdigest() for part, (day, mode) in parts.items()}
     versions = (stand_ins({p: plan.scope(d) for p, (d, _) in parts.items()}, prints) if input_versions is None
                 else {p: input_versions[d] for p, (d, _) in parts.items()})
-    requests = [Request(plan.ledger_unit.value, plan.scope(day), part, day, plan.marginal(day), "add_remove",
+    requests = [Request(plan.ledger_unit, plan.scope(day), part, day, plan.marginal(day), "add_remove",
                         plan.cost(), plan.mechanism(), plan.bounds(), prints[part], versions[part])
                 for part, (day, mode) in parts.items()]
     noise = DiscreteGaussian(bits)

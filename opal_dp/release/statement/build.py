@@ -151,7 +151,7 @@ def privacy_statement(
     if set(evidence.draws) != wanted:
         raise StatementError("the ledger evidence must name exactly one draw per published (partition, marginal)")
     charges = [evidence.charges[d.charge_id] for d in evidence.draws.values()]
-    unit = PrivacyUnit(_one({c.unit for c in charges}, "privacy units"))
+    unit = _one({c.unit for c in charges}, "privacy units")  # a PrivacyUnit: records carry it
     relation = _one({c.relation for c in charges}, "neighbouring relations")
     bounds = json.loads(_one({c.bounds for c in charges}, "contribution bounds"))
     params = {

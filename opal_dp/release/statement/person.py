@@ -19,7 +19,6 @@ from collections.abc import Collection
 from opal_dp.core.accounting import compose
 from opal_dp.core.ledger import PrivacyLedger
 from opal_dp.core.ledger_records import Charge
-from opal_dp.core.units import PrivacyUnit
 from opal_dp.release.statement.runs import int_runs
 
 
@@ -27,10 +26,10 @@ def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Colle
     """The ``person`` section for a release over ``dates`` made of ``charges`` (its own ledger charges)."""
     spend = ledger.person_window(dates)
     cap = spend.cap
-    mine = [c for c in charges if PrivacyUnit(c.unit).bounds_cards]
+    mine = [c for c in charges if c.unit.bounds_cards]
     share = compose([c.cost for c in mine], delta_target=cap.delta)
     trips = ledger.trip_charges(min(dates), max(dates))
-    unbounded = [c for c in charges if not PrivacyUnit(c.unit).bounds_cards]
+    unbounded = [c for c in charges if not c.unit.bounds_cards]
     if unbounded:  # a trip-unit release: its marginals bound nothing per person, whatever else it holds
         added = (f"; its card-level files use epsilon = {share.epsilon:.3g} of a person bound of epsilon = "
                  f"{cap.epsilon:g} over any {cap.horizon_days} days") if mine else (
@@ -74,7 +73,7 @@ def person_account(ledger: PrivacyLedger) -> dict | None:
     window over every card-level charge the ledger holds, what it has spent, the cap, and the headroom left (the cap's
     epsilon minus the window's; compositions are not additive, so the headroom is a guide, the ledger the judge).
     None before the first card-level charge."""
-    charges = [c for c in ledger.charges() if PrivacyUnit(c.unit).bounds_cards]
+    charges = [c for c in ledger.charges() if c.unit.bounds_cards]
     if not charges:
         return None
     spend = ledger.person_spend(min(c.first_date for c in charges), max(c.last_date for c in charges))

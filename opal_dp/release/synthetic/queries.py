@@ -286,7 +286,7 @@ def release_queries(
         versions = stand_ins({part: plan.scope for part in date_of}, prints)
     else:
         versions = {part: input_versions[day] for part, day in date_of.items()}
-    requests = [Request(plan.unit.value, plan.scope, part, date_of[part], MARGINAL_PREFIX + q, plan.relation.value,
+    requests = [Request(plan.unit, plan.scope, part, date_of[part], MARGINAL_PREFIX + q, plan.relation.value,
                         plan.cost(q), json.dumps(plan.describe(q), sort_keys=True), plan.bounds_json(),
                         prints[part], versions[part])
                 for part, q in sorted(parts, key=lambda k: (date_of[k[0]], k[1]))]
