@@ -10,7 +10,7 @@ from collections import Counter
 
 import dagster as dg
 
-from benchmarks.dagster_floor import release_plan, replay
+from benchmarks.dagster_floor import CHECKS_TAG, release_plan, replay
 
 VALUES = {dg.DagsterEventType.HANDLED_OUTPUT, dg.DagsterEventType.LOADED_INPUT, dg.DagsterEventType.STEP_INPUT,
           dg.DagsterEventType.STEP_OUTPUT}
@@ -30,6 +30,7 @@ def test_the_floor_replays_the_release_plan_with_the_same_events_but_the_values(
     with dg.DagsterInstance.ephemeral() as floor:
         seconds = replay(plan, floor)
         assert len(seconds) == len(plan) and all(s > 0 for s in seconds)
-        assert [(r.job_name, r.tags) for r in reversed(floor.get_runs())] == [(job, tags) for job, tags, _ in plan]
+        runs = [(r.job_name, r.tags) for r in reversed(floor.get_runs())]
+        assert runs == [(job, {**tags, CHECKS_TAG: ",".join(checks)}) for job, tags, checks in plan]
         real, replayed = _events(instance), _events(floor)
     assert replayed == real and replayed[dg.DagsterEventType.ASSET_CHECK_EVALUATION] > 0
