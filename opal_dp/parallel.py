@@ -2,9 +2,9 @@
 
 The calls read their inputs and write their outputs themselves (private files, ``opal_dp.private_files``) and return
 only small summaries, so the caller never holds a day's trips: memory is bounded by ``workers`` days, whatever
-the number of days. How many processes: the caller's ``workers`` (a run's ``per_day_workers`` resource, which the
-command line's ``--workers`` configures), else the number of the enclosing ``per_day_workers`` block, else
-``$OPAL_DP_WORKERS`` (``opal_dp.settings``) or the CPUs; with one, or one call,
+the number of days. How many processes: the caller's ``workers`` (a step passes its run's ``workers`` resource,
+which the command line's ``--workers`` configures, down as an argument), else ``$OPAL_DP_WORKERS``
+(``opal_dp.settings``) or the CPUs; with one, or one call,
 everything runs in the calling process, in order, as it does in a daemonic process (a Celery worker's
 child: there the executor spreads the steps). Workers fork from a forkserver that has imported the prep
 modules and what the program's main module uses (a worker re-runs the main module, which then finds its imports
@@ -28,8 +28,6 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
 from concurrent.futures import CancelledError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import cache
@@ -43,23 +41,11 @@ PRELOAD = ["opal_dp.prep.day_files"]
 
 
 _POOL_LOCK = threading.Lock()
-_BLOCK_WORKERS: ContextVar[int | None] = ContextVar("opal_dp_per_day_workers", default=None)
-
-
-@contextmanager
-def per_day_workers(workers: int | None) -> Iterator[None]:
-    """In the block (this thread), calls that do not give their own ``workers`` use ``workers``; ``None`` leaves the
-    default. For a step whose per-day work runs deep in functions that take no ``workers`` argument."""
-    token = _BLOCK_WORKERS.set(workers)
-    try:
-        yield
-    finally:
-        _BLOCK_WORKERS.reset(token)
 
 
 def _workers(workers: int | None) -> int:
-    """``workers`` if given, else the enclosing ``per_day_workers`` block's, else ``$OPAL_DP_WORKERS`` or the CPUs."""
-    return workers or _BLOCK_WORKERS.get() or settings.workers_from_env()
+    """``workers`` if given, else ``$OPAL_DP_WORKERS`` or the CPUs."""
+    return workers or settings.workers_from_env()
 
 
 def _preload() -> list[str]:

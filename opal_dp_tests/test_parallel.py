@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
-from opal_dp.parallel import PRELOAD, _pool, _preload, map_calls, per_day_workers, start_in_background
+from opal_dp.parallel import PRELOAD, _pool, _preload, map_calls, start_in_background
 from opal_dp.prep.day_records import DayCut
 from opal_dp.prep.day_files import Bounding, DayFailure, DayPaths, day_pass, split_day
 from opal_dp.settings import WORKERS_ENV, workers_from_env
@@ -108,14 +108,14 @@ def test_one_worker_runs_in_this_process():
     assert {pid for _, pid in map_calls(square_and_pid, [(1,), (2,)], workers=1)} == {os.getpid()}
 
 
-def test_a_block_gives_its_count_to_the_calls_that_give_none(monkeypatch):
-    """A step's configured count (``per_day_workers``) reaches the calls made below it; the environment's only
-    outside the block, and a call's own count wins over both."""
+def test_a_calls_own_count_wins_over_the_environments(monkeypatch):
+    """A step passes its run's configured count (``--workers``) down as an argument; the environment's count
+    applies only to calls that give none."""
     monkeypatch.setenv(WORKERS_ENV, "2")
-    with per_day_workers(1):
-        assert {pid for _, pid in map_calls(square_and_pid, [(1,), (2,)])} == {os.getpid()}
-        assert os.getpid() not in {pid for _, pid in map_calls(square_and_pid, [(1,), (2,)], workers=2)}
+    assert {pid for _, pid in map_calls(square_and_pid, [(1,), (2,)], workers=1)} == {os.getpid()}
     assert os.getpid() not in {pid for _, pid in map_calls(square_and_pid, [(1,), (2,)])}
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    assert os.getpid() not in {pid for _, pid in map_calls(square_and_pid, [(1,), (2,)], workers=2)}
 
 
 def test_an_error_in_a_worker_is_raised_to_the_caller():

@@ -152,14 +152,15 @@ def audit_card_level(
     runs: int = 10**6,
     alpha: float = 1e-6,
     period_days: int | None = None,
+    workers: int | None = None,
 ) -> AuditReport:
     """Audit ``mechanism`` (calibrated to the sensitivity of ``bounds`` for the audited unit) against the claim
     (epsilon, delta) on every scenario, with ``bounding`` in the path (module docstring). ``period_days``: the
-    period of a ``card_period`` plan, which adds the ``period spread`` scenario."""
+    period of a ``card_period`` plan, which adds the ``period spread`` scenario. ``workers`` as in ``audit_pairs``."""
     released = mechanism.describe()["min_released_count"]
     pairs = [neighbouring_histograms(s, bounds, bounding) for s in scenarios(bounds, released)]
     share = alpha if period_days is None else alpha / 2
-    day = audit_pairs(mechanism, pairs, epsilon=epsilon, delta=delta, runs=runs, alpha=share)
+    day = audit_pairs(mechanism, pairs, epsilon=epsilon, delta=delta, runs=runs, alpha=share, workers=workers)
     if period_days is None:
         return day
     period = audit_samples(_released_total(mechanism), [period_pair(bounds, released, period_days, bounding)],

@@ -266,6 +266,7 @@ def audit_mechanism(
     alpha: float = 1e-6,
     seed: int | None = None,
     order: Order = canonical_order,
+    workers: int | None = None,
 ) -> AuditReport:
     """Audit ``factory(epsilon, delta, trip sensitivity, noise)`` for one trip under ``relation`` on the
     ``neighbouring_pairs``, emitting bins in ``order`` (module docstring).
@@ -277,7 +278,7 @@ def audit_mechanism(
     mech = factory(epsilon, delta, trip_sensitivity(relation), DiscreteLaplace(_bits(seed)))
     pairs = neighbouring_pairs(relation, mech.describe()["min_released_count"])
     return audit_pairs(mech, pairs, epsilon=epsilon, delta=delta, runs=runs, selection_runs=selection_runs,
-                       alpha=alpha, order=order, relation=relation)
+                       alpha=alpha, order=order, relation=relation, workers=workers)
 
 
 def _bits(seed: int | None):
@@ -295,16 +296,18 @@ def audit_pairs(
     alpha: float = 1e-6,
     order: Order = canonical_order,
     relation: Relation = Relation.ADD_REMOVE,
+    workers: int | None = None,
 ) -> AuditReport:
     """Audit ``mech`` against the claim (epsilon, delta) on explicit neighbouring histograms (module docstring).
 
     ``runs`` fresh releases per input for the bounds (default 10^6), after ``selection_runs`` (default
-    ``runs // 10``) to choose the events.
+    ``runs // 10``) to choose the events; a pair per worker process (``workers``, ``audit_samples``) unless the
+    mechanism's noise is seeded.
     """
     description = mech.describe()
     return audit_samples(MechanismSampler(mech, order), pairs, description, epsilon=epsilon, delta=delta, runs=runs,
                          selection_runs=selection_runs, alpha=alpha, relation=relation,
-                         workers=1 if description.get("seeded", True) else None)
+                         workers=1 if description.get("seeded", True) else workers)
 
 
 @dataclass(frozen=True)

@@ -80,14 +80,15 @@ def given(day: DateFiles) -> DateFiles:
 def publish(
     published_dir: Path, changed: Sequence[T], statement_of: Callable[[PageSummary], dict],
     stops: pd.DataFrame, state_dir: Path, page: PageSettings = PageSettings(),
-    prepare: Callable[[T], DateFiles] = given,
+    prepare: Callable[[T], DateFiles] = given, workers: int | None = None,
 ) -> Path:
     """Publish the ``changed`` dates (new, or re-released: a correction) into ``<published>/latest`` and rebuild
     what covers them all; nothing else is rewritten.
 
     Every changed date is made (``prepare`` of its item of ``changed``: the caller's gate, which raises to refuse
     it; ``given`` when the items are already ``DateFiles``), written, validated and fsynced in a staging folder
-    first, the dates side by side in the per-day workers (``opal_dp.parallel``; ``prepare`` is pickled by name);
+    first, the dates side by side in ``workers`` per-day worker processes (``opal_dp.parallel``; ``prepare`` is pickled
+    by name);
     any failure there publishes nothing, and every date is staged or abandoned before the error is raised. Only
     then is each renamed to ``dates/<date>``; each combined CSV is appended to in place when every
     changed date is new and follows the dates it holds (else rebuilt by streaming the date files in date order
@@ -109,7 +110,7 @@ def publish(
         try:
             if changed:
                 make_dirs(staging, PUBLIC_DIR)
-            for day in map_calls(stage_date, [(staging, prepare, item) for item in changed]):
+            for day in map_calls(stage_date, [(staging, prepare, item) for item in changed], workers):
                 if day.date in index["dates"]:
                     removed.append(state.of_date(folder, day.date, index["dates"][day.date]))
                 index["dates"][day.date] = day.entry

@@ -14,7 +14,6 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.parallel import per_day_workers
 from opal_dp.release.od.hierarchy import OD_HIERARCHY, hierarchy_plan, od_domain
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.settings import audit_false_alarm_from_env, audit_runs_from_env
@@ -47,11 +46,6 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference
     hierarchy on (``od.csv``), its measurement per level against each of its ledger charges (``audit.hierarchy``),
     at half of alpha. The neighbouring pairs are audited a pair per worker process (``workers``).
     """
-    with per_day_workers(workers.count):
-        return _audited(privacy_budget, storage, reference)
-
-
-def _audited(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork) -> dg.MaterializeResult:
     plan = privacy_budget.plan()
     alpha, runs = audit_false_alarm_from_env(), audit_runs_from_env()
     hierarchy_passed, hierarchy = True, {}
@@ -70,7 +64,7 @@ def _audited(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: Ref
                      {name: {"claimed": r.epsilon, "lower_bound": r.epsilon_lower} for name, r in reports.items()})}
         passed, seconds = all(r.passed for r in reports.values()), sum(r.seconds for r in reports.values())
     elif plan.unit is PrivacyUnit.TRIP:
-        report = audit_mechanism(StabilityHistogram, plan.relation, runs=runs, alpha=alpha / 2)
+        report = audit_mechanism(StabilityHistogram, plan.relation, runs=runs, alpha=alpha / 2, workers=workers.count)
         mech = StabilityHistogram(report.epsilon, report.delta, trip_sensitivity(Relation(plan.relation)))
         membership = membership_game(mech, runs=runs, alpha=alpha / 2)
         extra = {"membership_release_rate": membership.rate, "membership_upper_bound": membership.upper,
@@ -80,7 +74,7 @@ def _audited(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: Ref
         period_days = plan.periods.days if plan.periods else None  # card_period: audited at the plan's sensitivity, with its period
         mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds, unit=plan.unit, period_days=period_days)
         report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=runs, alpha=alpha,
-                                  period_days=period_days)
+                                  period_days=period_days, workers=workers.count)
         extra, passed, seconds = {"card_level_bounds": dg.MetadataValue.json(plan.bounds.describe())}, report.passed, report.seconds
     metadata = {
         "privacy_unit": plan.unit.value,

@@ -18,7 +18,6 @@ from opal_dp.defs.shared.metadata import LEDGER_POOL, labels
 from opal_dp.defs.shared.partitions import date_and_mode
 from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.parallel import per_day_workers
 from opal_dp.prep.day_records import read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.period_input import PeriodNotReady, stored_period_input
@@ -242,10 +241,10 @@ def published_release(
     statement and the page over everything published; a run with nothing new writes nothing. A refusal records the
     gate check that refused it (``gate_checks``). The dates are staged by ``workers`` processes."""
     # it reads the whole history: its cost must not include re-scanning the heap
-    with earlier_objects_frozen(), per_day_workers(workers.count):
+    with earlier_objects_frozen():
         try:
             result = _publish_release(context, true_cells, release_draws, od_prefix_tree, od_hierarchy,
-                                      privacy_budget, reference, storage, releases)
+                                      privacy_budget, reference, storage, releases, workers.count)
         except dg.Failure as failure:
             check = failed_check(failure)
             if check is not None:
@@ -257,7 +256,7 @@ def published_release(
 def _publish_release(
     context: dg.AssetExecutionContext, true_cells: PartitionFrames, release_draws: PartitionFrames,
     od_prefix_tree: PartitionFrames, od_hierarchy: PartitionFrames, privacy_budget: PrivacyBudget,
-    reference: ReferenceNetwork, storage: OpalStorage, releases: dict[str, PartitionFrames],
+    reference: ReferenceNetwork, storage: OpalStorage, releases: dict[str, PartitionFrames], workers: int | None,
 ) -> dg.MaterializeResult:
     ledger = privacy_budget.ledger(storage)
     state = storage.private_dir / PUBLICATION_STATE
@@ -291,7 +290,7 @@ def _publish_release(
                         reference, storage)
     try:
         folder = publish(storage.published_dir, gates, statement_of, reference.stops(), state, PageSettings.from_env(),
-                         prepare=gate_date)
+                         prepare=gate_date, workers=workers)
     except PublishRefused as gate:
         raise refused(DATES, gate.description, {"failed_checks": dg.MetadataValue.json(gate.failed_checks)}) from None
     except PublishedFormatError as err:

@@ -16,7 +16,6 @@ from opal_dp.defs.shared.partitions import release_periods
 from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.weeks import period_inputs
-from opal_dp.parallel import per_day_workers
 from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.od.generate import consistent_tree, inconsistent_parents
 from opal_dp.release.od.engine import release_od_days
@@ -48,12 +47,6 @@ def od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionF
     """The noisy hybrid-granularity prefix tree of each date's card-day sequences, charged to the ledger before
     any noise is drawn, then made consistent (``level, parent, symbol, count, terminal``, plus the ledger
     ``draw_id``). Empty when ``od_release`` is off (nothing charged). A date per worker process (``workers``)."""
-    with per_day_workers(workers.count):
-        yield from _od_prefix_tree(context, trip_sequences, privacy_budget, reference, storage)
-
-
-def _od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: PartitionFrames, privacy_budget: PrivacyBudget,
-                    reference: ReferenceNetwork, storage: OpalStorage):
     alphabet = trip_alphabet(reference.stops())
     plan = privacy_budget.od_plan(alphabet.groups)
     out, bad = {}, {name: 0 for name in TREE_CHECKS}
@@ -65,7 +58,7 @@ def _od_prefix_tree(context: dg.AssetExecutionContext, trip_sequences: Partition
             drawn_days = release_od_days({day: trip_sequences.path(day) for day in days}, plan,
                                          privacy_budget.ledger(storage), storage.private_dir, context.run.run_id,
                                          privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw,
-                                         versions)
+                                         versions, workers.count)
         else:
             drawn_days = ((day, None) for day in days)
         for day, drawn in drawn_days:

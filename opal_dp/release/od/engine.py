@@ -127,15 +127,16 @@ def sorted_rows(rows: np.ndarray) -> np.ndarray:
 
 def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: PrivacyLedger, root: Path, run_id: str,
                     fingerprint_key: bytes, fresh: bool = False,
-                    input_versions: Mapping[str, str] | None = None) -> Iterator[tuple[str, OdDraw]]:
+                    input_versions: Mapping[str, str] | None = None,
+                    workers: int | None = None) -> Iterator[tuple[str, OdDraw]]:
     """The noisy tree of each date's stored card-day sequences (``{date: path}``), charged first (module docstring).
 
     Every date is asked of the ledger before any noise is drawn; the fingerprints and the trees are computed a
-    date per worker process (``opal_dp.parallel``), which reads its sequences and stores its tree itself. Yields
+    date per worker process (``workers`` of them, ``opal_dp.parallel``), which reads its sequences and stores its tree itself. Yields
     ``(date, OdDraw)`` in the given order, one tree in memory at a time. ``input_versions`` as in
     ``release.marginals.engine.release_partitions``."""
     days = list(sequences)
-    prints = list(map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days]))
+    prints = list(map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days], workers))
     versions = (input_versions if input_versions is not None else
                 stand_ins({day: plan.scope(day) for day in days}, dict(zip(days, prints))))
     requests = [Request(plan.ledger_unit, plan.scope(day), day, day, plan.marginal(day), "add_remove",
@@ -145,7 +146,7 @@ def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: Privacy
     def serve(pending: Sequence[Pending]) -> list[Path]:
         """Build every tree not yet stored, a date per worker (each stores its own), and hand back the paths."""
         builds = [(sequences[p.request.part], plan.taxonomy, plan.budget, p.path) for p in pending if not p.stored]
-        for _ in map_calls(build_tree, builds):
+        for _ in map_calls(build_tree, builds, workers):
             pass
         return [p.path for p in pending]
 
