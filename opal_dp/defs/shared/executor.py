@@ -17,6 +17,9 @@ import dagster as dg
 EXECUTOR_ENV = "OPAL_DP_EXECUTOR"
 BROKER_ENV, BACKEND_ENV = "OPAL_DP_CELERY_BROKER", "OPAL_DP_CELERY_BACKEND"
 EXECUTORS = ("", "in_process", "multiprocess", "celery")
+MULTIPROCESS = dg.multiprocess_executor.configured({"start_method": {"forkserver": {}}}, name="multiprocess")
+"""Dagster's process per step, each forked from a server that has imported the job's module (the definitions) once,
+instead of a fresh interpreter that imports them again for every step (Dagster's default, ``spawn``)."""
 
 
 @dg.definitions
@@ -27,7 +30,7 @@ def executor() -> dg.Definitions:
     if choice in ("", "in_process"):
         return dg.Definitions(executor=dg.in_process_executor)
     if choice == "multiprocess":
-        return dg.Definitions(executor=dg.multiprocess_executor)
+        return dg.Definitions(executor=MULTIPROCESS)
     from dagster_celery import celery_executor  # the `cluster` extra
 
     return dg.Definitions(executor=celery_executor.configured(
