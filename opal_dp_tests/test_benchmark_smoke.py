@@ -10,7 +10,7 @@ from benchmarks import dataset
 from benchmarks.__main__ import main
 from benchmarks.profile import PHASES
 from opal_dp.release.od.publish import OD_TABLES
-from opal_dp.release.open_data import TABLES
+from opal_dp.release.marginals.open_data import TABLES
 from opal_dp.release.published_folder import FILES
 
 PIPELINE_RUNS = {"private_stages", "release", "release_od", "rollup"}

@@ -1,8 +1,9 @@
 """Publish released marginals (and any other product's tables, e.g. the OD files) as the open-data files, date by
 date, next to their privacy statement.
 
-The layout is ``release.published_folder``'s, the tables ``release.open_data``'s; nothing else is written under the
-published folder, apart from the hidden staging files and folders (``.staging-*``) of a publish in progress.
+The layout is ``release.published_folder``'s, the tables each product's (``release.products``); nothing else is
+written under the published folder, apart from the hidden staging files and folders (``.staging-*``) of a publish
+in progress.
 
 A date is written when its partitions are complete and gated, and again only when the ledger released it again
 (a correction). Each date's ``manifest.json`` lists its files (rows, bytes, SHA-256), modes and ledger draws;
@@ -34,7 +35,6 @@ import pandas as pd
 from opal_dp.parallel import map_calls
 from opal_dp.permissions import PUBLIC_DIR, PUBLIC_FILE, create_file, make_dirs, reserve_private
 from opal_dp.private_files import fsync_folder
-from opal_dp.release.open_data import DATE, PublishedFormatError
 from opal_dp.release.page.catalogue import INDEX_JSON, PageSettings
 from opal_dp.release.page.render import PAGE, render_index
 from opal_dp.release.page.summary import PageSummary
@@ -42,6 +42,7 @@ from opal_dp.release.products import PUBLICATIONS
 from opal_dp.release.published_folder import (DATES, LATEST, LATEST_JSON, LINK_PREFIX, MANIFEST, RELEASE_ID,
                                               STAGING_PREFIX, csv_header, file_sha256, files_of, published_index,
                                               validate_date, validate_root)
+from opal_dp.release.published_format import DATE, PublishedFormatError
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.runs import date_runs

@@ -17,10 +17,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from opal_dp.release.open_data import PublishedFormatError
 from opal_dp.release.page.catalogue import INDEX_JSON
 from opal_dp.release.page.render import PAGE, external_references, links, stated_guarantee, stated_sizes
 from opal_dp.release.products import PUBLICATIONS
+from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD, stated_design
 from opal_dp.release.statement.markdown import render_markdown
 from opal_dp.release.statement.runs import dates_of, partition_keys

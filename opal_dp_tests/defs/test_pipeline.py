@@ -18,7 +18,7 @@ from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.sequences import TripAlphabet
 from opal_dp.release.od.publish import od_tables
-from opal_dp.release.open_data import to_open_data
+from opal_dp.release.marginals.open_data import to_open_data
 from opal_dp.release.published_folder import LATEST, LATEST_JSON, MANIFEST, files_of, latest_release, validate_published
 from opal_dp.release.statement.runs import partition_keys
 from opal_dp_tests.conftest import other_days

@@ -18,7 +18,7 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.open_data import PublishedFormatError
+from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.published_folder import validate_published
 from opal_dp.release.settings import DEFAULT_DELTA
 from opal_dp_tests.conftest import other_days

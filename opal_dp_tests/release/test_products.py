@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from opal_dp.release.od.product import OD_HIERARCHY, OD_TREE
-from opal_dp.release.open_data import TABLES, PublishedFormatError
+from opal_dp.release.marginals.open_data import TABLES
+from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.products import PRODUCTS, PUBLICATIONS
 from opal_dp.release.publish import _SummaryState

@@ -24,7 +24,7 @@ from opal_dp.core import (
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_labels
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.open_data import to_open_data
+from opal_dp.release.marginals.open_data import to_open_data
 from opal_dp.release.marginals.public_domain import (
     OTHER,
     calibrate,

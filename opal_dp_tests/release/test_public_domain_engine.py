@@ -16,7 +16,7 @@ from opal_dp.release.marginals.engine import PartialTap, release_partitions
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.marginals.public_domain import OTHER, sum_problems
-from opal_dp.release.open_data import to_open_data
+from opal_dp.release.marginals.open_data import to_open_data
 from opal_dp.release.periods import Periods
 
 STOPS = pd.DataFrame({

@@ -29,7 +29,8 @@ from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES, load_stops
 from opal_dp.release import publish as publish_module
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.open_data import PublishedFormatError, to_open_data
+from opal_dp.release.marginals.open_data import to_open_data
+from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.published_folder import FILES, LATEST_JSON, latest_release, validate_published
 from opal_dp.release.publish import DateFiles, publish
 from opal_dp.private_files import write_parquet_atomic

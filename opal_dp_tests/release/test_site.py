@@ -15,7 +15,7 @@ from opal_dp.core import sbh
 from opal_dp.core.accuracy import error_bound_of_sum
 from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN_LABEL
-from opal_dp.release.open_data import to_open_data
+from opal_dp.release.marginals.open_data import to_open_data
 from opal_dp.release.published_folder import FILES
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.page.render import PAGE, external_references, links, render_index, stated_guarantee, stated_sizes

@@ -32,7 +32,7 @@ from opal_dp.release.statement.person import person_account, person_section
 from opal_dp.release.statement.coverage import coverage_section
 from opal_dp.release.statement.runs import draws_of
 from opal_dp.release.page.summary import PageSummary
-from opal_dp.release.open_data import PublishedFormatError
+from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.published_folder import files_of, published_index
 from opal_dp.release.publish import publish
 from opal_dp.release.page.catalogue import PageSettings

@@ -19,7 +19,7 @@ from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problem
 from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.options import Design
-from opal_dp.release.open_data import to_open_data
+from opal_dp.release.marginals.open_data import to_open_data
 from opal_dp.release.publish import DateFiles
 from opal_dp.release.statement.build import LedgerEvidence, open_data_partition
 

@@ -1,7 +1,7 @@
 """The marginals as the registry sees them (``release.products``): every published date has their three tables
-(``time-loc.csv``, ``time.csv``, ``loc.csv``, ``release.open_data``), checked against the statement's partitions,
-and, under a design with remainder rows, checked to add up. They charge nothing on top of the share: their budget
-is what the weekly share solves for, given the other products' charges (``release.share``). Their part of the
+(``time-loc.csv``, ``time.csv``, ``loc.csv``, ``release.marginals.open_data``), checked against the statement's
+partitions, and, under a design with remainder rows, checked to add up. They charge nothing on top of the share:
+their budget is what the weekly share solves for, given the other products' charges (``release.share``). Their part of the
 statement is its body (guarantee, mechanisms, per-marginal parameters: ``release.statement``), so they add no
 section of their own."""
 
@@ -15,7 +15,7 @@ import pandas as pd
 
 from opal_dp.core import PrivacyCost, PrivacyUnit
 from opal_dp.release.marginals.public_domain import sum_problems
-from opal_dp.release.open_data import TABLES, validate_table
+from opal_dp.release.marginals.open_data import TABLES, validate_table
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals.public_domain import OTHER, OTHER_WINDOW
 from opal_dp.release.marginals.tables import COUNT, LOC, MARGINALS, TIME, Marginal
+from opal_dp.release.published_format import DATE, PublishedFormatError
 from opal_dp.release.statement.build import open_data_partition
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
@@ -31,12 +32,7 @@ TAPS = ("on", "off")
 AGGREGATED = "-"
 WINDOW_LABELS = [window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DAY)]
 TIME_ORDER = [AGGREGATED, *WINDOW_LABELS, OTHER]  # categories of the time column, in sort order
-DATE = re.compile(r"\d{8}")
 COUNT_TEXT = re.compile(r"[1-9]\d*")
-
-
-class PublishedFormatError(ValueError):
-    """A published file does not match the open-data format."""
 
 
 def to_open_data(releases: Mapping[str, Mapping[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
