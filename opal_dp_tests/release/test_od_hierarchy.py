@@ -115,6 +115,10 @@ def test_sum_problems_names_a_level_that_does_not_add_up():
     assert len(sum_problems(frame)) == 1
     frame.loc[3, "count"] = 3
     assert sum_problems(frame) == []
+    twice = pd.concat([frame, frame.iloc[[1]]], ignore_index=True)  # a district pair listed twice
+    twice.loc[0, "count"] = 20  # the mode total of both
+    assert sum_problems(twice) == ["d bus ('200x', '201x'): is listed twice",
+                                   "d bus ('200x', '201x'): its location rows do not sum to its district row"]
 
 
 def test_the_plan_follows_the_privacy_settings(domain):

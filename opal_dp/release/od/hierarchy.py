@@ -336,18 +336,29 @@ def release_od_hierarchy(sequences: Mapping[str, Path], plan: HierarchyPlan, led
 
 
 def sum_problems(frame: pd.DataFrame) -> list[str]:
-    """What breaks exact totals in released rows: per (date, mode), the district rows must sum to the mode row,
-    and each district pair's location rows (remainder included) to its district row."""
+    """What breaks exact totals in released rows: per (date, mode), one mode row, which the district rows must sum
+    to, and each district pair listed once, which its location rows (remainder included) must sum to."""
+    keys, pair = ["date", "mode"], ["origin_district", "destination_district"]
+    level, counts = frame["level"], frame[keys + pair + ["count"]]
+    totals = counts[level == "mode"].groupby(keys, observed=True)["count"].agg(["size", "sum"])
+    districts = counts[level == "district"]
+    district_sums = districts.groupby(keys, observed=True)["count"].sum()
+    by_pair = pd.concat([districts.groupby(keys + pair, observed=True)["count"].sum().rename("district"),
+                         counts[level == "location"].groupby(keys + pair, observed=True)["count"].sum()
+                         .rename("location")], axis=1).fillna(0)
+    unequal = by_pair.index[by_pair["district"] != by_pair["location"]]
+    twice = districts.loc[districts.duplicated(keys + pair), keys + pair].drop_duplicates()
+    pairs: dict[tuple, list[str]] = {}
+    for what, found in (("is listed twice", twice.itertuples(index=False, name=None)),
+                        ("its location rows do not sum to its district row", unequal)):
+        for day, mode, origin, destination in found:
+            pairs.setdefault((day, mode), []).append(f"{day} {mode} {(origin, destination)}: {what}")
     problems = []
-    for (day, mode), part in frame.groupby(["date", "mode"], sort=True):
-        total = part.loc[part["level"] == "mode", "count"]
-        districts = part[part["level"] == "district"].set_index(["origin_district", "destination_district"])["count"]
-        if len(total) != 1 or int(total.iloc[0]) != int(districts.sum()):
+    for day, mode in sorted(set(counts[keys].itertuples(index=False, name=None))):
+        size, total = totals.loc[(day, mode)] if (day, mode) in totals.index else (0, 0)
+        if size != 1 or int(total) != int(district_sums.get((day, mode), 0)):
             problems.append(f"{day} {mode}: the district rows do not sum to the mode total")
-        locations = part[part["level"] == "location"].groupby(["origin_district", "destination_district"])["count"]
-        both = pd.concat([districts.rename("district"), locations.sum().rename("location")], axis=1).fillna(0)
-        for key in both.index[both["district"] != both["location"]]:
-            problems.append(f"{day} {mode} {key}: its location rows do not sum to its district row")
+        problems += sorted(pairs.get((day, mode), []))
     return problems
 
 
