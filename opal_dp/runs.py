@@ -100,9 +100,6 @@ def run_release(
     ``$OPAL_DP_WORKERS`` or the CPUs). A failed ingest of a bad raw file, a week that waits and a refused week are
     results, not errors; any other failed run stops the release (``SystemExit`` with the run's message).
     """
-    if not distributed:
-        start_in_background(workers)  # the per-day workers start while the definitions load
-    import_in_background(*ACCOUNTING_LIBRARY)  # while this process waits on the day pass
     location = DataLocation.resolved(data_dir)
     config = {**dict(budget or {}), **({"synthetic": True} if synthetic else {})}
     chosen = PrivacySettings(**config)
@@ -119,7 +116,7 @@ def run_release(
     release_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     out = ReleaseRuns(release_id)
     launcher = _Launcher(instance, _run_config(location, config, log_file, progress, workers), release_id,
-                         chosen.unit.value, progress, distributed)
+                         chosen.unit.value, progress, distributed, workers)
     records = read_records(location.private_dir)
     new = [d for d in days if _needs_ingest(records.get(d), raw_file_stamp(location.raw_dir, d), cut)]
     for span in _ranges(new):
@@ -232,11 +229,14 @@ def _run_config(location: DataLocation, budget: Mapping[str, object], log_file: 
 
 
 class _Launcher:
-    """Creates each run as a run of the code location's job (origin, tags) and executes it."""
+    """Creates each run as a run of the code location's job (origin, tags) and executes it. Before the first run
+    (none when nothing is new), the per-day workers start and the accounting library is imported in the background,
+    while the definitions load and the day pass runs."""
 
     def __init__(self, instance: dg.DagsterInstance, run_config: dict, release_id: str, unit: str, progress: bool,
-                 distributed: bool) -> None:
+                 distributed: bool, workers: int | None) -> None:
         self.instance, self.run_config, self.progress, self.distributed = instance, run_config, progress, distributed
+        self.workers = workers
         self.tags = {RELEASE_ID_TAG: release_id, UNIT_TAG: unit}
         self.results: dict[str, list] = {}
         self.launched = 0
@@ -244,6 +244,10 @@ class _Launcher:
     def run(self, job: str, span: tuple[str, str] | None, weeks: list[str], tags: Mapping[str, str] | None = None):
         from dagster._core.execution.api import execute_run
 
+        if not self.launched:
+            if not self.distributed:
+                start_in_background(self.workers)
+            import_in_background(*ACCOUNTING_LIBRARY)
         recon = dg.build_reconstructable_job(__name__, job_by_name.__name__, (job,))
         job_def = job_by_name(job)
         run_tags = {**self.tags, **(tags or {}), **({WEEKS_TAG: ",".join(sorted(set(weeks)))} if weeks else {}),
