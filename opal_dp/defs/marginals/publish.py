@@ -194,19 +194,19 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
     summary (the public-domain totals); the OD section from the trees' and the hierarchy's draws."""
     od = {day: e["od"] for day, e in dates.items() if e["od"] is not None}
     rows = {(day, row["mode"]): row["draw_id"] for day, e in dates.items() for row in e["hierarchy"]}
+    sections, person = {}, None
     try:
         evidence = ledger_evidence(ledger, draw_ids, with_person=not (od or rows))
-        statement = privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
-                                      data_origin(storage, draw_ids, *unpublished), marginals=MARGINALS)
+        if od or rows:  # the person's share of this release counts every file in it, the OD releases too
+            sections["od"] = od_statement(od, ledger, rows)
+            trees = {d.charge_id for d in ledger.draws(draws_of(sections["od"]["draws"]))}
+            person = person_section(ledger, list(dates), [*evidence.charges.values(), *ledger.charges(ids=trees)])
+        sections["coverage"] = coverage_section(summary)
+        return privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
+                                 data_origin(storage, draw_ids, *unpublished), marginals=MARGINALS,
+                                 sections=sections, person=person)
     except StatementError as err:
         raise refused(STATEMENT, f"publishing refused: {err}") from err
-    if od or rows:  # the person's share of this release counts every file in it, the OD releases too
-        statement["od"] = od_statement(od, ledger, rows)
-        trees = {d.charge_id for d in ledger.draws(draws_of(statement["od"]["draws"]))}
-        statement["person"] = person_section(ledger, list(dates), [*evidence.charges.values(),
-                                                                   *ledger.charges(ids=trees)])
-    statement["coverage"] = coverage_section(summary)
-    return statement
 
 
 @dg.asset(

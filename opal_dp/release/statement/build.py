@@ -137,7 +137,7 @@ def open_data_partition(key: str) -> tuple[str, str]:
 def privacy_statement(
     evidence: LedgerEvidence, partitions: list[str], release_id: str, created_at: str,
     tables: PageSummary | Mapping[str, pd.DataFrame] | None = None, data: Mapping | None = None, *,
-    marginals: Sequence,
+    marginals: Sequence, sections: Mapping[str, dict] | None = None, person: dict | None = None,
 ) -> dict:
     """JSON-ready statement of a release of ``partitions``, from the ledger ``evidence`` alone; ``marginals``: the
     published marginals (``name``, ``table``, ``tap``; the caller's: the statement names no product); ``tables``: the
@@ -145,7 +145,9 @@ def privacy_statement(
     ``time``); ``data``: where the trips came from (``synthetic_sample``, ``synthetic_sample_dates``), the dates
     not (yet) released (``pending_dates``) and those left out of a released week (``left_out_dates``). Published
     partitions the ledger had drawn before under another input version or a fresh draw are listed under
-    ``corrections``."""
+    ``corrections``. ``sections``: what the other published products and files state (e.g. ``od``, ``coverage``),
+    after the marginals' body, in their order; ``person``: the person section when it must count more charges than
+    the marginals' (every file of the release), else the evidence's. The statement is complete when returned."""
     names = [m.name for m in marginals]
     wanted = {(p, n) for p in partitions for n in names}
     if set(evidence.draws) != wanted:
@@ -166,7 +168,7 @@ def privacy_statement(
     cap = evidence.cap_history[-1]
     return {
         "schema_version": SCHEMA_VERSION,
-        "person": evidence.person,
+        "person": evidence.person if person is None else person,
         "release": {"id": release_id, "created_at": created_at},
         "noise_seeded": seeded,
         "data": dict(data or {"synthetic_sample": False, "synthetic_sample_dates": [], "pending_dates": [],
@@ -205,6 +207,7 @@ def privacy_statement(
         "accuracy_note": ACCURACY,
         "not_protected": _not_protected(unit, evidence.other_units, design["name"]),
         "software": {package: version(package) for package in PACKAGES},
+        **(sections or {}),
     }
 
 
