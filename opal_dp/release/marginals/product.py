@@ -1,9 +1,9 @@
 """The marginals as the registry sees them (``release.products``): every published date has their three tables
 (``time-loc.csv``, ``time.csv``, ``loc.csv``, ``release.marginals.open_data``), checked against the statement's
 partitions, and, under a design with remainder rows, checked to add up. They charge nothing on top of the share:
-their budget is what the weekly share solves for, given the other products' charges (``release.share``). Their part of the
-statement is its body (guarantee, mechanisms, per-marginal parameters: ``release.statement``), so they add no
-section of their own."""
+their budget is what the weekly share solves for, given the other products' charges (``release.share``). Their
+part of the statement is its body (guarantee, mechanisms, per-marginal parameters: ``release.statement``), so they
+add no section of their own."""
 
 from __future__ import annotations
 

@@ -132,9 +132,9 @@ def release_od_days(sequences: Mapping[str, Path], plan: OdPlan, ledger: Privacy
     """The noisy tree of each date's stored card-day sequences (``{date: path}``), charged first (module docstring).
 
     Every date is asked of the ledger before any noise is drawn; the fingerprints and the trees are computed a
-    date per worker process (``workers`` of them, ``opal_dp.parallel``), which reads its sequences and stores its tree itself. Yields
-    ``(date, OdDraw)`` in the given order, one tree in memory at a time. ``input_versions`` as in
-    ``release.marginals.engine.release_partitions``."""
+    date per worker process (``workers`` of them, ``opal_dp.parallel``), which reads its sequences and stores its
+    tree itself. Yields ``(date, OdDraw)`` in the given order, one tree in memory at a time. ``input_versions`` as
+    in ``release.marginals.engine.release_partitions``."""
     days = list(sequences)
     prints = list(map_calls(sequences_fingerprint, [(sequences[day], fingerprint_key) for day in days], workers))
     versions = (input_versions if input_versions is not None else
