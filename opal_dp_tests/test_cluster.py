@@ -6,6 +6,7 @@ published files are valid."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -64,6 +65,8 @@ def cluster(postgres, redis, tmp_path, monkeypatch):
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    with dg.DagsterInstance.get():  # the instance's tables, made once: two workers starting together both made them
+        pass
     cli = Path(sys.executable).parent / "dagster-celery"
     workers, logs = [], []
     try:
@@ -82,7 +85,8 @@ def cluster(postgres, redis, tmp_path, monkeypatch):
         yield
     finally:
         for worker in workers:  # each worker is the leader of its own process group (start_new_session)
-            os.killpg(worker.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # a worker that failed to start is gone already
+                os.killpg(worker.pid, signal.SIGTERM)
         for worker in workers:
             try:
                 worker.wait(timeout=60)
