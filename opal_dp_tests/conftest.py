@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.network import MODES
-from opal_dp.settings import AUDIT_FALSE_ALARM_ENV, AUDIT_RUNS_ENV
+from opal_dp.settings import AUDIT_FALSE_ALARM_ENV, AUDIT_RUNS_ENV, WORKERS_ENV
 
 SUITE_AUDIT_FALSE_ALARM = "1e-9"
 """Every production ``privacy_audit`` the suite runs (roll-ups, in this process or in the subprocesses and workers
@@ -24,6 +24,11 @@ SUITE_AUDIT_RUNS = "100000"
 false-alarm rate above holds there, and the tests of what an audit detects (planted bugs, the publish gate's leak) set
 their own numbers."""
 os.environ[AUDIT_RUNS_ENV] = SUITE_AUDIT_RUNS
+os.environ[WORKERS_ENV] = "1"
+"""The suite's releases do their per-day work in the calling process: ``make test`` already runs a test process per
+core, and a per-day pool in each only adds process starts on the same cores (two tiny releases side by side: 35 s with
+two workers each, 27 s with one; docs/benchmarks.md). The pool is tested where a test asks for it: ``test_parallel``,
+the publish tests, the multiprocess executor's runs and the non-editable install's ``--workers 2``."""
 PUBLISH_STEP = "opal_dp.defs.marginals.publish."
 SLOW_WEIGHT = 10  # seconds: a slow test without an estimate of its own
 

@@ -18,9 +18,11 @@ import dagster as dg
 EXECUTOR_ENV = "OPAL_DP_EXECUTOR"
 BROKER_ENV, BACKEND_ENV = "OPAL_DP_CELERY_BROKER", "OPAL_DP_CELERY_BACKEND"
 EXECUTORS = ("", "in_process", "multiprocess", "celery")
-MULTIPROCESS = dg.multiprocess_executor.configured({"start_method": {"forkserver": {}}}, name="multiprocess")
-"""Dagster's process per step, each forked from a server that has imported the job's module (the definitions) once,
-instead of a fresh interpreter that imports them again for every step (Dagster's default, ``spawn``)."""
+MULTIPROCESS = dg.multiprocess_executor.configured(
+    {"start_method": {"forkserver": {"preload_modules": ["opal_dp.step_server"]}}}, name="multiprocess")
+"""Dagster's process per step, each forked from a server that has imported the job's module and built the
+definitions once (``opal_dp.step_server``), instead of a fresh interpreter that imports and builds them again for
+every step (Dagster's default, ``spawn``)."""
 
 
 @dg.definitions
