@@ -1,11 +1,12 @@
-"""The built-in empirical privacy audit, run against the configured unit and mechanism before publishing."""
+"""The built-in empirical privacy audit, run against the configured unit and mechanism before publishing, and each
+other product's audit of its ledger charges (``release.products.PRODUCTS``)."""
 
 import json
+from collections.abc import Callable
 
 import dagster as dg
 
 from opal_dp.audit import audit_mechanism, membership_game
-from opal_dp.audit.hierarchy import audit_charges
 from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.audit.public_domain import audit_table
@@ -14,22 +15,21 @@ from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
-from opal_dp.release.od.hierarchy import OD_HIERARCHY, hierarchy_plan, od_domain
 from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.release.products import PRODUCTS
 from opal_dp.settings import audit_false_alarm_from_env, audit_runs_from_env
 
 
-def _hierarchy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference: ReferenceNetwork,
-                     alpha: float) -> tuple[bool, dict]:
-    """The OD hierarchy's measurement against every hierarchy charge the ledger holds (``audit.hierarchy``)."""
-    stops = reference.stops()
-    plan = hierarchy_plan(privacy_budget, od_domain(stops))
-    charges = [c for c in privacy_budget.ledger(storage).charges() if c.marginal.split(" ")[0] == OD_HIERARCHY]
-    reports = audit_charges(charges, plan.budget, alpha=alpha, fallback_totals=plan.totals)
-    return all(r.passed for r in reports.values()), {"od_hierarchy_audit": dg.MetadataValue.json(
-        {name: {"charged_rho": r.charged_rho, "rho_lower_bound": r.rho_lower,
-                "rho_lower_bound_per_level": list(r.level_rho_lower), "silent_cells": r.silent_cells,
-                "missing_cells": r.missing_cells, "passed": r.passed} for name, r in reports.items()})}
+def _product_audits(audits: list[Callable], privacy_budget: PrivacyBudget, storage: OpalStorage,
+                    reference: ReferenceNetwork, alpha: float) -> tuple[bool, dict]:
+    """The other products' audits of their ledger charges (the OD hierarchy's measurement per level,
+    ``audit.hierarchy``), at ``alpha`` each: whether all pass, and their figures."""
+    if not audits:
+        return True, {}
+    ledger, stops = privacy_budget.ledger(storage), reference.stops()
+    results = [audit(ledger, stops, alpha) for audit in audits]
+    return all(passed for passed, _ in results), {name: dg.MetadataValue.json(value) for _, figures in results
+                                                  for name, value in figures.items()}
 
 
 @dg.asset(group_name="report", **labels("internal"))
@@ -43,15 +43,15 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference
     confidence 1 - alpha, alpha = ``$OPAL_DP_AUDIT_FALSE_ALARM`` (default 1e-6, ``settings``) shared by the
     audits it runs: a correct release fails with probability at most alpha. Runs at relaxed (eps, delta) (the
     audit's own, e.g. (1, 0.01)); the formulas, bounding and samplers are those of the release. With the OD
-    hierarchy on (``od.csv``), its measurement per level against each of its ledger charges (``audit.hierarchy``),
-    at half of alpha. The neighbouring pairs are audited a pair per worker process (``workers``).
+    hierarchy on (``od.csv``), its measurement per level against each of its ledger charges (``audit.hierarchy``):
+    alpha is split evenly between the marginals' audit and each product's. The neighbouring pairs are audited a pair
+    per worker process (``workers``).
     """
     plan = privacy_budget.plan()
     alpha, runs = audit_false_alarm_from_env(), audit_runs_from_env()
-    hierarchy_passed, hierarchy = True, {}
-    if privacy_budget.releases_od_hierarchy:
-        alpha /= 2
-        hierarchy_passed, hierarchy = _hierarchy_audit(privacy_budget, storage, reference, alpha)
+    audits = [audit for product in PRODUCTS if (audit := product.audit(privacy_budget)) is not None]
+    alpha /= 1 + len(audits)
+    products_passed, products = _product_audits(audits, privacy_budget, storage, reference, alpha)
     if plan.design.consistent:
         distinct = {json.dumps(noise.describe(), sort_keys=True): tap for tap, noise in plan.noise.items()}
         # taps noised alike are audited once
@@ -88,9 +88,9 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference
         "worst_event_pair": report.worst.pair.name,
         "worst_violation_upper": report.worst.violation_upper,
         **extra,
-        **hierarchy,
+        **products,
         "seconds": seconds,
     }
-    if not (passed and hierarchy_passed):
+    if not (passed and products_passed):
         raise dg.Failure(description="privacy audit FAILED: the mechanism leaks more than stated", metadata=metadata)
     return dg.MaterializeResult(metadata=metadata)

@@ -1,8 +1,10 @@
-"""Publish: the released marginals become the open-data files and their privacy statement, built from the
-ledger records of the draws that produced them; date by date, each date once (``release.publish``)."""
+"""Publish: the released marginals, and each other product's part of a date (``release.products.DATED_PARTS``: the
+OD files), become the open-data files and their privacy statement, built from the ledger records of the draws that
+produced them; date by date, each date once (``release.publish``). No product but the marginals is named here."""
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -22,17 +24,13 @@ from opal_dp.prep.day_records import read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.period_input import PeriodNotReady, stored_period_input
 from opal_dp.release.periods import week_of
-from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.marginals.gate import DateGate, PublishRefused, gate_date
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
-from opal_dp.release.od.hierarchy_publish import hierarchy_gate, totals_table
-from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 from opal_dp.release.statement.person import person_account, person_section
 from opal_dp.release.statement.coverage import coverage_section
-from opal_dp.release.statement.runs import draws_of
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.published_format import PublishedFormatError
+from opal_dp.release.products import DATED_PARTS
 from opal_dp.release.published_folder import files_of, published_index
 from opal_dp.release.publish import publish
 from opal_dp.release.page.catalogue import PageSettings
@@ -48,6 +46,7 @@ from opal_dp.defs.shared.tags import RELEASE_ID_TAG
 from opal_dp.simulate.sample import sample_days
 
 PUBLICATION_STATE = "publication"  # private: the page summaries of what is published (``release.publish``)
+DATED_ASSETS = tuple(asset for part in DATED_PARTS for asset in part.assets)  # the other products' inputs
 
 
 def complete_partitions(
@@ -105,46 +104,34 @@ def data_origin(storage: OpalStorage, draw_ids: dict[tuple[str, str], int], pend
             "left_out_dates": sorted(d.replace("-", "") for d in left_out)}
 
 
-def _dates(draw_ids: dict[tuple[str, str], int], trees: PartitionFrames, hierarchy: PartitionFrames,
-           privacy_budget: PrivacyBudget, kept_trees: PartitionRows, kept_hierarchy: PartitionRows) -> dict[str, dict]:
-    """Per published date (``YYYY-MM-DD``): its partitions' draws (partition, marginal) -> id and, with an OD release
-    on and its asset complete, the tree's draw id and the hierarchy's draw per mode (read again only when the
-    stored file changed)."""
+def _dates(draw_ids: dict[tuple[str, str], int], stored: dict[str, PartitionFrames], privacy_budget: PrivacyBudget,
+           state: Path) -> dict[str, dict]:
+    """Per published date (``YYYY-MM-DD``): its partitions' draws (partition, marginal) -> id and, for each other
+    product's asset whose release is on and which holds the date, the draws its stored file holds (read again only
+    when the file changed; kept in ``state``)."""
     out: dict[str, dict] = {}
     for (key, marginal), draw_id in draw_ids.items():
-        out.setdefault(date_and_mode(key)[0], {"draws": {}, "od": None, "hierarchy": []})["draws"][key, marginal] = draw_id
-
-    def tree_draw(day: str) -> list[dict]:
-        ids = pd.read_parquet(trees.path(day), columns=["draw_id"])["draw_id"]
-        return [{"draw_id": int(ids.iloc[0])}] if len(ids) else []  # empty: built while the OD release was off
-
-    def hierarchy_draws(day: str) -> list[dict]:
-        ids = pd.read_parquet(hierarchy.path(day), columns=["mode", "draw_id"]).drop_duplicates()
-        return [{"mode": str(r.mode), "draw_id": int(r.draw_id)} for r in ids.sort_values("mode").itertuples()]
-
-    for on, frames, kept, read, field in ((privacy_budget.releases_od, trees, kept_trees, tree_draw, "od"),
-                                          (privacy_budget.releases_od_hierarchy, hierarchy, kept_hierarchy,
-                                           hierarchy_draws, "hierarchy")):
-        if not on:
-            continue
-        for day, entry in out.items():
-            if day in frames:
-                rows = kept.rows(day, version_of([frames.path(day)]), lambda day=day, read=read: read(day))
-                entry[field] = (rows[0]["draw_id"] if rows else None) if field == "od" else rows
-        kept.save()
+        out.setdefault(date_and_mode(key)[0], {"draws": {}, "stored": {}})["draws"][key, marginal] = draw_id
+    for part in DATED_PARTS:
+        for asset in part.on(privacy_budget):
+            frames, kept = stored[asset], PartitionRows(state / f"{asset}_draws.json")
+            for day, entry in out.items():
+                if day in frames:
+                    path = frames.path(day)
+                    entry["stored"][asset] = kept.rows(day, version_of([path]),
+                                                       lambda part=part, asset=asset, path=path:
+                                                       part.stored_draws(asset, path))
+            kept.save()
     return dict(sorted(out.items()))
 
 
 def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, PartitionFrames],
-                cells: PartitionFrames, trees: PartitionFrames, hierarchy: PartitionFrames,
-                privacy_budget: PrivacyBudget, ledger: PrivacyLedger, reference: ReferenceNetwork,
-                storage: OpalStorage) -> list[DateGate]:
-    """Each changed date's gate (``gate_date``), with the ledger's evidence of its draws; its OD tree and hierarchy
-    gated here, against the ledger, and their published tables made from the frames checked."""
+                cells: PartitionFrames, stored: dict[str, PartitionFrames], privacy_budget: PrivacyBudget,
+                ledger: PrivacyLedger, reference: ReferenceNetwork, storage: OpalStorage) -> list[DateGate]:
+    """Each changed date's gate (``gate_date``), with the ledger's evidence of its draws; each other product's part
+    of the date gated here, against the ledger, and its published tables made from the frames checked."""
     stops = reference.stops()
-    alphabet = trip_alphabet(stops)
-    plan = hierarchy_plan(privacy_budget, od_domain(stops)) \
-        if privacy_budget.releases_od_hierarchy else None
+    part_gates = [(part, part.gate(privacy_budget, stops, ledger, storage.private_dir)) for part in DATED_PARTS]
     gates = []
     for day in changed:
         entry = dates[day]
@@ -152,22 +139,20 @@ def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, 
             evidence = ledger_evidence(ledger, entry["draws"], with_person=False)
         except StatementError as err:
             raise refused(DATES, f"publishing refused: {err}") from err
-        tree = {day: trees[day]} if entry["od"] is not None else {}
-        rows = {day: hierarchy[day]} if entry["hierarchy"] else {}
-        od = {}
-        if tree or rows:
-            problems = od_gate(tree, ledger, storage.private_dir, alphabet) if tree else []
-            if rows:
-                problems += hierarchy_gate(rows, ledger, storage.private_dir, plan.domain, plan.tau)
-            if problems:
-                raise refused(DATES, "publishing refused, OD checks failed:\n" + "\n".join(problems[:10]))
-            od = od_tables(tree, alphabet, privacy_budget.od_top_sequences, rows,
-                           totals_table(rows, ledger, storage.private_dir) if rows else None)
+        tables: dict[str, pd.DataFrame] = {}
+        for part, gate in part_gates:
+            frames = {asset: stored[asset][day] for asset in part.assets if entry["stored"].get(asset)}
+            if frames:
+                problems, made = gate(day, frames)
+                if problems:
+                    raise refused(DATES, f"publishing refused, {part.name.upper()} checks failed:\n"
+                                         + "\n".join(problems[:10]))
+                tables |= made
         keys = sorted({key for key, _ in entry["draws"]})
         gates.append(DateGate(
             day, evidence, {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}},
             {m.name: {key: releases[m.name].path(key) for key in keys} for m in MARGINALS},
-            {key: cells.path(key) for key in keys}, storage.private_dir, stops, od, tuple(_draws_of(entry))))
+            {key: cells.path(key) for key in keys}, storage.private_dir, stops, tables, tuple(_draws_of(entry))))
     return gates
 
 
@@ -183,24 +168,31 @@ def _person_metadata(ledger: PrivacyLedger) -> dict:
 
 
 def _draws_of(entry: dict) -> list[int]:
-    return sorted([*entry["draws"].values(), *([entry["od"]] if entry["od"] is not None else []),
-                   *(row["draw_id"] for row in entry["hierarchy"])])
+    return sorted([*entry["draws"].values(), *_part_draws(entry)])
+
+
+def _part_draws(entry: dict) -> list[int]:
+    """The draws of the other products' parts of a date."""
+    return [row["draw_id"] for rows in entry["stored"].values() for row in rows]
 
 
 def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tuple[str, str], int],
                unpublished: tuple[dict[str, str], dict[str, str]], ledger: PrivacyLedger, storage: OpalStorage,
                release_id: str, created_at: str) -> dict:
     """The statement of everything published, from the ledger's evidence of its draws and the publication's
-    summary (the public-domain totals); the OD section from the trees' and the hierarchy's draws."""
-    od = {day: e["od"] for day, e in dates.items() if e["od"] is not None}
-    rows = {(day, row["mode"]): row["draw_id"] for day, e in dates.items() for row in e["hierarchy"]}
+    summary (the public-domain totals); each other product's section from the draws of its parts of the dates."""
+    others = [i for e in dates.values() for i in _part_draws(e)]
+    stored = {day: e["stored"] for day, e in dates.items()}
     sections, person = {}, None
     try:
-        evidence = ledger_evidence(ledger, draw_ids, with_person=not (od or rows))
-        if od or rows:  # the person's share of this release counts every file in it, the OD releases too
-            sections["od"] = od_statement(od, ledger, rows)
-            trees = {d.charge_id for d in ledger.draws(draws_of(sections["od"]["draws"]))}
-            person = person_section(ledger, list(dates), [*evidence.charges.values(), *ledger.charges(ids=trees)])
+        evidence = ledger_evidence(ledger, draw_ids, with_person=not others)
+        for part in DATED_PARTS:
+            section = part.section(stored, ledger)
+            if section is not None:
+                sections[part.name] = section
+        if others:  # the person's share of this release counts every file in it, the other products' too
+            charged = {d.charge_id for d in ledger.draws(others)}
+            person = person_section(ledger, list(dates), [*evidence.charges.values(), *ledger.charges(ids=charged)])
         sections["coverage"] = coverage_section(summary)
         return privacy_statement(evidence, sorted({k for k, _ in draw_ids}), release_id, created_at, summary,
                                  data_origin(storage, draw_ids, *unpublished), marginals=MARGINALS,
@@ -212,8 +204,8 @@ def _statement(summary: PageSummary, dates: dict[str, dict], draw_ids: dict[tupl
 @dg.asset(
     group_name="publish",
     deps=["privacy_audit"],
-    ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(), "od_prefix_tree": dg.AssetIn(),
-         "od_hierarchy": dg.AssetIn(), **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
+    ins={TRUE_CELLS: dg.AssetIn(), RELEASE_DRAWS: dg.AssetIn(), **{asset: dg.AssetIn() for asset in DATED_ASSETS},
+         **{m.name: dg.AssetIn(key=RELEASE_KEYS[m.name]) for m in MARGINALS}},
     description="Open-data CSVs (time-loc, time, loc), each date's under dates/<date>/ written once when its "
                 "partitions are complete and gated (again only when the ledger released it again), the combined files "
                 "appended to, plus privacy.json/PRIVACY.md built from the ledger, index.json and a self-contained "
@@ -229,13 +221,11 @@ def published_release(
     context: dg.AssetExecutionContext,
     true_cells: PartitionFrames,
     release_draws: PartitionFrames,
-    od_prefix_tree: PartitionFrames,
-    od_hierarchy: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     storage: OpalStorage,
     workers: PerDayWorkers,
-    **releases: PartitionFrames,
+    **inputs: PartitionFrames,
 ) -> Iterator[dg.AssetCheckResult | dg.MaterializeResult]:
     """Publish the dates whose draws are new or changed (gated one date at a time), then the combined files, the
     statement and the page over everything published; a run with nothing new writes nothing. A refusal records the
@@ -243,8 +233,9 @@ def published_release(
     # it reads the whole history: its cost must not include re-scanning the heap
     with earlier_objects_frozen():
         try:
-            result = _publish_release(context, true_cells, release_draws, od_prefix_tree, od_hierarchy,
-                                      privacy_budget, reference, storage, releases, workers.count)
+            stored = {asset: inputs.pop(asset) for asset in DATED_ASSETS}
+            result = _publish_release(context, true_cells, release_draws, stored, privacy_budget, reference,
+                                      storage, inputs, workers.count)
         except dg.Failure as failure:
             check = failed_check(failure)
             if check is not None:
@@ -255,8 +246,8 @@ def published_release(
 
 def _publish_release(
     context: dg.AssetExecutionContext, true_cells: PartitionFrames, release_draws: PartitionFrames,
-    od_prefix_tree: PartitionFrames, od_hierarchy: PartitionFrames, privacy_budget: PrivacyBudget,
-    reference: ReferenceNetwork, storage: OpalStorage, releases: dict[str, PartitionFrames], workers: int | None,
+    stored: dict[str, PartitionFrames], privacy_budget: PrivacyBudget, reference: ReferenceNetwork,
+    storage: OpalStorage, releases: dict[str, PartitionFrames], workers: int | None,
 ) -> dg.MaterializeResult:
     ledger = privacy_budget.ledger(storage)
     state = storage.private_dir / PUBLICATION_STATE
@@ -269,8 +260,7 @@ def _publish_release(
     audit = audit_stands(context.instance)
     for day, why in {**pending, **left_out}.items():
         context.log.warning(f"not in this release: {day}: {why}")
-    dates = _dates(draw_ids, od_prefix_tree, od_hierarchy, privacy_budget, PartitionRows(state / "tree_draws.json"),
-                   PartitionRows(state / "hierarchy_draws.json"))
+    dates = _dates(draw_ids, stored, privacy_budget, state)
     index = published_index(storage.published_dir)
     dropped = sorted(set(index["dates"]) - {d.replace("-", "") for d in dates})
     if dropped:
@@ -286,8 +276,7 @@ def _publish_release(
                                      now.isoformat(timespec="seconds")))
         return statements[-1]
 
-    gates = _date_gates(changed, dates, releases, true_cells, od_prefix_tree, od_hierarchy, privacy_budget, ledger,
-                        reference, storage)
+    gates = _date_gates(changed, dates, releases, true_cells, stored, privacy_budget, ledger, reference, storage)
     try:
         folder = publish(storage.published_dir, gates, statement_of, reference.stops(), state, PageSettings.from_env(),
                          prepare=gate_date, workers=workers)

@@ -36,7 +36,8 @@ class PublishRefused(Exception):
 class DateGate:
     """What one date's gate needs, so that a worker can run it (``gate_date``): the ledger's records of the draws
     that stand for its partitions (read in the publishing process: a worker opens no ledger), where its release
-    assets and true cells are, and its OD tables (gated against the ledger before)."""
+    assets and true cells are, and the other products' tables of the date (``others``: gated against the ledger
+    before, ``release.products.DATED_PARTS``)."""
 
     day: str  # YYYY-MM-DD
     evidence: LedgerEvidence
@@ -45,7 +46,7 @@ class DateGate:
     cells: Mapping[str, Path]  # partition key -> true cells file
     private_dir: Path
     stops: pd.DataFrame  # the reference stop list
-    od: Mapping[str, pd.DataFrame]
+    others: Mapping[str, pd.DataFrame]
     draws: tuple[int, ...]
 
 
@@ -92,7 +93,7 @@ def gate_date(gate: DateGate) -> DateFiles:
         raise PublishRefused("publishing refused, blocking checks failed:\n" + "\n".join(lines),
                              {k: len(v) for k, v in failed.items()})
     design = Design.parse(json.loads(next(iter(evidence.charges.values())).mechanism).get("design", Design.SBH))
-    return DateFiles(gate.day.replace("-", ""), to_open_data(loaded) | dict(gate.od), gate.draws,
+    return DateFiles(gate.day.replace("-", ""), to_open_data(loaded) | dict(gate.others), gate.draws,
                      tuple(sorted({open_data_partition(k)[1] for k in keys})), design.consistent)
 
 

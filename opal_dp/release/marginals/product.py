@@ -50,9 +50,13 @@ class MarginalTables:
 class Marginals:
     name: str = "marginals"
     publication: MarginalTables = MarginalTables()
+    dated: None = None  # the publish asset is the marginals' own (``defs.marginals.publish``)
 
     def costs(self, settings, unit: PrivacyUnit) -> list[PrivacyCost]:
         return []  # their budget is the share's remainder (module docstring)
+
+    def audit(self, settings) -> None:
+        return None  # their audit is the audit asset's own (``defs.marginals.audit``)
 
 
 MARGINALS_PRODUCT = Marginals()

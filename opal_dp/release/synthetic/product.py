@@ -15,11 +15,15 @@ from opal_dp.release.synthetic.queries import synthetic_week_cost
 class SyntheticTrips:
     name: str = "synthetic"
     publication: None = None
+    dated: None = None
 
     def costs(self, settings, unit: PrivacyUnit) -> list[PrivacyCost]:
         if not settings.synthetic or unit is not PrivacyUnit.CARD_PERIOD:
             return []
         return [synthetic_week_cost(*settings.synthetic_budget)]
+
+    def audit(self, settings) -> None:
+        return None  # none at release time: its queries' audit is the suite's (audit/test_synthetic_audit.py)
 
 
 SYNTHETIC = SyntheticTrips()
