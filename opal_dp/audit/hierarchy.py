@@ -87,7 +87,7 @@ def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: Privac
     ``totals`` when the charge covers totals, against the ``charged`` cost (module docstring). Each is called once,
     on ``runs`` independent all-zero inputs."""
     tree = Tree((np.zeros(2, dtype=np.int64), np.array([0, 0, 1, 1]))) if tree is None else tree
-    samples = list(measure(tree, np.zeros((runs, tree.sizes[2]), dtype=np.int64), budget).levels)  # all runs at once
+    samples = list(measure(tree, np.zeros((runs, tree.sizes[-1]), dtype=np.int64), budget).levels)  # all runs at once
     sizes, l2s, sigmas = list(tree.sizes), list(budget.l2_squared), list(budget.sigmas)
     if totals is not None:
         samples.append(measure_totals(np.zeros((runs, len(TAPS)), dtype=np.int64), totals))

@@ -2,15 +2,16 @@
 a top-down weighted least-squares fit, integer rounding that keeps every sum exact, and the finest level's small
 cells folded into one remainder per parent.
 
-Setting. A public tree of cells with three levels: one root (level 0), its children (level 1), theirs (level 2,
-the finest); ``Tree.parents[l][j]`` is the level-``l`` parent of level-``l + 1`` cell ``j``. The input is the true
-count of every finest cell; a coarser cell counts the items of the finest cells below it.
+Setting. A public tree of cells in ``L >= 2`` levels: one root (level 0), its children (level 1), theirs, down to
+the finest (level ``L - 1``); ``Tree.parents[l][j]`` is the level-``l`` parent of level-``l + 1`` cell ``j``. The
+OD release uses three (mode, district pairs, location pairs). The input is the true count of every finest cell; a
+coarser cell counts the items of the finest cells below it.
 
 Sensitivity (``level_l2_squared``). One privacy unit holds at most ``m`` items (``max_items``), at most ``c``
 (``max_per_cell``) of them in one finest cell. Under add/remove the unit changes a level's count vector by a
 vector ``d >= 0`` with ``sum d <= m``; at the finest level also ``d_j <= c``. ``sum d_j²`` is largest when the
-items are piled up as much as allowed: ``floor(m/c) c² + (m mod c)²`` at the finest level, ``m²`` at the coarser
-ones (all ``m`` items in one coarse cell). The several trees of a ledger scope (one per mode) are pieces of one
+items are piled up as much as allowed: ``floor(m/c) c² + (m mod c)²`` at the finest level, ``m²`` at every coarser
+one (all ``m`` items in one coarse cell). The several trees of a ledger scope (one per mode) are pieces of one
 histogram per level, and a unit's items over all of them are still at most ``m``: the same bounds hold for the
 scope's whole level, so the trees are one measurement per level (independent noise per cell, one charge).
 
@@ -29,11 +30,12 @@ one and spreads a parent's residual over its children in proportion to their var
 it evenly and minimises the worst cell, which is not what an OD user reads (most cells are small and a few are
 large). Steps:
 
-1. bottom-up (Hay et al. 2010): a cell's estimate combines its own measurement with the sum of its children's
-   estimates, by inverse variance;
-2. top-down: the root is rounded to an integer ``>= 0``; the children of each parent are projected onto
-   ``{x >= 0, sum x = parent}`` in the variance-weighted norm (``weighted_projection``), then rounded by largest
-   remainders (``round_exact``): integers ``>= 0`` whose sum is exactly the parent's;
+1. bottom-up (Hay et al. 2010), from the level above the finest to the root: a cell's estimate combines its own
+   measurement with the sum of its children's estimates, by inverse variance;
+2. top-down, from the root to the level above the finest: the root is rounded to an integer ``>= 0``; the children
+   of each parent are projected onto ``{x >= 0, sum x = parent}`` in the variance-weighted norm
+   (``weighted_projection``), then rounded by largest remainders (``round_exact``): integers ``>= 0`` whose sum is
+   exactly the parent's;
 3. finest level: a cell is *listed* when its noisy measurement reaches the public threshold ``tau``
    (``listing_threshold``: the smallest integer with at most ``false_cells`` expected empty cells passing, from
    the noise scale and the domain size); the other cells of a parent form one *remainder* node whose measurement
@@ -56,56 +58,62 @@ from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.discrete_gaussian import MAX_SIGMA, DiscreteGaussian, tail_upper_bound
 from opal_dp.core.gaussian_threshold import sigma_for
 
-LEVELS = 3
-
-
 @dataclass(frozen=True)
 class Tree:
-    """A public three-level tree of cells: ``parents[0][j]`` is the root (0) of level-1 cell ``j``,
-    ``parents[1][k]`` the level-1 cell of finest cell ``k``."""
+    """A public tree of cells in levels: ``parents[0][j]`` is the root (0) of level-1 cell ``j``, ``parents[l][k]``
+    the level-``l`` cell of level-``l + 1`` cell ``k``; the last level is the finest."""
 
-    parents: tuple[np.ndarray, np.ndarray]
+    parents: tuple[np.ndarray, ...]
 
     def __post_init__(self) -> None:
-        first, second = (np.asarray(p, dtype=np.int64) for p in self.parents)
-        if (first != 0).any() or ((second < 0) | (second >= len(first))).any():
-            raise ValueError("every level-1 cell's parent must be the root, every finest cell's a level-1 cell")
-        object.__setattr__(self, "parents", (first, second))
+        parents = tuple(np.asarray(p, dtype=np.int64) for p in self.parents)
+        if not parents or (parents[0] != 0).any():
+            raise ValueError("a tree has a root and at least one level below it, whose cells' parent is the root")
+        for level, (above, below) in enumerate(zip(parents, parents[1:]), start=1):
+            if ((below < 0) | (below >= len(above))).any():
+                raise ValueError(f"every level-{level + 1} cell's parent must be a level-{level} cell")
+        object.__setattr__(self, "parents", parents)
 
     @property
-    def sizes(self) -> tuple[int, int, int]:
-        return 1, len(self.parents[0]), len(self.parents[1])
+    def sizes(self) -> tuple[int, ...]:
+        return 1, *(len(p) for p in self.parents)
 
-    def level_counts(self, finest: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The true counts of the three levels from those of the finest cells; ``finest`` of shape
-        ``(..., cells)`` holds independent inputs (the audit's runs), each level then of shape ``(..., size)``."""
+    def level_counts(self, finest: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The true counts of every level from those of the finest cells; ``finest`` of shape ``(..., cells)`` holds
+        independent inputs (the audit's runs), each level then of shape ``(..., size)``."""
         finest = np.asarray(finest, dtype=np.int64)
-        if finest.shape[-1:] != (self.sizes[2],):
-            raise ValueError(f"need one count per finest cell ({self.sizes[2]}), got shape {finest.shape}")
-        batch = finest.reshape(-1, self.sizes[2])
-        offsets = np.arange(len(batch))[:, None] * self.sizes[1] + self.parents[1]
-        middle = np.bincount(offsets.ravel(), weights=batch.ravel(), minlength=batch.shape[0] * self.sizes[1])
-        middle = middle.astype(np.int64).reshape(*finest.shape[:-1], self.sizes[1])
-        return middle.sum(axis=-1, keepdims=True), middle, finest
+        if finest.shape[-1:] != (self.sizes[-1],):
+            raise ValueError(f"need one count per finest cell ({self.sizes[-1]}), got shape {finest.shape}")
+        levels = [finest]
+        for size, parent in zip(self.sizes[-2::-1], self.parents[::-1]):
+            batch = levels[0].reshape(-1, levels[0].shape[-1])
+            offsets = np.arange(len(batch))[:, None] * size + parent
+            counts = np.bincount(offsets.ravel(), weights=batch.ravel(), minlength=batch.shape[0] * size)
+            levels.insert(0, counts.astype(np.int64).reshape(*finest.shape[:-1], size))
+        return tuple(levels)
 
 
-def level_l2_squared(max_items: int, max_per_cell: int) -> tuple[int, int, int]:
-    """``sum d²`` bounds of one unit's change to levels 0, 1, 2 (module docstring, "Sensitivity")."""
-    for name, value in (("max_items", max_items), ("max_per_cell", max_per_cell)):
+def level_l2_squared(max_items: int, max_per_cell: int, levels: int) -> tuple[int, ...]:
+    """``sum d²`` bounds of one unit's change to each of ``levels`` levels, the root first (module docstring,
+    "Sensitivity")."""
+    for name, value in (("max_items", max_items), ("max_per_cell", max_per_cell), ("levels", levels)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if levels < 2:
+        raise ValueError(f"a hierarchy has at least 2 levels (a root and the finest cells), got {levels}")
     per_cell = min(max_per_cell, max_items)
     finest = (max_items // per_cell) * per_cell**2 + (max_items % per_cell) ** 2
-    return max_items**2, max_items**2, finest
+    return (max_items**2,) * (levels - 1) + (finest,)
 
 
 @dataclass(frozen=True)
 class HierarchyBudget:
-    """The public parameters of one release: total ``rho`` split over the levels by ``shares``, the unit's
-    contribution bounds, and the expected number of false listed cells allowed over the scope's finest domain."""
+    """The public parameters of one release: total ``rho`` split over the levels by ``shares`` (one per level, the
+    root first), the unit's contribution bounds, and the expected number of false listed cells allowed over the
+    scope's finest domain."""
 
     rho: float
-    shares: tuple[float, float, float]
+    shares: tuple[float, ...]
     max_items: int
     max_per_cell: int
     false_cells: float = 1.0
@@ -113,19 +121,23 @@ class HierarchyBudget:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rho) and self.rho > 0):
             raise ValueError(f"rho must be finite and > 0, got {self.rho!r}")
-        if len(self.shares) != LEVELS or min(self.shares) <= 0 or not math.isclose(sum(self.shares), 1.0):
-            raise ValueError(f"shares must be {LEVELS} positive numbers summing to 1, got {self.shares!r}")
+        if len(self.shares) < 2 or min(self.shares) <= 0 or not math.isclose(sum(self.shares), 1.0):
+            raise ValueError(f"shares must be 2 or more positive numbers summing to 1, got {self.shares!r}")
         if not self.false_cells > 0:
             raise ValueError(f"false_cells must be > 0, got {self.false_cells!r}")
-        level_l2_squared(self.max_items, self.max_per_cell)
+        level_l2_squared(self.max_items, self.max_per_cell, self.levels)
+
+    @property
+    def levels(self) -> int:
+        return len(self.shares)
 
     @property
     def level_rho(self) -> tuple[float, ...]:
         return tuple(self.rho * s for s in self.shares)
 
     @property
-    def l2_squared(self) -> tuple[int, int, int]:
-        return level_l2_squared(self.max_items, self.max_per_cell)
+    def l2_squared(self) -> tuple[int, ...]:
+        return level_l2_squared(self.max_items, self.max_per_cell, self.levels)
 
     @property
     def sigmas(self) -> tuple[float, ...]:
@@ -135,7 +147,7 @@ class HierarchyBudget:
         return out
 
     def cost(self) -> PrivacyCost:
-        """What the three measurements cost one unit together: the zCDP sum of the levels' rho, delta 0."""
+        """What the levels' measurements cost one unit together: the zCDP sum of the levels' rho, delta 0."""
         return PrivacyCost.zcdp(math.fsum(self.level_rho), 0.0)
 
     def describe(self) -> dict:
@@ -159,15 +171,17 @@ def listing_threshold(sigma: float, cells: int, false_cells: float) -> int:
 
 @dataclass(frozen=True)
 class Measurement:
-    """The noisy counts of every cell of the three levels (the only values ``fit`` reads)."""
+    """The noisy counts of every cell of every level, the root first (the only values ``fit`` reads)."""
 
-    levels: tuple[np.ndarray, np.ndarray, np.ndarray]
+    levels: tuple[np.ndarray, ...]
 
 
 def measure(tree: Tree, finest: np.ndarray, budget: HierarchyBudget, noise: DiscreteGaussian | None = None
             ) -> Measurement:
     """Every cell of every level plus its level's discrete Gaussian noise, zeros included (module docstring).
     ``finest`` of shape ``(..., cells)``: independent inputs measured at once, each with fresh noise."""
+    if len(tree.sizes) != budget.levels:
+        raise ValueError(f"the tree has {len(tree.sizes)} levels and the budget {budget.levels}")
     noise = DiscreteGaussian() if noise is None else noise
     truth = tree.level_counts(finest)
     return Measurement(tuple(t + noise.sample(s, t.size).reshape(t.shape) for t, s in zip(truth, budget.sigmas)))
@@ -219,13 +233,17 @@ def round_exact(x: np.ndarray, group: np.ndarray, target: np.ndarray) -> np.ndar
 
 @dataclass(frozen=True)
 class Fitted:
-    """The released hierarchy: ``total``, the level-1 ``counts``, and at the finest level the ``listed`` cells'
-    counts (0 where not listed) and one ``remainder`` per level-1 cell. Every sum is exact."""
+    """The released hierarchy: the integer ``counts`` of every level above the finest (the root's first, its one
+    cell the ``total``), and at the finest level the ``listed`` cells' counts (0 where not listed) and one
+    ``remainder`` per cell of the level above. Every sum is exact."""
 
-    total: int
-    middle: np.ndarray
+    counts: tuple[np.ndarray, ...]
     listed: np.ndarray
     remainder: np.ndarray
+
+    @property
+    def total(self) -> int:
+        return int(self.counts[0][0])
 
 
 def _combine(own: np.ndarray, own_var: float | np.ndarray, below: np.ndarray, below_var: np.ndarray
@@ -237,28 +255,42 @@ def _combine(own: np.ndarray, own_var: float | np.ndarray, below: np.ndarray, be
 
 def fit(tree: Tree, measured: Measurement, sigmas: tuple[float, ...], tau: int) -> Fitted:
     """The consistent integer hierarchy from the measurements alone (module docstring, "Fit")."""
-    y0, y1, y2 = (np.asarray(v, dtype=np.float64) for v in measured.levels)
-    v0, v1, v2 = (s * s for s in sigmas)
-    up = tree.parents[1]
-    children = np.bincount(up, minlength=tree.sizes[1])
-    if (children == 0).any():  # its true count is 0 by construction, and step 2 would have no cell to give it to
-        raise ValueError("every level-1 cell needs at least one finest cell")
-    z1, var1 = _combine(y1, v1, np.bincount(up, weights=y2, minlength=tree.sizes[1]), children * v2)
-    z0, _ = _combine(y0, v0, np.array([z1.sum()]), np.array([var1.sum()]))
-    total = max(0, int(np.rint(z0[0])))
-    root = np.zeros(tree.sizes[1], dtype=np.int64)
-    middle = round_exact(weighted_projection(z1, var1, root, np.array([total])), root, np.array([total]))
-    listed = y2 >= tau
-    rest = np.bincount(up[~listed], weights=y2[~listed], minlength=tree.sizes[1])
-    rest_n = np.bincount(up[~listed], minlength=tree.sizes[1])
-    # nodes: the listed cells, then one remainder node per level-1 cell that has unlisted cells
+    y = [np.asarray(v, dtype=np.float64) for v in measured.levels]
+    v = [s * s for s in sigmas]
+    if not len(y) == len(v) == len(tree.sizes):
+        raise ValueError(f"a fit needs one measurement and one sigma per level of the tree ({len(tree.sizes)})")
+    up, above = tree.parents[-1], tree.sizes[-2]
+    for level, parent in enumerate(tree.parents, start=1):
+        if (np.bincount(parent, minlength=tree.sizes[level - 1]) == 0).any():
+            # its true count is 0 by construction, and step 2 would have no cell to give it to
+            raise ValueError(f"every level-{level - 1} cell needs at least one level-{level} cell")
+    z, var, estimates = y[-1], np.full(tree.sizes[-1], v[-1]), []
+    for level in range(len(y) - 2, -1, -1):  # bottom-up, from the level above the finest
+        parent, size = tree.parents[level], tree.sizes[level]
+        if level == 0:  # the root: the sums of its children
+            below, below_var = np.array([z.sum()]), np.array([var.sum()])
+        else:
+            below = np.bincount(parent, weights=z, minlength=size)
+            below_var = (np.bincount(parent, minlength=size) * v[-1] if level == len(y) - 2
+                         else np.bincount(parent, weights=var, minlength=size))  # finest cells: all of variance v
+        z, var = _combine(y[level], v[level], below, below_var)
+        estimates.insert(0, (z, var))
+    counts = [np.array([max(0, int(np.rint(estimates[0][0][0])))], dtype=np.int64)]
+    for level in range(1, len(y) - 1):  # top-down, to the level above the finest
+        z, var = estimates[level]
+        group, target = tree.parents[level - 1], counts[-1]
+        counts.append(round_exact(weighted_projection(z, var, group, target), group, target))
+    listed = y[-1] >= tau
+    rest = np.bincount(up[~listed], weights=y[-1][~listed], minlength=above)
+    rest_n = np.bincount(up[~listed], minlength=above)
+    # nodes: the listed cells, then one remainder node per cell above that has unlisted cells
     has_rest = np.flatnonzero(rest_n > 0)
     group = np.r_[up[listed], has_rest]
-    values = np.r_[y2[listed], rest[has_rest]]
-    var = np.r_[np.full(int(listed.sum()), v2), rest_n[has_rest] * v2]
-    counts = round_exact(weighted_projection(values, var, group, middle), group, middle)
-    cells = np.zeros(tree.sizes[2], dtype=np.int64)
-    cells[listed] = counts[: int(listed.sum())]
-    remainder = np.zeros(tree.sizes[1], dtype=np.int64)
-    remainder[has_rest] = counts[int(listed.sum()):]
-    return Fitted(total, middle, cells, remainder)
+    values = np.r_[y[-1][listed], rest[has_rest]]
+    node_var = np.r_[np.full(int(listed.sum()), v[-1]), rest_n[has_rest] * v[-1]]
+    fitted = round_exact(weighted_projection(values, node_var, group, counts[-1]), group, counts[-1])
+    cells = np.zeros(tree.sizes[-1], dtype=np.int64)
+    cells[listed] = fitted[: int(listed.sum())]
+    remainder = np.zeros(above, dtype=np.int64)
+    remainder[has_rest] = fitted[int(listed.sum()):]
+    return Fitted(tuple(counts), cells, remainder)

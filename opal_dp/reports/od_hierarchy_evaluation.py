@@ -62,7 +62,7 @@ def hierarchy_counts(domain: OdDomain, sequences: np.ndarray, budget: HierarchyB
     out = []
     for mode, dom in domain.modes.items():
         f = fit(dom.tree, measure(dom.tree, bounded[mode], budget, noise), budget.sigmas, tau)
-        out.append(LevelCounts(f.total, f.middle, f.listed, f.remainder))
+        out.append(LevelCounts(f.total, f.counts[1], f.listed, f.remainder))
     return out
 
 

@@ -46,11 +46,11 @@ def trees_and_counts(draw):
 
 
 def check_exact(tree: Tree, fitted) -> None:
-    assert fitted.total >= 0 and (fitted.middle >= 0).all() and (fitted.listed >= 0).all()
+    assert fitted.total >= 0 and (fitted.counts[1] >= 0).all() and (fitted.listed >= 0).all()
     assert (fitted.remainder >= 0).all()
-    assert fitted.middle.sum() == fitted.total
+    assert fitted.counts[1].sum() == fitted.total
     below = np.bincount(tree.parents[1], weights=fitted.listed, minlength=tree.sizes[1]).astype(np.int64)
-    assert np.array_equal(below + fitted.remainder, fitted.middle)
+    assert np.array_equal(below + fitted.remainder, fitted.counts[1])
 
 
 @settings(max_examples=150, deadline=None)
@@ -82,7 +82,53 @@ def test_every_item_is_in_exactly_one_row_per_level(case, seed, tau):
     assert np.array_equal(own_row.astype(int) + in_remainder.astype(int), np.ones(tree.sizes[2], int))
     # a remainder row only ever holds cells that are not listed: its count equals the parent minus listed cells
     listed_sum = np.bincount(tree.parents[1], weights=fitted.listed, minlength=tree.sizes[1])
-    assert np.array_equal(fitted.remainder, fitted.middle - listed_sum)
+    assert np.array_equal(fitted.remainder, fitted.counts[1] - listed_sum)
+
+
+@st.composite
+def deep_trees_and_counts(draw):
+    """Trees of 2 to 5 levels (the root and 1 to 4 below it), every cell with at least one child."""
+    parents, size = [], 1
+    for _ in range(draw(st.integers(1, 4))):
+        children = draw(st.lists(st.integers(1, 3), min_size=size, max_size=size))
+        parents.append(np.repeat(np.arange(size), children))
+        size = len(parents[-1])
+    counts = np.array(draw(st.lists(st.integers(0, 60), min_size=size, max_size=size)), np.int64)
+    return Tree(tuple(parents)), counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(deep_trees_and_counts(), st.integers(0, 2**32), st.integers(1, 40))
+def test_a_tree_of_any_depth_sums_exactly_level_by_level_with_every_item_in_one_row(case, seed, tau):
+    """The same fit on 2 to 5 levels: each level's integer counts sum exactly to its parent's, the finest level's
+    listed cells plus each parent's remainder to that parent, and the levels' true counts to the total."""
+    tree, counts = case
+    budget = HierarchyBudget(0.5, (1 / len(tree.sizes),) * len(tree.sizes), max_items=4, max_per_cell=1)
+    truth = tree.level_counts(counts)
+    assert [len(t) for t in truth] == list(tree.sizes) and all(t.sum() == counts.sum() for t in truth)
+    fitted = release(tree, counts, budget, tau, SeededBits(seed))
+    assert len(fitted.counts) == len(tree.sizes) - 1 and fitted.counts[0].tolist() == [fitted.total]
+    for level in range(1, len(fitted.counts)):
+        above = np.bincount(tree.parents[level - 1], weights=fitted.counts[level], minlength=tree.sizes[level - 1])
+        assert (fitted.counts[level] >= 0).all() and np.array_equal(above.astype(np.int64), fitted.counts[level - 1])
+    listed = np.bincount(tree.parents[-1], weights=fitted.listed, minlength=tree.sizes[-2]).astype(np.int64)
+    assert (fitted.listed >= 0).all() and (fitted.remainder >= 0).all()
+    assert np.array_equal(listed + fitted.remainder, fitted.counts[-1])
+
+
+def test_the_levels_of_a_budget_are_those_of_its_tree():
+    tree = Tree((np.zeros(2, np.int64), np.array([0, 0, 1]), np.array([0, 1, 1, 2])))
+    four = HierarchyBudget(0.5, (0.1, 0.2, 0.3, 0.4), max_items=4, max_per_cell=1)
+    assert four.l2_squared == level_l2_squared(4, 1, 4) == (16, 16, 16, 4)
+    assert [len(v) for v in measure(tree, np.zeros(4, np.int64), four).levels] == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="the tree has 4 levels and the budget 3"):
+        measure(tree, np.zeros(4, np.int64), BUDGET)
+    with pytest.raises(ValueError, match="one measurement and one sigma per level"):
+        fit(tree, Measurement(tuple(tree.level_counts(np.zeros(4, np.int64)))), BUDGET.sigmas, 5)
+    with pytest.raises(ValueError, match="at least 2 levels"):
+        level_l2_squared(4, 1, 1)
+    with pytest.raises(ValueError, match="every level-3 cell's parent must be a level-2 cell"):
+        Tree((np.zeros(2, np.int64), np.array([0, 0, 1]), np.array([0, 3])))
 
 
 def test_without_noise_large_cells_are_exact_and_small_ones_go_to_the_remainder():
@@ -90,7 +136,7 @@ def test_without_noise_large_cells_are_exact_and_small_ones_go_to_the_remainder(
     counts = np.array([500, 3, 0, 80, 2])
     measured = Measurement(tuple(tree.level_counts(counts)))
     fitted = fit(tree, measured, BUDGET.sigmas, tau=10)
-    assert fitted.total == 585 and fitted.middle.tolist() == [503, 82]
+    assert fitted.total == 585 and fitted.counts[1].tolist() == [503, 82]
     assert fitted.listed.tolist() == [500, 0, 0, 80, 0] and fitted.remainder.tolist() == [3, 2]
 
 
@@ -125,7 +171,7 @@ def test_l2_bounds_are_the_brute_force_maximum(m, c):
     """Over every way of placing at most m items in 3 cells with at most c per cell (finest) or any (coarse)."""
     finest = max(sum(v * v for v in d) for d in itertools.product(range(min(c, m) + 1), repeat=m) if sum(d) <= m)
     coarse = max(sum(v * v for v in d) for d in itertools.product(range(m + 1), repeat=3) if sum(d) <= m)
-    assert level_l2_squared(m, c) == (coarse, coarse, finest)
+    assert level_l2_squared(m, c, 3) == (coarse, coarse, finest)
 
 
 def test_the_budget_costs_the_sum_of_its_levels_and_each_sigma_meets_its_rho():
@@ -143,8 +189,11 @@ def test_the_threshold_follows_the_noise_scale_and_the_domain():
 
 
 def test_a_tree_rejects_a_cell_without_a_parent():
-    reason = "^every level-1 cell's parent must be the root, every finest cell's a level-1 cell$"
-    for parents in ((np.zeros(2, np.int64), np.array([0, 2])), (np.array([0, 1]), np.array([0, 1]))):
+    below = "^every level-2 cell's parent must be a level-1 cell$"
+    root = "^a tree has a root and at least one level below it, whose cells' parent is the root$"
+    for parents, reason in (((np.zeros(2, np.int64), np.array([0, 2])), below),
+                            ((np.zeros(2, np.int64), np.array([0, -1])), below),
+                            ((np.array([0, 1]), np.array([0, 1])), root), ((), root)):
         with pytest.raises(ValueError, match=reason):
             Tree(parents)
 

@@ -44,10 +44,10 @@ def test_the_fit_is_the_weighted_least_squares_estimate():
     fitted = fit(TREE, Measurement((Y0, Y1, Y2)), SIGMAS, tau=int(Y2.min()))
     cells = weighted_least_squares(Y0, Y1, Y2, SIGMAS)
     assert abs(fitted.total - cells.sum()) <= 0.5
-    assert np.abs(fitted.middle - np.bincount(PARENT, weights=cells)).max() < 1.5
+    assert np.abs(fitted.counts[1] - np.bincount(PARENT, weights=cells)).max() < 1.5
     assert np.abs(fitted.listed - cells).max() < 2.5
     assert fitted.remainder.tolist() == [0] * len(CHILDREN)
-    assert fitted.listed.dtype == fitted.remainder.dtype == fitted.middle.dtype == np.int64  # counts, not floats
+    assert fitted.listed.dtype == fitted.remainder.dtype == fitted.counts[1].dtype == np.int64  # counts, not floats
 
 
 def test_the_residual_goes_to_listed_cells_and_remainder_by_variance():
@@ -58,7 +58,7 @@ def test_the_residual_goes_to_listed_cells_and_remainder_by_variance():
     y2 = np.array([400, 300, 6, 4, 5])
     measured = Measurement((np.array([1015]), np.array([1015]), y2))
     fitted = fit(tree, measured, SIGMAS, tau=50)
-    residual = fitted.middle[0] - y2.sum()
+    residual = fitted.counts[1][0] - y2.sum()
     assert residual > 100  # the parent's measurements pull it well above the children's sum
     assert np.abs(fitted.listed[:2] - (y2[:2] + residual / 5)).max() < 1
     assert fitted.listed[2:].tolist() == [0, 0, 0]
@@ -78,14 +78,14 @@ def test_measurements_below_zero_fit_to_zero_everywhere():
     measured = Measurement((np.array([-40]), -np.array([10, 20, 5, 30]), -np.full(len(PARENT), 3)))
     fitted = fit(TREE, measured, SIGMAS, tau=5)
     assert fitted.total == 0
-    assert not fitted.middle.any() and not fitted.listed.any() and not fitted.remainder.any()
+    assert not fitted.counts[1].any() and not fitted.listed.any() and not fitted.remainder.any()
 
 
 def test_a_level_1_cell_without_finest_cells_is_refused():
     """Its count is 0 by construction and step 2 would have no cell to give a share of the root to."""
     tree = Tree((np.zeros(3, np.int64), np.array([0, 0, 1])))
     measured = Measurement((np.array([30]), np.array([10, 10, 10]), np.array([5, 5, 10])))
-    with pytest.raises(ValueError, match="^every level-1 cell needs at least one finest cell$"):
+    with pytest.raises(ValueError, match="^every level-1 cell needs at least one level-2 cell$"):
         fit(tree, measured, SIGMAS, tau=5)
 
 

@@ -62,14 +62,14 @@ def test_the_threshold_is_the_smallest_even_where_the_search_starts_above_it(sig
 @pytest.mark.parametrize("rho, shares, false_cells, message", [
     (math.inf, (0.1, 0.3, 0.6), 1.0, "^rho must be finite and > 0, got inf$"),
     (0.0, (0.1, 0.3, 0.6), 1.0, "^rho must be finite and > 0, got 0.0$"),
-    (0.5, (0.0, 0.4, 0.6), 1.0, r"^shares must be 3 positive numbers summing to 1, got \(0.0, 0.4, 0.6\)$"),
-    (0.5, (0.4, 0.6), 1.0, r"^shares must be 3 positive numbers summing to 1, got \(0.4, 0.6\)$"),
+    (0.5, (0.0, 0.4, 0.6), 1.0, r"^shares must be 2 or more positive numbers summing to 1, got \(0.0, 0.4, 0.6\)$"),
+    (0.5, (1.0,), 1.0, r"^shares must be 2 or more positive numbers summing to 1, got \(1.0,\)$"),
     (0.5, (0.1, 0.3, 0.6), 0.0, "^false_cells must be > 0, got 0.0$"),
 ])
 def test_a_budget_without_noise_on_a_level_or_without_a_threshold_is_refused(rho, shares, false_cells, message):
-    """rho infinite (sigma 0: no noise), a level with no share of rho, two levels for three, or no false cell
+    """rho infinite (sigma 0: no noise), a level with no share of rho, one level only, or no false cell
     allowed (no finite threshold) is refused, with its reason. Kills ``xǁHierarchyBudgetǁ__post_init____mutmut_2``
-    (``or``: rho inf accepted), ``_4`` (rho 0), ``_7``, ``_8``, ``_11`` (a zero share, or two shares, accepted),
+    (``or``: rho inf accepted), ``_4`` (rho 0), ``_7``, ``_8``, ``_11`` (a zero share, or one share, accepted),
     ``_22`` (false_cells 0) and ``_6``, ``_20``, ``_24`` (the reasons dropped)."""
     with pytest.raises(ValueError, match=message):
         HierarchyBudget(rho, shares, max_items=4, max_per_cell=2, false_cells=false_cells)
@@ -85,7 +85,7 @@ def test_contribution_bounds_that_are_not_counts_are_refused_by_name(max_items, 
     ``x_level_l2_squared__mutmut_1`` to ``_4`` (the bound misnamed) and ``_5``, ``_6`` (a float or bool accepted:
     ``and`` for ``or``)."""
     with pytest.raises(ValueError, match=message):
-        level_l2_squared(max_items, max_per_cell)
+        level_l2_squared(max_items, max_per_cell, 3)
 
 
 def test_the_measurement_draws_from_the_os_and_only_from_the_source_it_is_given(monkeypatch):
@@ -109,5 +109,5 @@ def test_the_finest_sensitivity_counts_a_partial_last_cell_by_its_square():
     """Five items, at most three in a cell: one full cell and one of two, ``3² + 2² = 13`` (a larger figure
     over-noises, a smaller one under-noises). Kills ``x_level_l2_squared__mutmut_24`` (``(m mod c)³``: only a
     remainder of 2 or more shows it)."""
-    assert level_l2_squared(5, 3) == (25, 25, 13)
-    assert level_l2_squared(7, 2) == (49, 49, 3 * 4 + 1)
+    assert level_l2_squared(5, 3, 3) == (25, 25, 13)
+    assert level_l2_squared(7, 2, 3) == (49, 49, 3 * 4 + 1)

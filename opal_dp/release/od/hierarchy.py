@@ -220,17 +220,17 @@ def rows(dom: ModeDomain, fitted: Fitted, day: str) -> pd.DataFrame:
     n_dd = len(dom.destination_districts)
     o_dist = np.array(dom.origin_districts, dtype=object)
     d_dist = np.array(dom.destination_districts, dtype=object)
-    pair = np.arange(len(fitted.middle))
+    pair = np.arange(len(fitted.counts[1]))
     a, b = np.divmod(pair, n_dd)
     cells = np.flatnonzero(fitted.listed)
     o, d = np.divmod(cells, len(dom.destinations))
     rest = np.flatnonzero(fitted.remainder)
     ra, rb = np.divmod(rest, n_dd)
-    keep = fitted.middle > 0
+    keep = fitted.counts[1] > 0
     parts = [
         (["mode"], [ALL], [ALL], [ALL], [ALL], [fitted.total]),
         (["district"] * int(keep.sum()), o_dist[a[keep]], d_dist[b[keep]], [ALL] * int(keep.sum()),
-         [ALL] * int(keep.sum()), fitted.middle[keep]),
+         [ALL] * int(keep.sum()), fitted.counts[1][keep]),
         (["location"] * len(cells), o_dist[dom.origin_district[o]], d_dist[dom.destination_district[d]],
          np.array(dom.origins, dtype=object)[o], np.array(dom.destinations, dtype=object)[d], fitted.listed[cells]),
         (["location"] * len(rest), o_dist[ra], d_dist[rb], [OTHER] * len(rest), [OTHER] * len(rest),
