@@ -27,10 +27,13 @@ class Publication(Protocol):
     """A product's files in the shared publication: ``tables``, the stems it may publish in a date's folder (each
     also combined over the dates, in this order); ``files``, those a statement says the release has;
     ``date_problems``, what is wrong with its files among the ``present`` ones of one date's folder (the
-    statement, when known, says what was published); ``markdown``, its section of PRIVACY.md. They read published
-(DP) files, the statement and public reference data only: post-processing, no privacy cost."""
+    statement, when known, says what was published); ``markdown``, its section of PRIVACY.md; ``notes``, what a row
+    of each file counts, and ``columns(statement)``, (column, stems, meaning) of its files, for the page's file list
+    and data dictionary. They read published (DP) files, the statement and public reference data only:
+    post-processing, no privacy cost."""
 
     tables: tuple[str, ...]
+    notes: Mapping[str, str]
 
     def files(self, statement: Mapping) -> tuple[str, ...]: ...
 
@@ -38,6 +41,8 @@ class Publication(Protocol):
                       statement: Mapping | None) -> list[str]: ...
 
     def markdown(self, statement: Mapping) -> list[str]: ...
+
+    def columns(self, statement: Mapping) -> tuple[tuple[str, tuple[str, ...], str], ...]: ...
 
 
 class DatedPart(Protocol):

@@ -21,7 +21,7 @@ from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.published_folder import LATEST, files_of
 from opal_dp.release.settings import DEFAULT_DELTA
 from opal_dp.network import load_stops
-from opal_dp.release.page.catalogue import TABLE_NOTES
+from opal_dp.release.marginals.open_data import TABLE_NOTES
 from opal_dp.release.page.render import PAGE, render_index
 from opal_dp.settings import DATA_DIR_ENV, PUBLISHER_ENV
 from opal_dp.simulate.trips import generate_days

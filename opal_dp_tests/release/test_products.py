@@ -41,7 +41,7 @@ def test_the_od_products_are_one_part_of_each_date_and_each_audits_only_when_on(
 
 def test_the_publish_and_audit_assets_read_every_part_and_import_no_other_product():
     """Adding a product touches its folder and the registry: the marginals' publish and audit assets, the shared
-    publication and the statement import no module of another product."""
+    publication, the page's catalogue and the statement import no module of another product."""
     from opal_dp.definitions import defs
 
     asset = defs().resolve_assets_def("published_release")
@@ -50,6 +50,7 @@ def test_the_publish_and_audit_assets_read_every_part_and_import_no_other_produc
     package = Path(opal_dp.__file__).parent
     shared = [package / "defs/marginals/publish.py", package / "defs/marginals/audit.py",
               package / "release/publish.py", package / "release/published_folder.py",
+              package / "release/page/catalogue.py", package / "release/page/render.py",
               *sorted((package / "release/statement").glob("*.py"))]
     others = ("opal_dp.release.od", "opal_dp.release.synthetic", "opal_dp.defs.od", "opal_dp.defs.synthetic")
     for path in shared:

@@ -28,6 +28,11 @@ from opal_dp.release.statement.build import open_data_partition
 
 COLUMNS = ["mode", "date", "tap", "time", "loc", "count"]
 TABLES = ("time-loc", "time", "loc")
+TABLE_NOTES = {  # published table -> what a row counts (the page's file list)
+    "time-loc": "trips per mode, date, tap, 15-minute window and location",
+    "time": "trips per mode, date, tap and 15-minute window (loc is -)",
+    "loc": "trips per mode, date, tap and location (time is -)",
+}
 TAPS = ("on", "off")
 AGGREGATED = "-"
 WINDOW_LABELS = [window_label(w) for w in range(UNKNOWN, WINDOWS_PER_DAY)]

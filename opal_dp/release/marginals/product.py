@@ -15,7 +15,7 @@ import pandas as pd
 
 from opal_dp.core import PrivacyCost, PrivacyUnit
 from opal_dp.release.marginals.public_domain import sum_problems
-from opal_dp.release.marginals.open_data import TABLES, validate_table
+from opal_dp.release.marginals.open_data import TABLE_NOTES, TABLES, validate_table
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,32 @@ class MarginalTables:
 
     tables: tuple[str, ...] = TABLES
 
+    @property
+    def notes(self) -> Mapping[str, str]:
+        return TABLE_NOTES
+
     def files(self, statement: Mapping) -> tuple[str, ...]:
         return tuple(f"{t}.csv" for t in self.tables)
+
+    def columns(self, statement: Mapping) -> tuple[tuple[str, tuple[str, ...], str], ...]:
+        """Their columns for the page's data dictionary; under a design with remainder rows, ``other`` explained."""
+        remainders = statement.get("design", {}).get("name") == "public_domain"
+        other = "; <code>other</code>: a remainder row of time-loc.csv, the sum of the combinations not listed on " \
+                "their own (see above)" if remainders else ""
+        tables = self.tables
+        return (
+            ("mode", tables, "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
+            ("date", tables, "service date (the tap-on date), <code>YYYYMMDD</code>"),
+            ("tap", tables, "<code>on</code>: where and when the trip started; <code>off</code>: where and when it ended"),
+            ("time", tables, "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to 23:45); <code>-</code>: "
+                             "all times of the day together (loc.csv); <code>-1</code>: unknown, a trip without a "
+                             f"tap-off{other}"),
+            ("loc", tables, "where the tap was: the <strong>postcode</strong> of the stop for bus, the <strong>stop "
+                            "name</strong> for train, ferry and light rail; <code>-</code>: all locations together "
+                            f"(time.csv); <code>-1</code>: unknown, a trip without a tap-off{other}"),
+            ("count", tables, "the noisy number of trips, a positive integer; a combination that is not listed had no "
+                              "trips or too few to publish"),
+        )
 
     def date_problems(self, folder: Path, day: str, present: set[str], modes: set[str], remainders: bool,
                       statement: Mapping | None) -> list[str]:

@@ -43,6 +43,35 @@ DESCRIPTION = (
     "counts the trips among those first `height` of each card-day; both files come only from the DP tree."
 )
 
+OD_NOTES = {  # published file -> what a row counts (the page's file list)
+    "od": "trips per date and mode: the mode's total, district pairs and origin-destination pairs, each level adding "
+          "up to the one above (a noisy prefix tree's pairs in a release without the hierarchy)",
+    "od-sequences": "the most frequent card-day trip chains of each date, from the same trees",
+    "totals": "trips per date, mode and tap, each measured on its own and never suppressed, with the 95% bound of its "
+              "noise: the figures to quote for how many trips a mode carried",
+}
+OD_DICTIONARY = (  # column, the files (stems) that have it, meaning (added to that of the marginals' same column)
+    ("mode", ("od", "totals"), ""),
+    ("date", ("od", "od-sequences", "totals"), ""),
+    ("tap", ("totals",), " (totals.csv: <code>on</code> counts every trip, <code>off</code> the trips with a recorded "
+                         "tap-off)"),
+    ("count", ("od", "od-sequences", "totals"), " (totals.csv lists every one, 0 included)"),
+    ("error_95", ("totals",), "the count's noise is within this many trips of 0 with 95% probability"),
+    ("origin, destination", ("od",), "where the trip started and ended, labelled as <code>loc</code>; <code>all</code> "
+                                     "above the location level, <code>other</code> on a district pair's row of the "
+                                     "pairs not listed one by one"),
+    ("level", ("od",), "<code>mode</code>, <code>district</code> or <code>location</code>: which matrix the row belongs "
+                       "to (releases with the hierarchy)"),
+    ("origin_district, destination_district", ("od",),
+     "the district of the origin and of the destination: the first three digits of the stop's postcode followed "
+     "by <code>x</code> (<code>200x</code>: postcodes 2000 to 2009); <code>-1</code>: unknown, a trip without a "
+     "tap-off; <code>all</code> on the mode row"),
+    ("rank", ("od-sequences",), "1 for the most frequent chain of the date, then 2, ..."),
+    ("trips", ("od-sequences",), "how many trips the chain has"),
+    ("sequence", ("od-sequences",), "the trips of the chain, each <code>mode:origin&gt;destination</code>, joined by "
+                                    "<code> | </code>"),
+)
+
 SEQUENCES_DESCRIPTION = (
     "od-sequences.csv: the most frequent card-day trip chains, from a noisy prefix tree per date (Chen et al., KDD "
     "2012), epsilon-DP for adding or removing all trips of one card on one day (pure DP, delta 0)."
@@ -164,8 +193,15 @@ class OdFiles:
 
     tables: tuple[str, ...] = OD_TABLES
 
+    @property
+    def notes(self) -> Mapping[str, str]:
+        return OD_NOTES
+
     def files(self, statement: Mapping) -> tuple[str, ...]:
         return tuple(statement["od"]["files"]) if "od" in statement else ()
+
+    def columns(self, statement: Mapping) -> tuple[tuple[str, tuple[str, ...], str], ...]:
+        return OD_DICTIONARY
 
     def date_problems(self, folder: Path, day: str, present: set[str], modes: set[str], remainders: bool,
                       statement: Mapping | None) -> list[str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from opal_dp import settings
 from opal_dp.release.page.common import e, iso, stacked_table
+from opal_dp.release.products import PUBLICATIONS
 from opal_dp.release.statement.build import STATEMENT_JSON, STATEMENT_MD
 
 LICENCES = {  # SPDX identifier -> full name
@@ -27,20 +28,6 @@ LICENCES = {  # SPDX identifier -> full name
 }
 NOT_STATED = "not stated"
 TITLE = "Public-transport trips by smart-card tap (differentially private counts)"
-TABLE_NOTES = {  # published table -> what a row counts
-    "time-loc": "trips per mode, date, tap, 15-minute window and location",
-    "time": "trips per mode, date, tap and 15-minute window (loc is -)",
-    "loc": "trips per mode, date, tap and location (time is -)",
-}
-OD_NOTES = {
-    "od": "trips per date and mode: the mode's total, district pairs and origin-destination pairs, each level adding "
-          "up to the one above (a noisy prefix tree's pairs in a release without the hierarchy)",
-    "od-sequences": "the most frequent card-day trip chains of each date, from the same trees",
-    "totals": "trips per date, mode and tap, each measured on its own and never suppressed, with the 95% bound of its "
-              "noise: the figures to quote for how many trips a mode carried",
-}
-
-
 @dataclass(frozen=True)
 class PageSettings:
     """Who publishes the release and on what terms. ``licence``: an SPDX identifier (named in full if known) or
@@ -93,44 +80,16 @@ def dataset_section(page: PageSettings, statement: Mapping, dates: list[str]) ->
 
 def dictionary_section(statement: Mapping) -> str:
     """Every column of the CSV files of the release (the files ``files_section`` lists): what it holds, in which of
-    them, and its special values."""
-    remainders = statement.get("design", {}).get("name") == "public_domain"
-    other = "; <code>other</code>: a remainder row of time-loc.csv, the sum of the combinations not listed on " \
-            "their own (see above)" if remainders else ""
-    tables, od, sequences, totals = tuple(TABLE_NOTES), ("od",), ("od-sequences",), ("totals",)
-    columns = [  # column, the files (stems) that have it, meaning
-        ("mode", (*tables, *od, *totals), "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
-        ("date", (*tables, *od, *sequences, *totals), "service date (the tap-on date), <code>YYYYMMDD</code>"),
-        ("tap", (*tables, *totals), "<code>on</code>: where and when the trip started; <code>off</code>: where and when "
-                                    "it ended (totals.csv: <code>on</code> counts every trip, <code>off</code> the trips "
-                                    "with a recorded tap-off)"),
-        ("time", tables, "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to 23:45); <code>-</code>: "
-                         "all times of the day together (loc.csv); <code>-1</code>: unknown, a trip without a "
-                         f"tap-off{other}"),
-        ("loc", tables, "where the tap was: the <strong>postcode</strong> of the stop for bus, the <strong>stop "
-                        "name</strong> for train, ferry and light rail; <code>-</code>: all locations together "
-                        f"(time.csv); <code>-1</code>: unknown, a trip without a tap-off{other}"),
-        ("count", (*tables, *od, *sequences, *totals), "the noisy number of trips, a positive integer; a combination "
-                                                       "that is not listed had no trips or too few to publish "
-                                                       "(totals.csv lists every one, 0 included)"),
-        ("error_95", totals, "the count's noise is within this many trips of 0 with 95% probability"),
-        ("origin, destination", od, "where the trip started and ended, labelled as <code>loc</code>; <code>all</code> "
-                                    "above the location level, <code>other</code> on a district pair's row of the "
-                                    "pairs not listed one by one"),
-        ("level", od, "<code>mode</code>, <code>district</code> or <code>location</code>: which matrix the row belongs "
-                      "to (releases with the hierarchy)"),
-        ("origin_district, destination_district", od,
-         "the district of the origin and of the destination: the first three digits of the stop's postcode followed "
-         "by <code>x</code> (<code>200x</code>: postcodes 2000 to 2009); <code>-1</code>: unknown, a trip without a "
-         "tap-off; <code>all</code> on the mode row"),
-        ("rank", sequences, "1 for the most frequent chain of the date, then 2, ..."),
-        ("trips", sequences, "how many trips the chain has"),
-        ("sequence", sequences, "the trips of the chain, each <code>mode:origin&gt;destination</code>, joined by "
-                                "<code> | </code>"),
-    ]
-    published = (*tables, *_od_files(statement))
+    them, and its special values; each product's columns from its publication (``columns``), a column that several
+    products' files share in one row, its meanings joined in registry order."""
+    merged: dict[str, tuple[list[str], str]] = {}
+    for publication in PUBLICATIONS:
+        for column, stems, meaning in publication.columns(statement):
+            files, text = merged.get(column, ([], ""))
+            merged[column] = ([*files, *stems], text + meaning)
+    published = {stem for stem, _ in _notes(statement)}
     rows = [(f"<code>{e(c)}</code>", e(", ".join(f for f in files if f in published)), d)
-            for c, files, d in columns if set(files) & set(published)]
+            for c, (files, d) in merged.items() if set(files) & published]
     return (
         '<section id="dictionary" aria-labelledby="dictionary-title">\n<h2 id="dictionary-title">Data dictionary</h2>\n'
         f'{stacked_table(("column", "files", "meaning"), rows)}'
@@ -139,14 +98,19 @@ def dictionary_section(statement: Mapping) -> str:
     )
 
 
+def _notes(statement: Mapping) -> list[tuple[str, str]]:
+    """(stem, what a row counts) of every CSV file the release has, in registry order (each product's ``notes``)."""
+    return [(name.removesuffix(".csv"), publication.notes[name.removesuffix(".csv")])
+            for publication in PUBLICATIONS for name in publication.files(statement) if name.endswith(".csv")]
+
+
 INDEX_JSON = "index.json"
 
 
 def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[str, int]) -> str:
     """The files of the release, each with what it holds, its rows (published file stem -> rows) and its size in
     bytes."""
-    notes = {f"{name}.csv": (note, rows[name]) for name, note in TABLE_NOTES.items()}
-    notes |= {f"{name}.csv": (OD_NOTES[name], rows.get(name)) for name in _od_files(statement)}
+    notes = {f"{name}.csv": (note, rows.get(name)) for name, note in _notes(statement)}
     notes |= {STATEMENT_JSON: ("the privacy statement, machine-readable", None),
               STATEMENT_MD: ("the privacy statement for people", None),
               INDEX_JSON: ("the index: every published date, with the SHA-256 of "
@@ -169,11 +133,6 @@ def files_section(rows: Mapping[str, int], statement: Mapping, sizes: Mapping[st
         "with a header row; the columns of time-loc.csv, time.csv and loc.csv are <code>mode,date,tap,time,loc,"
         f"count</code>, as in the 2016 Opal open data.</p>\n<p class=\"note\">{covered}</p>\n{table}</section>\n"
     )
-
-
-def _od_files(statement: Mapping) -> list[str]:
-    """The OD files (stems) the release has, from its statement's OD section."""
-    return [name for name in OD_NOTES if f"{name}.csv" in statement.get("od", {}).get("files", ())]
 
 
 def _size(name: str, sizes: Mapping[str, int]) -> str:

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 import pandas as pd
 
 from opal_dp.network import MODES
+from opal_dp.release.marginals.open_data import TABLES
 from opal_dp.release.page.catalogue import (
-    TABLE_NOTES,
     TITLE,
     PageSettings,
     coverage,
@@ -95,8 +95,8 @@ def render_index(published: PageSummary | Mapping[str, pd.DataFrame], statement:
     ``privacy.json`` holds, ``stops`` the public stop list, ``sizes`` the bytes of each other published file (a
     file without one is listed without a size), ``settings`` the publisher's catalogue settings."""
     if not isinstance(published, PageSummary):
-        if sorted(published) != sorted(TABLE_NOTES):
-            raise ValueError(f"tables must be exactly {sorted(TABLE_NOTES)}, got {sorted(published)}")
+        if sorted(published) != sorted(TABLES):
+            raise ValueError(f"tables must be exactly {sorted(TABLES)}, got {sorted(published)}")
         published = PageSummary.of_tables(published)
     runs = statement["partitions"]["date_runs_by_mode"]
     days = {m: dates_of(runs.get(m, [])) for m in MODES}
