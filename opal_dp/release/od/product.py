@@ -1,7 +1,8 @@
 """The OD products as the registry sees them (``release.products``): whether each is on under the settings, what
 it charges one ledger scope, one date's charge (the function its plan charges with) per date the scope receives
-(``placement.dates_per_scope``), the hierarchy's empirical audit of its ledger charges, and what it publishes: both publish into the one set of OD files
-(``publish.OD_FILES``), read, gated and stated date by date as one part (``dated.OD_DATED``)."""
+(``placement.dates_per_scope``), the hierarchy's empirical audit of its ledger charges, and what it publishes: both
+publish into the one set of OD files (``publish.OD_FILES``), read, gated and stated date by date as one part
+(``dated.OD_DATED``)."""
 
 from __future__ import annotations
 
