@@ -4,10 +4,11 @@ deployment says so.
 One machine: ``OPAL_DP_EXECUTOR`` unset (or ``in_process``) runs every step of a run in the run's own process, one
 process start per run; the days of a step still go to the per-day worker processes (``opal_dp.parallel``).
 ``multiprocess`` is Dagster's own default, a process per step (here forked from a server that built the definitions
-once, ``MULTIPROCESS``): on one machine it only adds process starts (``benchmarks.executors``: one week of 14,159 trips through the four jobs on 2 cores, 53.2 s against 32.2 s in
-process, 1.65x the wall time; docs/benchmarks.md). ``celery`` (deploy/README.md) sends every step of every
-run to the Celery workers listening on ``$OPAL_DP_CELERY_BROKER`` (results on ``$OPAL_DP_CELERY_BACKEND``), for
-several hosts. The definitions are otherwise the same.
+once, ``MULTIPROCESS``): on one machine it only adds process starts (``benchmarks.executors``: one week of
+14,159 trips through the four jobs on 2 cores, 53.2 s against 32.2 s in process, 1.65x the wall time;
+docs/benchmarks.md). ``celery`` (deploy/README.md) sends every step of every run to the Celery workers listening
+on ``$OPAL_DP_CELERY_BROKER`` (results on ``$OPAL_DP_CELERY_BACKEND``), for several hosts. The definitions are
+otherwise the same.
 """
 
 import os

@@ -40,10 +40,11 @@ class MarginalTables:
         return (
             ("mode", tables, "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
             ("date", tables, "service date (the tap-on date), <code>YYYYMMDD</code>"),
-            ("tap", tables, "<code>on</code>: where and when the trip started; <code>off</code>: where and when it ended"),
-            ("time", tables, "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to 23:45); <code>-</code>: "
-                             "all times of the day together (loc.csv); <code>-1</code>: unknown, a trip without a "
-                             f"tap-off{other}"),
+            ("tap", tables, "<code>on</code>: where and when the trip started; <code>off</code>: where and when "
+                            "it ended"),
+            ("time", tables, "start of the 15-minute window of the tap, <code>H:MM</code> (0:00 to 23:45); "
+                             "<code>-</code>: all times of the day together (loc.csv); <code>-1</code>: unknown, a trip "
+                             f"without a tap-off{other}"),
             ("loc", tables, "where the tap was: the <strong>postcode</strong> of the stop for bus, the <strong>stop "
                             "name</strong> for train, ferry and light rail; <code>-</code>: all locations together "
                             f"(time.csv); <code>-1</code>: unknown, a trip without a tap-off{other}"),
