@@ -113,10 +113,11 @@ def run_release(
                          f"{service_dates.start:%Y-%m-%d} to yesterday, {settings.TIMEZONE_ENV} = "
                          f"{service_dates.timezone}): {', '.join(outside)}")
     cut = chosen.day_cut(load_stops())
-    release_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    started = datetime.now(timezone.utc)
+    release_id = f"{started:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     out = ReleaseRuns(release_id)
     launcher = _Launcher(instance, _run_config(location, config, log_file, progress, workers), release_id,
-                         chosen.unit.value, progress, distributed, workers)
+                         chosen.unit.value, progress, distributed, workers, started)
     records = read_records(location.private_dir)
     new = [d for d in days if _needs_ingest(records.get(d), raw_file_stamp(location.raw_dir, d), cut)]
     for span in _ranges(new):
@@ -234,9 +235,9 @@ class _Launcher:
     while the definitions load and the day pass runs."""
 
     def __init__(self, instance: dg.DagsterInstance, run_config: dict, release_id: str, unit: str, progress: bool,
-                 distributed: bool, workers: int | None) -> None:
+                 distributed: bool, workers: int | None, started: datetime) -> None:
         self.instance, self.run_config, self.progress, self.distributed = instance, run_config, progress, distributed
-        self.workers = workers
+        self.workers, self.started = workers, started
         self.tags = {RELEASE_ID_TAG: release_id, UNIT_TAG: unit}
         self.results: dict[str, list] = {}
         self.launched = 0
@@ -258,7 +259,10 @@ class _Launcher:
         label = STAGE_NAMES[job] + (f" {weeks[0]}" if job in ("release", "release_od", "synthetic") else "")
         self.launched += 1
         with _progress_bar(label, len(job_def.graph.node_dict), enabled=self.progress) as bar:
-            result = execute_run(recon, dagster_run, self.instance)
+            # every run of the release sees the partitions of one instant, its start: consistent, and Dagster
+            # enumerates the (week, mode) keys once (about 2,000, 80 ms) instead of at each step that reads them
+            with dg.partition_loading_context(effective_dt=self.started):
+                result = execute_run(recon, dagster_run, self.instance)
             bar(result.success)
         if result.success:
             self.results.setdefault(job, []).append(result)

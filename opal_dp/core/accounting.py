@@ -284,14 +284,21 @@ class _Fits:
 @lru_cache(maxsize=256)
 def _conversion(rho: float):
     """OpenDP's privacy profile of a rho-zCDP measurement (the map of a measurement that costs rho)."""
-    import opendp.prelude as dp
+    # OpenDP's own modules, not ``opendp.prelude``: the prelude imports its extras (scikit-learn, Polars, scipy.stats
+    # where installed), about 2 s in every process that composes, for nothing used here
+    from opendp.combinators import make_zCDP_to_approxDP
+    from opendp.domains import atom_domain
+    from opendp.measurements import make_user_measurement
+    from opendp.measures import zero_concentrated_divergence
+    from opendp.metrics import absolute_distance
+    from opendp.mod import enable_features
 
-    dp.enable_features("contrib", "honest-but-curious")  # the map below states the ledger's composed rho
-    measurement = dp.m.make_user_measurement(
-        dp.atom_domain(T=float, nan=False),
-        dp.absolute_distance(T=float),
-        dp.zero_concentrated_divergence(),
+    enable_features("contrib", "honest-but-curious")  # the map below states the ledger's composed rho
+    measurement = make_user_measurement(
+        atom_domain(T=float, nan=False),
+        absolute_distance(T=float),
+        zero_concentrated_divergence(),
         lambda value: value,
         lambda d_in: rho,
     )
-    return dp.c.make_zCDP_to_approxDP(measurement).map(1.0)
+    return make_zCDP_to_approxDP(measurement).map(1.0)

@@ -219,6 +219,20 @@ def test_the_threshold_keeps_false_cells_under_the_target():
         min_tau_over([(noise, cells)], 0.0)
 
 
+@pytest.mark.parametrize("mechanism, scale", [("laplace", 1.0), ("laplace", 0.05), ("gaussian", 0.02),
+                                              ("gaussian", 0.2)])
+@pytest.mark.parametrize("target", [1e-3, 0.7, 20.0, 5e4])
+def test_the_threshold_search_finds_what_counting_up_finds(mechanism, scale, target):
+    """Doubling then bisecting gives the first threshold that counting up from 1 reaches, over two taps whose noise
+    differs (a Gaussian's budget as rho: sigma from about 2 to 7)."""
+    pieces = [(calibrate(mechanism, TRIP, {t: b * scale for t, b in BUDGET.items()}), 122_000),
+              (calibrate(mechanism, TRIP, {t: b * scale / 2 for t, b in BUDGET.items()}), 40_000)]
+    tau = 1
+    while sum(expected_false_cells(noise, cells, tau) for noise, cells in pieces) > target:
+        tau += 1
+    assert min_tau_over(pieces, target) == tau
+
+
 def test_uses_the_secure_source_by_default():
     noise = calibrate("laplace", TRIP, BUDGET)
     assert all(isinstance(law.bits, SecureBits) for law in noise.laws.values())
