@@ -16,7 +16,6 @@ Dagster's entry points have it.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import multiprocessing
 import multiprocessing.connection
@@ -123,15 +122,6 @@ def _arrive(folder: str, workers: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while len(os.listdir(folder)) < workers and time.monotonic() < deadline:
         time.sleep(0.01)
-
-
-def import_in_background(*modules: str) -> threading.Thread:
-    """Import ``modules`` in a background thread (returned): a step that imports one lazily then finds it done.
-    Worth it while the caller mostly waits, e.g. on the per-day workers; the import lock keeps it safe. Not a
-    daemon: the interpreter never exits in the middle of an import."""
-    thread = threading.Thread(target=lambda: [importlib.import_module(m) for m in modules], name="opal_dp-imports")
-    thread.start()
-    return thread
 
 
 def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None = None) -> Iterator[R]:

@@ -29,14 +29,13 @@ from pathlib import Path
 import dagster as dg
 
 from opal_dp import settings
-from opal_dp.core.accounting import LIBRARY as ACCOUNTING_LIBRARY
 from opal_dp.defs.shared.jobs import OD_ASSETS, run_plan
 from opal_dp.defs.shared.logs import STEP_LISTENERS
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, service_dates
 from opal_dp.defs.shared.tags import RELEASE_ID_TAG, UNIT_TAG, WEEKS_TAG, WITHOUT_TAG
 from opal_dp.locations import DataLocation
 from opal_dp.network import MODES, load_stops
-from opal_dp.parallel import import_in_background, start_in_background
+from opal_dp.parallel import start_in_background
 from opal_dp.prep.day_files import raw_file_stamp
 from opal_dp.prep.day_records import DayCut, DayRecord, read_records
 from opal_dp.prep.ingest import scan_raw_files
@@ -231,8 +230,7 @@ def _run_config(location: DataLocation, budget: Mapping[str, object], log_file: 
 
 class _Launcher:
     """Creates each run as a run of the code location's job (origin, tags) and executes it. Before the first run
-    (none when nothing is new), the per-day workers start and the accounting library is imported in the background,
-    while the definitions load and the day pass runs."""
+    (none when nothing is new), the per-day workers start in the background while the definitions load."""
 
     def __init__(self, instance: dg.DagsterInstance, run_config: dict, release_id: str, unit: str, progress: bool,
                  distributed: bool, workers: int | None, started: datetime) -> None:
@@ -245,10 +243,8 @@ class _Launcher:
     def run(self, job: str, span: tuple[str, str] | None, weeks: list[str], tags: Mapping[str, str] | None = None):
         from dagster._core.execution.api import execute_run
 
-        if not self.launched:
-            if not self.distributed:
-                start_in_background(self.workers)
-            import_in_background(*ACCOUNTING_LIBRARY)
+        if not self.launched and not self.distributed:
+            start_in_background(self.workers)
         recon = dg.build_reconstructable_job(__name__, job_by_name.__name__, (job,))
         job_def = job_by_name(job)
         run_tags = {**self.tags, **(tags or {}), **({WEEKS_TAG: ",".join(sorted(set(weeks)))} if weeks else {}),

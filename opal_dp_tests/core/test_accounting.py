@@ -128,3 +128,30 @@ def test_the_pld_route_matches_dp_accounting_fed_directly() -> None:
     assert math.isfinite(mixed)
     assert accounting._pld_epsilon(approx, zcdp, 1e-5) == pytest.approx(mixed, rel=1e-12)
     assert accounting._pld_epsilon(approx, (), 1e-5) == pytest.approx(composed.get_epsilon_for_delta(1e-5), rel=1e-12)
+
+
+@pytest.mark.parametrize("delta", [1e-12, 9.43e-9, 1e-6, 1e-3])
+def test_on_zcdp_alone_the_rdp_route_never_states_less_than_openDP(delta) -> None:
+    """Why ``compose`` skips the rdp route when every piece is zCDP: dp-accounting's conversion of the curve
+    ``alpha * rho`` at its list of orders is never below OpenDP's over all orders (rho from 1e-4 to 50)."""
+    for rho in [1e-4 * 1.5**k for k in range(30)]:
+        alone = ((PrivacyCost.zcdp(rho, 0.0), 1),)
+        assert accounting._rdp_epsilon(alone, delta) >= zcdp_epsilon(rho, delta)
+
+
+def test_a_release_of_zcdp_pieces_composes_without_dp_accounting_and_a_mixed_one_with_it() -> None:
+    """The default card-level release (zCDP pieces only) never imports dp-accounting and scipy (about 1.3 s a
+    process); a composition with an (epsilon, delta) piece still takes its tighter routes."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", """
+import sys
+from opal_dp.core.accounting import PrivacyCost, compose
+zcdp = compose([PrivacyCost.zcdp(0.12, 6.25e-8)] * 6, 1e-6)
+alone = sorted({m.split(".")[0] for m in sys.modules} & {"dp_accounting", "scipy"})
+mixed = compose([PrivacyCost.approx_dp(1.0, 0.0)] * 14 + [PrivacyCost.zcdp(0.12, 6.25e-8)] * 6, 7.5e-7)
+print(zcdp.composition.split(":")[0], alone, mixed.composition.split(":")[0], "dp_accounting" in sys.modules)
+"""], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["basic", "[]", "rdp", "True"], done.stdout
