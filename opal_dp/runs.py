@@ -106,13 +106,13 @@ def run_release(
     days = sorted(dates or found)
     if not days:
         raise SystemExit(f"no raw files in {location.raw_dir}")
-    outside = sorted(set(days) - set(service_dates.get_partition_keys()))
+    started = datetime.now(timezone.utc)  # the one instant whose partitions every run of this release sees
+    outside = sorted(set(days) - set(service_dates.get_partition_keys(current_time=started)))
     if outside:
         raise SystemExit(f"not a service date of this deployment (from ${settings.FIRST_DATE_ENV} = "
                          f"{service_dates.start:%Y-%m-%d} to yesterday, {settings.TIMEZONE_ENV} = "
                          f"{service_dates.timezone}): {', '.join(outside)}")
     cut = chosen.day_cut(load_stops())
-    started = datetime.now(timezone.utc)
     release_id = f"{started:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     out = ReleaseRuns(release_id)
     launcher = _Launcher(instance, _run_config(location, config, log_file, progress, workers), release_id,
