@@ -46,16 +46,29 @@ class _Acceptance:
     def __init__(self, sigma: float) -> None:
         self.sigma2 = Fraction(sigma) ** 2  # Fraction(float) is exact
         self.t = math.floor(sigma) + 1
-        self._words: dict[int, int] = {}
+        self._words = np.zeros(0, dtype=np.uint64)  # _words[a] = floor(p(a) * 2**64) where _known[a]
+        self._known = np.zeros(0, dtype=bool)
 
     def exponent(self, a: int) -> Fraction:
         return (a - self.sigma2 / self.t) ** 2 / (2 * self.sigma2)
 
     def word(self, a: int) -> int:
         """``floor(p(a) * 2**64)``."""
-        if a not in self._words:
-            self._words[a] = floor_exp_neg(self.exponent(a), _WORD)
-        return self._words[a]
+        return int(self.words(np.array([a], dtype=np.int64))[0])
+
+    def words(self, magnitude: np.ndarray) -> np.ndarray:
+        """``floor(p(a) * 2**64)`` for each ``a`` of ``magnitude`` (non-negative integers), each computed once."""
+        top = int(magnitude.max(initial=0))
+        if top >= self._words.size:
+            grown = top + 1 - self._words.size
+            self._words = np.concatenate([self._words, np.zeros(grown, dtype=np.uint64)])
+            self._known = np.concatenate([self._known, np.zeros(grown, dtype=bool)])
+        missing = magnitude[~self._known[magnitude]]
+        if missing.size:
+            for a in np.unique(missing).tolist():
+                self._words[a] = floor_exp_neg(self.exponent(a), _WORD)
+                self._known[a] = True
+        return self._words[magnitude]
 
     def digit(self, a: int, j: int) -> int:
         """The ``j``-th 64-bit word (``j >= 2``) of the binary expansion of ``p(a)``."""
@@ -88,13 +101,13 @@ class DiscreteGaussian:
         while pending.size:
             y = self._laplace.sample(accept.t, pending.size)
             magnitude = np.abs(y)
-            values = np.unique(magnitude)
-            words = np.array([accept.word(int(a)) for a in values], dtype=np.uint64)
-            threshold = words[np.searchsorted(values, magnitude)]
+            threshold = accept.words(magnitude)
             u = self._bits.words(pending.size)
             ok = u < threshold
-            for i in np.flatnonzero(u == threshold):
-                ok[i] = self._below(accept, int(magnitude[i]))
+            ties = u == threshold  # probability 2**-64 a draw
+            if ties.any():
+                for i in np.flatnonzero(ties):
+                    ok[i] = self._below(accept, int(magnitude[i]))
             out[pending[ok]] = y[ok]
             pending = pending[~ok]
         return out

@@ -160,18 +160,18 @@ class DiscreteLaplace:
         return self._geometric(_table(_check_scale(scale)), int(size))
 
     def _geometric(self, table: _Table, n: int) -> np.ndarray:
-        out = np.zeros(n, dtype=np.int64)
-        pending = np.arange(n)
-        while pending.size:
-            u = self._bits.words(pending.size)
-            j = np.searchsorted(table.ascending, u, side="right")
-            g = table.size - j  # #{k : T_k > U}: those k certainly have R < q**k
-            for i in np.flatnonzero(table.below[j] == u):  # U == T_k: is R < q**k?
+        u = self._bits.words(n)
+        j = np.searchsorted(table.ascending, u, side="right")
+        g = table.size - j  # #{k : T_k > U}: those k certainly have R < q**k
+        ties = table.below[j] == u  # U == T_k: is R < q**k? (probability at most K * 2**-64 a draw)
+        if ties.any():
+            for i in np.flatnonzero(ties):
                 if self._fraction_below(table, table.size + 1 - int(j[i])):
                     g[i] += 1
-            out[pending] += g
-            pending = pending[g == table.size]  # R < q**K: add a fresh geometric
-        return out
+        beyond = g == table.size  # R < q**K: add a fresh geometric (memorylessness)
+        if beyond.any():
+            g[beyond] += self._geometric(table, int(np.count_nonzero(beyond)))
+        return g
 
     def _fraction_below(self, table: _Table, k: int) -> bool:
         """Given ``U == T_k``: draw words of ``R'`` until they differ from ``q**k``'s next words."""
