@@ -105,7 +105,7 @@ class DiscreteGaussian:
             u = self._bits.words(pending.size)
             ok = u < threshold
             ties = u == threshold  # probability 2**-64 a draw
-            if ties.any():
+            if np.count_nonzero(ties):
                 for i in np.flatnonzero(ties):
                     ok[i] = self._below(accept, int(magnitude[i]))
             out[pending[ok]] = y[ok]

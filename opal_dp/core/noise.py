@@ -164,13 +164,13 @@ class DiscreteLaplace:
         j = np.searchsorted(table.ascending, u, side="right")
         g = table.size - j  # #{k : T_k > U}: those k certainly have R < q**k
         ties = table.below[j] == u  # U == T_k: is R < q**k? (probability at most K * 2**-64 a draw)
-        if ties.any():
+        if np.count_nonzero(ties):
             for i in np.flatnonzero(ties):
                 if self._fraction_below(table, table.size + 1 - int(j[i])):
                     g[i] += 1
         beyond = g == table.size  # R < q**K: add a fresh geometric (memorylessness)
-        if beyond.any():
-            g[beyond] += self._geometric(table, int(np.count_nonzero(beyond)))
+        if redraw := int(np.count_nonzero(beyond)):
+            g[beyond] += self._geometric(table, redraw)
         return g
 
     def _fraction_below(self, table: _Table, k: int) -> bool:
