@@ -16,6 +16,7 @@ exactly (``noise.floor_exp_neg``); ``U < T`` accepts, ``U > T`` rejects, and ``U
 from __future__ import annotations
 
 import math
+import threading
 from fractions import Fraction
 from functools import lru_cache
 
@@ -48,6 +49,7 @@ class _Acceptance:
         self.t = math.floor(sigma) + 1
         self._words = np.zeros(0, dtype=np.uint64)  # _words[a] = floor(p(a) * 2**64) where _known[a]
         self._known = np.zeros(0, dtype=bool)
+        self._lock = threading.Lock()  # one instance per sigma is shared by the process: no thread sees a word half-made
 
     def exponent(self, a: int) -> Fraction:
         return (a - self.sigma2 / self.t) ** 2 / (2 * self.sigma2)
@@ -59,16 +61,17 @@ class _Acceptance:
     def words(self, magnitude: np.ndarray) -> np.ndarray:
         """``floor(p(a) * 2**64)`` for each ``a`` of ``magnitude`` (non-negative integers), each computed once."""
         top = int(magnitude.max(initial=0))
-        if top >= self._words.size:
-            grown = top + 1 - self._words.size
-            self._words = np.concatenate([self._words, np.zeros(grown, dtype=np.uint64)])
-            self._known = np.concatenate([self._known, np.zeros(grown, dtype=bool)])
-        missing = magnitude[~self._known[magnitude]]
-        if missing.size:
-            for a in np.unique(missing).tolist():
-                self._words[a] = floor_exp_neg(self.exponent(a), _WORD)
-                self._known[a] = True
-        return self._words[magnitude]
+        with self._lock:
+            if top >= self._words.size:
+                grown = top + 1 - self._words.size
+                self._words = np.concatenate([self._words, np.zeros(grown, dtype=np.uint64)])
+                self._known = np.concatenate([self._known, np.zeros(grown, dtype=bool)])
+            missing = magnitude[~self._known[magnitude]]
+            if missing.size:
+                for a in np.unique(missing).tolist():
+                    self._words[a] = floor_exp_neg(self.exponent(a), _WORD)
+                    self._known[a] = True
+            return self._words[magnitude]
 
     def digit(self, a: int, j: int) -> int:
         """The ``j``-th 64-bit word (``j >= 2``) of the binary expansion of ``p(a)``."""
