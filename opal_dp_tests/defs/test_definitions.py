@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import dagster as dg
+import pandera.pandas as pa
 
 from opal_dp.definitions import defs
+from opal_dp.defs.shared.metadata import column_schema
 from opal_dp.defs.shared.partitions import period_mode
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT
 
@@ -25,6 +28,7 @@ EXPECTED_GROUPS = {
     "od_hierarchy": {"od_hierarchy"},
 }
 
+MODEL_MODULES = ("opal_dp.prep.schemas", "opal_dp.release.marginals.schemas")  # every Pandera model of opal_dp
 ON_DEMAND = {"unit_comparison", "design_comparison", "od_evaluation", "od_hierarchy_evaluation"}
 ROLLUP = {"privacy_ledger", "privacy_audit", "utility_report", "disclosure_risk", "published_release"}
 
@@ -62,6 +66,19 @@ def test_every_dataframe_asset_shows_its_column_schema():
             schema = spec.metadata.get("dagster/column_schema")
             assert isinstance(schema, dg.TableSchema) and schema.columns, key
             assert all(column.description for column in schema.columns), key  # shown in the UI beside each column
+
+
+def test_the_column_schemas_are_those_dagster_pandera_states():
+    """``column_schema`` builds the UI's column schema itself (``dagster-pandera`` imports Polars in every process
+    that loads the definitions): for every Pandera model of opal_dp, the schema ``dagster-pandera`` makes."""
+    from dagster_pandera import pandera_schema_to_dagster_type
+
+    models = {model for module in map(importlib.import_module, MODEL_MODULES) for model in vars(module).values()
+              if isinstance(model, type) and issubclass(model, pa.DataFrameModel) and model is not pa.DataFrameModel}
+    assert len(models) >= 15
+    for model in models:
+        assert column_schema(model)["dagster/column_schema"] == pandera_schema_to_dagster_type(
+            model).metadata["schema"].schema, model.__name__
 
 
 def test_each_release_asset_has_one_blocking_check_per_property_per_partition():
