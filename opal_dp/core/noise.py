@@ -115,8 +115,13 @@ def floor_exp_neg(x: Fraction, bits: int) -> int:
         prec *= 2
 
 
+GUIDE_BITS = 16
+"""The inversion's guide table has one entry per value of a word's top ``GUIDE_BITS`` bits (``_Table.rank``)."""
+_GUIDE_SHIFT = np.uint64(_WORD - GUIDE_BITS)
+
+
 class _Table:
-    """Inversion table for one scale: ``K`` and ``T_1..T_K`` stored ascending."""
+    """Inversion table for one scale: ``K`` and ``T_1..T_K`` stored ascending, and a guide to rank words in it."""
 
     def __init__(self, scale: float) -> None:
         self.inv_scale = 1 / Fraction(scale)  # Fraction(float) is exact
@@ -125,6 +130,20 @@ class _Table:
         self.ascending = np.array(t[::-1], dtype=np.uint64)  # T_K, ..., T_1
         # below[j] = the largest entry <= U when searchsorted gives j (sentinel: never equals U)
         self.below = np.concatenate(([_UINT64_MAX], self.ascending))
+        # guide[b]: the rank shared by every word whose top bits are b, or -1 where an entry falls among them
+        starts = np.arange(1 << GUIDE_BITS, dtype=np.uint64) << _GUIDE_SHIFT
+        first = np.searchsorted(self.ascending, starts, side="right")
+        last = np.searchsorted(self.ascending, starts | (_UINT64_MAX >> np.uint64(GUIDE_BITS)), side="right")
+        self.guide = np.where(first == last, first, -1).astype(np.intp)
+
+    def rank(self, u: np.ndarray) -> np.ndarray:
+        """``np.searchsorted(ascending, u, side="right")``, exactly: the guide answers every word whose top bits
+        hold no entry (the rank is monotone in the word), the search only the others (about ``K / 2**16`` of them)."""
+        j = self.guide[u >> _GUIDE_SHIFT]
+        unsure = j < 0
+        if np.count_nonzero(unsure):
+            j[unsure] = np.searchsorted(self.ascending, u[unsure], side="right")
+        return j
 
     def next_digit(self, k: int, j: int) -> int:
         """The ``j``-th 64-bit word (``j >= 2``) of the binary expansion of ``q**k``."""
@@ -161,7 +180,7 @@ class DiscreteLaplace:
 
     def _geometric(self, table: _Table, n: int) -> np.ndarray:
         u = self._bits.words(n)
-        j = np.searchsorted(table.ascending, u, side="right")
+        j = table.rank(u)
         g = table.size - j  # #{k : T_k > U}: those k certainly have R < q**k
         ties = table.below[j] == u  # U == T_k: is R < q**k? (probability at most K * 2**-64 a draw)
         if np.count_nonzero(ties):

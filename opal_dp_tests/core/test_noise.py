@@ -51,6 +51,20 @@ def test_next_digits_are_exact(scale, k):
         assert t.next_digit(k, j) == reference_floor(scale, k, 64 * j) % 2**64
 
 
+@pytest.mark.parametrize("scale", [0.05, 1.0, 2 / 3, 50.0, 300.0, MAX_SCALE])
+def test_the_guide_ranks_every_word_as_the_search_does(scale):
+    """``_Table.rank`` is ``searchsorted`` on every word: each entry, its neighbours, the edges of every guide
+    bucket that holds an entry, and random words."""
+    t = _table(scale)
+    edges = (t.ascending >> np.uint64(64 - noise.GUIDE_BITS)) << np.uint64(64 - noise.GUIDE_BITS)
+    span = np.uint64(2 ** (64 - noise.GUIDE_BITS) - 1)
+    words = np.concatenate([t.ascending, t.ascending - np.uint64(1), t.ascending + np.uint64(1), edges, edges + span,
+                            np.array([0, 1, UINT64_MAX - 1, UINT64_MAX], dtype=np.uint64),
+                            SeededBits(7).words(200_000), SeededBits(8).words(20_000) >> np.uint64(16)])
+    assert (t.guide >= 0).any() and (t.guide < 0).any()
+    assert np.array_equal(t.rank(words), np.searchsorted(t.ascending, words, side="right"))
+
+
 @pytest.mark.parametrize("scale", [100.0, MAX_SCALE])
 def test_a_large_table_is_the_floor_of_each_entrys_own_exponential(scale):
     """The table's chained products give what each entry's own ``floor_exp_neg`` gives, up to the last entries of
