@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import pandas as pd
+
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit
 from opal_dp.core.accounting import within
 from opal_dp.network import load_stops
@@ -49,16 +51,22 @@ def split(total_epsilon: float, total_delta: float) -> tuple[dict[str, float], d
             {m.name: total_delta / len(MARGINALS) for m in MARGINALS})
 
 
+def one_stop_per_mode() -> pd.DataFrame:
+    """The smallest public domain a plan builds on: the marginals' costs depend on no domain."""
+    return load_stops().groupby("mode", observed=True).head(1)
+
+
 def scope_costs(epsilon: float, delta: float, mechanism: Mechanism, design: Design,
-                unit: PrivacyUnit = PrivacyUnit.CARD_PERIOD, others: tuple[PrivacyCost, ...] = ()) -> list[PrivacyCost]:
+                unit: PrivacyUnit = PrivacyUnit.CARD_PERIOD, others: tuple[PrivacyCost, ...] = (),
+                stops: pd.DataFrame | None = None) -> list[PrivacyCost]:
     """What one release of a scope of ``unit`` charges one card: the six marginals at nominal (``epsilon``,
     ``delta``) and ``others`` (the other products' charges to the scope, ``release.products.product_costs``). The
     marginals' costs depend neither on the bounds nor on the public domains, so the plan is built with the tightest
-    bounds and one stop per mode."""
+    bounds and one stop per mode (``stops``, else ``one_stop_per_mode()``)."""
     eps, dlt = split(epsilon, delta)
     plan = build_plan(unit, eps, dlt, mechanism=mechanism, design=design,
                       bounds=ContributionBounds(max_trips_per_card_day=1, max_days_per_card=1), periods=Periods(),
-                      stops=load_stops().groupby("mode", observed=True).head(1))
+                      stops=one_stop_per_mode() if stops is None else stops)
     return [m.cost() for m in plan.mechanisms.values()] + list(others)
 
 
@@ -74,10 +82,11 @@ def share_epsilon(cap_epsilon: float, cap_delta: float, scopes: int, mechanism: 
     """The largest nominal per-scope epsilon (module docstring) whose ``scopes`` releases of a scope of ``unit``, with
     ``others`` in each, fit the cap, rounded down to three significant digits; refuses a cap ``others`` alone
     exhaust."""
-    delta = scope_delta(cap_delta, scopes)
+    delta, stops = scope_delta(cap_delta, scopes), one_stop_per_mode()  # the stop list read once, not at each step
 
     def fits(epsilon: float) -> bool:
-        return within(scope_costs(epsilon, delta, mechanism, design, unit, others) * scopes, cap_epsilon, cap_delta)
+        return within(scope_costs(epsilon, delta, mechanism, design, unit, others, stops) * scopes, cap_epsilon,
+                      cap_delta)
 
     if others and not within(list(others) * scopes, cap_epsilon, cap_delta):
         raise ValueError(f"the other products alone ({len(others)} charges a scope of {unit.value}, "
