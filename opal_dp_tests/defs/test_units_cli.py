@@ -16,6 +16,7 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.core.ledger_records import DEFAULT_PERSON_CAP
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.share import split
 from opal_dp.settings import STRICT_PERMISSIONS_ENV
 from opal_dp_tests.browser.dagster_dev import REPO_ROOT
@@ -41,12 +42,16 @@ def statement(storage: OpalStorage, *folder: str) -> dict:
     return json.loads(storage.published_dir.joinpath(*folder, "latest", "privacy.json").read_text())
 
 
+BUDGET_FLAGS = ("--epsilon", "4", "--delta", "3e-6")  # the trip unit's release also shows what the flags charge
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("unit", ["card_day", "trip"])
 def test_each_unit_releases_the_sample_from_the_command_line(tmp_path, unit):
     """card_day takes its share of the person cap per date (365 dates a year), as card_period does per week; trip is
-    the 2016 reproduction (8 per (date, mode))."""
-    _, storage = release(tmp_path, "--privacy-unit", unit)
+    the 2016 reproduction (8 per (date, mode)), released with the budget flags: they set what the ledger charges, as
+    ``--help`` says, where the 2016 budgets are the default."""
+    _, storage = release(tmp_path, "--privacy-unit", unit, *(BUDGET_FLAGS if unit == "trip" else ()))
     stated = statement(storage)
     assert stated["privacy_unit"]["unit"] == unit and len(stated["guarantee"]["scopes"]) == (7 if unit == "card_day"
                                                                                          else 28)
@@ -57,7 +62,12 @@ def test_each_unit_releases_the_sample_from_the_command_line(tmp_path, unit):
         assert sum(settings.budget()[0].values()) < 1  # a date's share: about 1/365 of a year's
         assert stated["person"]["bounded"] and stated["person"]["spent"]["epsilon"] <= DEFAULT_PERSON_CAP[0]
     else:
-        assert {json.loads(c.mechanism)["epsilon"] for c in charges if c.marginal.startswith("tap")} == {1.0, 2.0}
+        expected_eps, expected_delta = split(4.0, 3e-6)
+        assert {c.marginal: c.epsilon for c in charges} == expected_eps
+        assert {c.marginal: c.delta for c in charges} == expected_delta
+        assert {json.loads(c.mechanism)["epsilon"] for c in charges} == {0.5, 1.0}  # the mechanisms drawn
+        assert {name: eps for name, eps in PrivacyBudget(privacy_unit=unit).budget()[0].items()} == {
+            m.name: m.default_epsilon for m in MARGINALS}  # without the flags: the 2016 budgets, 1 and 2
 
 
 @pytest.mark.slow(90)
@@ -77,15 +87,6 @@ def test_synthetic_trips_release_with_the_default_in_the_same_weeks(tmp_path):
     assert synthetic["privacy_unit"]["unit"] == "card_period" and "synthetic trips:" in done.stdout
     # their cost is in the weekly share: the marginals get less than without them
     assert sum(PrivacyBudget(synthetic=True).budget()[0].values()) < sum(PrivacyBudget().budget()[0].values())
-
-
-@pytest.mark.slow
-def test_the_budget_flags_set_what_the_ledger_charges(tmp_path):
-    _, storage = release(tmp_path, "--privacy-unit", "trip", "--epsilon", "4", "--delta", "3e-6")
-    charges = [c for c in PrivacyBudget(privacy_unit="trip").ledger(storage).charges("trip")]
-    expected_eps, expected_delta = split(4.0, 3e-6)
-    assert {c.marginal: c.epsilon for c in charges} == expected_eps
-    assert {c.marginal: c.delta for c in charges} == expected_delta
 
 
 def test_each_budget_flag_reaches_the_privacy_budget_resource():
