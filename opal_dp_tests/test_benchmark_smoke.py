@@ -14,19 +14,20 @@ from opal_dp.release.marginals.open_data import TABLES
 from opal_dp.release.published_folder import FILES
 
 PIPELINE_RUNS = {"private_stages", "release", "release_od", "rollup"}
+SCALE = "0.002"  # a week of about 4,700 trips a day: structure only, and a release's fixed cost is most of its time
 
 
 @pytest.mark.slow(80)
 def test_benchmark_smoke(tmp_path, monkeypatch):
     monkeypatch.setattr(dataset, "DAYS", 7)  # one week, not the fortnight: structure only
-    assert main(["--scale", "0.005", "--no-peers", "--repeat", "1", "--out", str(tmp_path),
+    assert main(["--scale", SCALE, "--no-peers", "--repeat", "1", "--out", str(tmp_path),
                  "--units", "trip,card_day", "--compare-units", "--compare-designs"]) == 0
 
     results = json.loads((tmp_path / "results.json").read_text())
     assert {"command", "repeat", "machine", "scales", "notes"} <= results.keys()
     assert {"nproc", "memory_gib", "cpu_model", "python", "numpy", "dagster"} <= results["machine"].keys()
     (scale,) = results["scales"]
-    assert scale["scale"] == 0.005 and scale["trips"] > 0 and scale["peers"] == {}
+    assert scale["scale"] == float(SCALE) and scale["trips"] > 0 and scale["peers"] == {}
     assert scale["pipeline_error"] is None
     assert scale["floor"]["rows"] == scale["trips"]
     pipeline = scale["pipeline"]
@@ -64,10 +65,10 @@ def test_benchmark_smoke(tmp_path, monkeypatch):
     assert figures["public_domain"]["differencing_residual"] == 0 < figures["sbh"]["differencing_residual"]
     assert figures["sbh"]["trips"] == figures["public_domain"]["trips"] == scale["trips"]
     assert figures["sbh"]["false_cells_per_day"] == 0
-    public_latest = tmp_path / "runs" / "scale-0.005" / "trip-public_domain" / "repeat-0" / "data" / "published"
+    public_latest = tmp_path / "runs" / f"scale-{SCALE}" / "trip-public_domain" / "repeat-0" / "data" / "published"
     assert "other" in (public_latest / "latest" / "time-loc.csv").read_text()  # remainder rows
 
-    latest = tmp_path / "runs" / "scale-0.005" / "trip" / "repeat-0" / "data" / "published" / "latest"
+    latest = tmp_path / "runs" / f"scale-{SCALE}" / "trip" / "repeat-0" / "data" / "published" / "latest"
     od_files = {f"{t}.csv" for t in OD_TABLES if t != "totals"}  # the trip unit: the trees' files, no hierarchy
     assert latest.is_dir() and sorted(p.name for p in latest.iterdir()) == sorted({*FILES, *od_files, "dates"})
     assert set(repeat["published_files"]) == {f"{t}.csv" for t in TABLES} | od_files
@@ -76,12 +77,12 @@ def test_benchmark_smoke(tmp_path, monkeypatch):
 
     markdown = (tmp_path / "RESULTS.md").read_text()
     assert "| scale | unit | trips | end to end s |" in markdown and "| pipeline / Dagster floor |" in markdown
-    assert f"| 0.005 | trip | {scale['trips']:,} |" in markdown
+    assert f"| {SCALE} | trip | {scale['trips']:,} |" in markdown
     assert "Machine: " in markdown
-    assert "## Profile of the pipeline, scale 0.005" in markdown and "step `release_marginals` |" in markdown
+    assert f"## Profile of the pipeline, scale {SCALE}" in markdown and "step `release_marginals` |" in markdown
     assert "## Privacy units" in markdown and "## Utility of the units on the same data" in markdown
     assert "## Release designs" in markdown
-    assert "| 0.005 | public_domain |" in markdown and "| 0.005 | sbh |" in markdown
+    assert f"| {SCALE} | public_domain |" in markdown and f"| {SCALE} | sbh |" in markdown
 
 
 def test_od_benchmark_smoke(tmp_path):
@@ -102,13 +103,13 @@ def test_od_benchmark_smoke(tmp_path):
 def test_synthetic_benchmark_smoke(tmp_path):
     from benchmarks.synthetic import main as synthetic_main
 
-    assert synthetic_main(["--scale", "0.005", "--out", str(tmp_path), "--peers", "none"]) == 0
+    assert synthetic_main(["--scale", SCALE, "--out", str(tmp_path), "--peers", "none"]) == 0
     result = json.loads((tmp_path / "synthetic_eps8.json").read_text())
     assert result["synthetic_trips"] > 0 and result["peak_rss_bytes"] > 0 and result["synthesis_s"] > 0
     assert result["ledger_epsilon"] <= 8.0 * (1 + 1e-9)
     assert [r["method"] for r in result["scores"]] == ["archetype_synthesizer", "one_way", "sbh"]
     assert 0 <= result["travel_days_l1"] <= 2 and {r["measure"] for r in result["period"]} == {"travel_days", "returns"}
-    assert not (tmp_path / "runs" / "scale-0.005" / "synthetic" / "private").exists()  # draws removed after
+    assert not (tmp_path / "runs" / f"scale-{SCALE}" / "synthetic" / "private").exists()  # draws removed after
 
 
 def test_person_cap_budget_is_the_largest_within_the_cap():
@@ -152,7 +153,7 @@ def test_person_cap_tally_weighted_error():
 def test_person_cap_benchmark_smoke(tmp_path):
     from benchmarks.person_cap import main as person_cap_main
 
-    assert person_cap_main(["--scale", "0.005", "--out", str(tmp_path), "--caps", "20", "--od-epsilons", "0,0.1",
+    assert person_cap_main(["--scale", SCALE, "--out", str(tmp_path), "--caps", "20", "--od-epsilons", "0,0.1",
                             "--bounds", "2x5", "--pd-bounds", "2x5", "--coarse-bounds", "2x5"]) == 0
     result = json.loads((tmp_path / "person_cap.json").read_text())
     assert result["trips"] > 0 and len(list((tmp_path / "raw").glob("trips_*"))) == 7
