@@ -169,3 +169,14 @@ def test_person_cap_benchmark_smoke(tmp_path):
         ("cap 20", "sbh", "15min-stop")}
     assert all(0 <= r["on_share_in_released"] <= 1 and 0 < r["share_dropped_by_bounding"] < 1 for r in rows)
     assert "## Utility under a person cap" in (tmp_path / "person_cap.md").read_text()
+
+
+def test_samplers_benchmark_smoke(monkeypatch, capsys):
+    from benchmarks import samplers
+
+    monkeypatch.setattr(samplers, "DRAWS", 10)
+    samplers.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "discrete Laplace, scale 3", "discrete Laplace, scale 30", "discrete Laplace, scale 300",
+        "discrete Gaussian, sigma 30"] and all(line.endswith(" ms for 10 draws") for line in lines)
