@@ -58,6 +58,21 @@ def test_raw_file_sensor_records_versions_but_launches_nothing(storage):
     assert replaced.run_requests == []
 
 
+def test_days_recorded_before_automations_first_evaluation_are_ingested_once(storage):
+    """The daemon's two sensors race: a delivery the raw-file sensor records before the automation sensor's first
+    evaluation (or files already there when automation is switched on) is ingested by that first evaluation, and not
+    requested again by the next one."""
+    instance = dg.DagsterInstance.ephemeral()
+    deliver(storage, WEEKS[0][:2])
+    apply_sensor_result(instance, sensor_tick(instance, storage))
+    first = dg.evaluate_automation_conditions(defs=defs(), instance=instance)
+    ingest = dg.AssetKey("ingested_trips")
+    assert first.get_requested_partitions(ingest) == set(WEEKS[0][:2])
+    assert not first.get_num_requested(dg.AssetKey("release_draws"))  # the week is not complete
+    again = dg.evaluate_automation_conditions(defs=defs(), instance=instance, cursor=first.cursor)
+    assert not again.get_num_requested(ingest)
+
+
 def test_the_cli_and_a_ui_backfill_release_one_week_a_run_every_mode_in_it():
     """The run plan: one ingest run over the days, then a release and an OD release run per week, then the roll-up;
     a backfill of (week, mode) partitions over several weeks is split by Dagster along the week, the same runs."""

@@ -13,7 +13,9 @@ default. ``$OPAL_DP_SENSOR_INTERVAL`` (seconds, default 60) is how often each of
   holds. The release assets of a week are ``PERIOD``: a week is released once every one of its seven days is
   ingested (none missing: a failed day is missing), and released again when one of them is ingested again (a
   correction, charged anew or refused at the caps). Neither is Dagster's ``eager()``, which for time partitions
-  looks at the latest day or week only: an agency catching up on past weeks needs every one of them.
+  looks at the latest day or week only: an agency catching up on past weeks needs every one of them. Dagster's
+  conditions see no update at their first evaluation, so that first evaluation (automation switched on, or a new
+  condition deployed) also ingests the backlog: each day not ingested whose raw file is recorded.
 - ``opal_dp_automation`` evaluates these conditions over ``jobs.THE_RELEASE`` only (never the opt-in synthetic
   assets or the on-demand reports); it emits backfills, the same as a UI launch, and a backfill of week
   partitions is one run per week (``partitions``), so a refused week fails its own run and no other.
@@ -37,8 +39,16 @@ from opal_dp.prep.ingest import scan_raw_files
 RAW_FILES = dg.AssetKey("raw_trip_files")
 _READY = (~dg.AutomationCondition.any_deps_missing() & ~dg.AutomationCondition.any_deps_in_progress()
           & ~dg.AutomationCondition.in_progress())
-DAY = (dg.AutomationCondition.any_deps_updated().since_last_handled() & _READY).with_label("ingest_on_arrival")
-PERIOD = (dg.AutomationCondition.any_deps_updated().since_last_handled() & _READY).with_label("release_complete_week")
+# Dagster's conditions see no update on their first evaluation (``newly_updated`` is empty then, and
+# ``since_last_handled`` resets on it): a day the raw-file sensor records just before automation's first evaluation (the
+# two sensors race when the daemon starts), or a file already there when automation is switched on, would never be
+# ingested. The first evaluation therefore also takes every day not ingested whose raw file is recorded: the backlog,
+# once. A week needs no such rule: its days are ingested after that first evaluation, which updates them (and a scan
+# of every (week, mode) since the first date for missing ones costs the daemon about 50 s).
+_UPDATED = dg.AutomationCondition.any_deps_updated().since_last_handled()
+_BACKLOG = dg.AutomationCondition.initial_evaluation() & dg.AutomationCondition.missing()
+DAY = ((_UPDATED | _BACKLOG) & _READY).with_label("ingest_on_arrival")
+PERIOD = (_UPDATED & _READY).with_label("release_complete_week")
 SENSOR_INTERVAL = settings.sensor_interval_from_env()
 SWITCH = dg.DefaultSensorStatus.RUNNING if settings.automation_from_env() else dg.DefaultSensorStatus.STOPPED
 
