@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import betaincinv
 
 
 def clopper_pearson(successes: np.ndarray, trials: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
@@ -14,6 +13,8 @@ def clopper_pearson(successes: np.ndarray, trials: int, alpha: float) -> tuple[n
     ``P(Bin(n, p) >= k) = I_p(k, n - k + 1)``, ``P(lower > p) <= alpha`` and ``P(upper < p) <= alpha``
     for every ``p``, exactly (no normal approximation).
     """
+    from scipy.special import betaincinv  # here, not at import: scipy.special costs every process loading the code 0.3 s
+
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     k = np.asarray(successes, dtype=np.float64)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import fft
 
 KEPT_SDS = 16.0
 """A sum of ``n`` draws is kept within ``KEPT_SDS`` standard deviations of the sum (``KEPT_SDS * sd * sqrt(n)``)
@@ -41,9 +40,11 @@ class SumErrorBounds:
     def __call__(self, n: int) -> int:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n must be a positive integer, got {n!r}")
+        from scipy.fft import next_fast_len  # here, not at import: scipy.fft costs every process loading the code 0.2 s
+
         while len(self._bounds) < n:
             size = len(self._sum) + len(self._pmf) - 1
-            length = fft.next_fast_len(size, real=True)
+            length = next_fast_len(size, real=True)
             total = np.fft.irfft(np.fft.rfft(self._sum, length) * np.fft.rfft(self._pmf, length), length)[:size]
             keep, centre = math.ceil(KEPT_SDS * self._sd * math.sqrt(len(self._bounds) + 1)), size // 2
             self._sum = np.clip(total[max(centre - keep, 0):centre + keep + 1], 0, None)

@@ -15,14 +15,17 @@ Nothing here is charged or released: trees are drawn in memory and thrown away.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy import sparse
 
 from opal_dp.core.prefix_tree import Taxonomy, TreeBudget, build_noisy_prefix_tree
 from opal_dp.release.od.generate import consistent_tree, sequences_of
 from opal_dp.reports.plots import figure, png
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 EPSILONS = (0.5, 0.75, 1.0, 1.25, 1.5)
 SANITY = 0.001
@@ -39,6 +42,8 @@ def _incidence(sequences: np.ndarray, universe: int) -> sparse.csc_matrix:
     keep = cols >= 0
     pairs = np.unique(rows[keep].astype(np.int64) * universe + cols[keep])
     r, c = np.divmod(pairs, universe)
+    from scipy import sparse  # here, not at import: every process loading the code would pay scipy's 0.1 s
+
     return sparse.csc_matrix((np.ones(len(r), dtype=np.int8), (r, c)), shape=(len(sequences), universe))
 
 

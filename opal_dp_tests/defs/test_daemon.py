@@ -5,8 +5,9 @@ action.
 
 Only the intervals are shortened for the test: sensors every 2 s, the backfill daemon's pass every 2 s instead of
 Dagster's fixed 30 s (a release of a week is two backfills, each waiting up to two passes: about 100 s of the test
-was idle), and a publication tick every minute instead of weekly (so the publication follows within a minute of the
-release). Runs go through the daemon's own machinery (queued run coordinator, backfills, run launcher), under one
+was idle), the queued runs launched every second instead of every 5 s (a launch waited 5-12 s, and a release
+finishing just after a publication tick waits a minute for the next), and a publication tick every minute instead
+of weekly (so the publication follows within a minute of the release). Runs go through the daemon's own machinery (queued run coordinator, backfills, run launcher), under one
 machine's default executor (the steps in the run's process).
 """
 
@@ -26,6 +27,7 @@ import pytest
 
 from opal_dp import settings
 from opal_dp.cli import ensure_dagster_home
+from opal_dp.defs.shared.instance import dagster_yaml, instance_settings
 from opal_dp.permissions import make_dirs
 from opal_dp.simulate.trips import generate_days
 from opal_dp.release.statement.runs import partition_keys
@@ -107,13 +109,17 @@ FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 def test_with_the_daemon_running_a_new_raw_week_is_released_and_published_by_itself(tmp_path):
     data_dir = tmp_path / "data"
     raw = make_dirs(data_dir / "raw")
-    home = ensure_dagster_home(tmp_path / "dagster_home")
+    home = make_dirs(tmp_path / "dagster_home")
+    (home / "dagster.yaml").write_text(dagster_yaml(instance_settings(home) | {"run_coordinator": {
+        "module": "dagster", "class": "QueuedRunCoordinator", "config": {"dequeue_interval_seconds": 1}}}))
+    home = ensure_dagster_home(home)  # its own dagster.yaml, kept
     incoming = make_dirs(tmp_path / "incoming")
     delivered = list(generate_days(WEEK, incoming, seed=11, scale=0.002))
     week = {d.strftime("%Y%m%d") for d in WEEK}
     log = tmp_path / "daemon.log"
     latest = data_dir / "published" / "latest.json"
     with dg.DagsterInstance.from_config(str(home)) as instance:  # its storage exists before the daemon starts
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
         proc = start_daemon(home, data_dir, log)
         try:
             wait_for("daemon heartbeats", lambda: DAEMONS <= set(instance.get_daemon_heartbeats()), proc, log, 120)
