@@ -33,44 +33,71 @@ DAY = "2016-07-25"
 EPSILON = {m.name: m.default_epsilon for m in MARGINALS}
 PARTITIONS = {f"{DAY}|{mode}" for mode in MODES}
 
-# Runs the whole pipeline and SIGKILLs itself at the n-th call of the patched function. "before": the
-# call never happens; "after": it completes (a commit, a rename) and the process dies right after.
-CHILD = textwrap.dedent("""
-    import itertools, os, signal, sys
+# One process imports the pipeline once, then forks a child per crash (it starts no thread before forking): the child
+# sets the data directory, runs the whole pipeline and SIGKILLs itself at the n-th call of the patched function.
+# "before": the call never happens; "after": it completes (a commit, a rename) and the process dies right after.
+# The parent reads one crash a line on stdin and answers the child's exit status.
+CRASHER = textwrap.dedent("""
+    import itertools, os, signal, sys, traceback
     import dagster as dg
     import opal_dp.release.charged as charged
     import opal_dp.release.publish as publish
     from opal_dp.cli import run_release
     from opal_dp.core import PrivacyLedger
 
-    owner_name, attr, when, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    owner = {"charged": charged, "publish": publish, "PrivacyLedger": PrivacyLedger, "os": os}[owner_name]
-    real = getattr(owner, attr)
-    calls = itertools.count(1)  # each call takes its own number: draws are stored from several threads at once
+    def crash(data_dir, owner_name, attr, when, n):
+        os.environ["OPAL_DP_DATA_DIR"] = data_dir
+        owner = {"charged": charged, "publish": publish, "PrivacyLedger": PrivacyLedger, "os": os}[owner_name]
+        real = getattr(owner, attr)
+        calls = itertools.count(1)  # each call takes its own number: draws are stored from several threads at once
 
-    def killer(*args, **kwargs):
-        if owner_name == "os" and attr == "replace" and os.path.basename(str(args[1])) != publish.INDEX_JSON:
-            return real(*args, **kwargs)
-        call = next(calls)
-        if call == n and when == "before":
-            os.kill(os.getpid(), signal.SIGKILL)
-        result = real(*args, **kwargs)
-        if call == n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
+        def killer(*args, **kwargs):
+            if owner_name == "os" and attr == "replace" and os.path.basename(str(args[1])) != publish.INDEX_JSON:
+                return real(*args, **kwargs)
+            call = next(calls)
+            if call == n and when == "before":
+                os.kill(os.getpid(), signal.SIGKILL)
+            result = real(*args, **kwargs)
+            if call == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
 
-    setattr(owner, attr, killer)
-    with dg.DagsterInstance.ephemeral() as instance:
-        run_release(instance, budget={"privacy_unit": "trip"}, without=[f"2016-07-{d}" for d in range(26, 32)])
-    sys.exit(3)  # the kill point was never reached
+        setattr(owner, attr, killer)
+        with dg.DagsterInstance.ephemeral() as instance:
+            run_release(instance, budget={"privacy_unit": "trip"}, without=[f"2016-07-{d}" for d in range(26, 32)])
+
+    for line in sys.stdin:
+        data_dir, owner_name, attr, when, n, log = line.split()
+        pid = os.fork()
+        if pid == 0:
+            with open(log, "wb") as err:
+                os.dup2(err.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+            try:
+                crash(data_dir, owner_name, attr, when, int(n))
+            except BaseException:
+                traceback.print_exc()
+            os._exit(3)  # the kill point was never reached
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """)
 
 
-def crash(data_dir: Path, owner: str, attr: str, when: str, n: int) -> None:
-    env = {**os.environ, settings.DATA_DIR_ENV: str(data_dir)}
-    done = subprocess.run([sys.executable, "-c", CHILD, owner, attr, when, str(n)], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == -9, f"expected SIGKILL, got {done.returncode}:\n{done.stderr[-3000:]}"
+@pytest.fixture(scope="module")
+def crasher():
+    """The forking process of ``CRASHER``: a crash costs its release, not an interpreter start and the imports."""
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if k != settings.DATA_DIR_ENV})
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=60)
+
+
+def crash(crasher: subprocess.Popen, data_dir: Path, owner: str, attr: str, when: str, n: int) -> None:
+    log = data_dir.parent / f"{data_dir.name}-crash-{owner}-{attr}-{n}.log"
+    crasher.stdin.write(f"{data_dir} {owner} {attr} {when} {n} {log}\n")
+    crasher.stdin.flush()
+    status = int(crasher.stdout.readline())
+    assert status == -9, f"expected SIGKILL, got {status}:\n{log.read_text(errors='replace')[-3000:]}"
 
 
 def rerun() -> None:
@@ -135,8 +162,8 @@ def data_dir(tmp_path, monkeypatch) -> Path:
         ("PrivacyLedger", "complete_many", "after", 1),  # all completed, the run's outputs never written
     ],
 )
-def test_killed_release_is_never_under_or_double_charged(data_dir, owner, attr, when, n):
-    crash(data_dir, owner, attr, when, n)
+def test_killed_release_is_never_under_or_double_charged(crasher, data_dir, owner, attr, when, n):
+    crash(crasher, data_dir, owner, attr, when, n)
     assert ledger().draws(), "the kill came before any charge"
     assert_never_under_charged()
     assert not (default_storage().published_dir / LATEST).exists()
@@ -147,7 +174,7 @@ def test_killed_release_is_never_under_or_double_charged(data_dir, owner, attr, 
 
 
 @pytest.mark.slow(70)
-def test_killed_publish_is_completed_by_the_rerun_and_reruns_charge_nothing(data_dir):
+def test_killed_publish_is_completed_by_the_rerun_and_reruns_charge_nothing(crasher, data_dir):
     """Kill the publish at each of its steps: nothing is pointed at before its commit, the rerun completes it, and a
     rerun with nothing new rewrites nothing."""
     for owner, attr, when, n in [
@@ -156,7 +183,7 @@ def test_killed_publish_is_completed_by_the_rerun_and_reruns_charge_nothing(data
         ("publish", "_replace", "after", 2),  # statement and PRIVACY.md written, page and index not
         ("os", "replace", "after", 1),  # index.json committed, latest.json not yet written
     ]:
-        crash(data_dir, owner, attr, when, n)
+        crash(crasher, data_dir, owner, attr, when, n)
         assert not (default_storage().published_dir / LATEST_JSON).exists()
     rerun()
     release = assert_latest_is_complete()
