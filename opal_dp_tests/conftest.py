@@ -79,10 +79,9 @@ def clear_opal_dp_caches():
 def other_days(days) -> list[str]:
     """The days of ``days``' weeks that are not in ``days`` (ISO): what a test of a few days releases their weeks
     without (``release --without``), since a week is released once all its days are in."""
-    from opal_dp.release.periods import week_days, week_of
+    from opal_dp.release.periods import missing_week_days
 
-    chosen = {str(d) for d in days}
-    return sorted({d for day in chosen for d in week_days(week_of(day))} - chosen)
+    return missing_week_days(str(d) for d in days)
 
 
 TINY_STOPS = [

@@ -94,3 +94,10 @@ def week_days(monday: str) -> tuple[str, ...]:
 def week_of(day: str) -> str:
     """The Monday of ``day``'s calendar week: the week's partition key."""
     return Periods().of(day)[0]
+
+
+def missing_week_days(days: Iterable[str]) -> list[str]:
+    """The dates of ``days``' calendar weeks that are not among ``days`` (ISO, sorted): what a release of part of a
+    week names as left out (``release --without``), since a week is released once all its days are in."""
+    chosen = set(days)
+    return sorted({d for day in chosen for d in week_days(week_of(day))} - chosen)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from opal_dp.core import ContributionBounds
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.periods import Periods
+from opal_dp.release.periods import Periods, missing_week_days
 
 EPSILON = {m.name: 0.5 for m in MARGINALS}
 DELTA = {m.name: 1e-8 for m in MARGINALS}
@@ -21,6 +21,16 @@ def test_every_date_is_in_the_monday_to_sunday_week_that_holds_it(day):
     assert len(week) == 7 and date.fromisoformat(week[0]).weekday() == 0
     assert day.isoformat() in week
     assert [date.fromisoformat(d) for d in week] == [date.fromisoformat(week[0]) + timedelta(days=i) for i in range(7)]
+
+
+@given(st.sets(st.dates(min_value=date(2016, 1, 4), max_value=date(2016, 3, 27)), max_size=20))
+def test_the_days_missing_from_their_weeks_complete_each_week_and_nothing_else(days):
+    chosen = {d.isoformat() for d in days}
+    missing = missing_week_days(chosen)
+    assert missing == sorted(missing) and not set(missing) & chosen
+    complete = chosen | set(missing)
+    assert all(set(Periods().of(d)) <= complete for d in complete)  # whole weeks...
+    assert {Periods().of(d)[0] for d in complete} == {Periods().of(d)[0] for d in chosen}  # ...of the chosen days only
 
 
 def test_the_sample_fortnight_is_two_weeks_and_an_explicit_period_is_one():
