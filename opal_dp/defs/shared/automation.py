@@ -14,8 +14,9 @@ default. ``$OPAL_DP_SENSOR_INTERVAL`` (seconds, default 60) is how often each of
   ingested (none missing: a failed day is missing), and released again when one of them is ingested again (a
   correction, charged anew or refused at the caps). Neither is Dagster's ``eager()``, which for time partitions
   looks at the latest day or week only: an agency catching up on past weeks needs every one of them. Dagster's
-  conditions see no update at their first evaluation, so that first evaluation (automation switched on, or a new
-  condition deployed) also ingests the backlog: each day not ingested whose raw file is recorded.
+  conditions see no update at their first evaluation, so that first evaluation (the automation sensor's first tick on
+  this instance; not a restart, a switch off and on, or a changed condition) also ingests the backlog: each day not
+  ingested whose raw file is recorded. A week whose days were all ingested before that tick is released by hand.
 - ``opal_dp_automation`` evaluates these conditions over ``jobs.THE_RELEASE`` only (never the opt-in synthetic
   assets or the on-demand reports); it emits backfills, the same as a UI launch, and a backfill of week
   partitions is one run per week (``partitions``), so a refused week fails its own run and no other.
@@ -40,13 +41,17 @@ RAW_FILES = dg.AssetKey("raw_trip_files")
 _READY = (~dg.AutomationCondition.any_deps_missing() & ~dg.AutomationCondition.any_deps_in_progress()
           & ~dg.AutomationCondition.in_progress())
 # Dagster's conditions see no update on their first evaluation (``newly_updated`` is empty then, and
-# ``since_last_handled`` resets on it): a day the raw-file sensor records just before automation's first evaluation (the
-# two sensors race when the daemon starts), or a file already there when automation is switched on, would never be
-# ingested. The first evaluation therefore also takes every day not ingested whose raw file is recorded: the backlog,
-# once. A week needs no such rule: its days are ingested after that first evaluation, which updates them (and a scan
-# of every (week, mode) since the first date for missing ones costs the daemon about 50 s).
+# ``since_last_handled`` resets on it): a day the raw-file sensor records just before automation's first tick (the two
+# sensors race when the daemon starts), or a file already there when automation is first switched on, would never be
+# ingested. The first evaluation of a day stage therefore also takes every day not ingested whose raw file is
+# recorded: the backlog, once. It asks whether ``ingested_trips`` is missing, not the stage itself: a day stage added
+# later is missing on every day at its own first evaluation, and the day stages run as one multi-asset, so its own
+# ``missing()`` would ingest every day again and release every week again. Weeks get no such rule (a scan of every
+# (week, mode) since the first date costs that first evaluation 40-50 s): a week whose days were all ingested before
+# it is released by hand.
 _UPDATED = dg.AutomationCondition.any_deps_updated().since_last_handled()
-_BACKLOG = dg.AutomationCondition.initial_evaluation() & dg.AutomationCondition.missing()
+_BACKLOG = dg.AutomationCondition.initial_evaluation() & dg.AutomationCondition.asset_matches(
+    "ingested_trips", dg.AutomationCondition.missing())
 DAY = ((_UPDATED | _BACKLOG) & _READY).with_label("ingest_on_arrival")
 PERIOD = (_UPDATED & _READY).with_label("release_complete_week")
 SENSOR_INTERVAL = settings.sensor_interval_from_env()
