@@ -290,6 +290,21 @@ def measured_budgets(budgets: pd.DataFrame, mechanism: Mechanism, design: Design
     return out
 
 
+def week_arguments(parser: argparse.ArgumentParser, outputs: str) -> None:
+    """The options of a benchmark of one week: ``--scale``, ``--out`` (for ``outputs``) and ``--raw``."""
+    parser.add_argument("--scale", type=float, default=1.0, help="volume of the generated week (1.0: about 14 M trips)")
+    parser.add_argument("--out", type=Path, required=True, help=f"directory for {outputs}")
+    parser.add_argument("--raw", type=Path, help="existing daily raw files of one week (default: generate into OUT/raw)")
+
+
+def week_raw(args: argparse.Namespace) -> Path:
+    """The week's raw files: ``--raw``, or generated into ``OUT/raw`` at ``--scale`` unless already there."""
+    raw_dir = args.raw or args.out / "raw"
+    if args.raw is None and not any(raw_dir.glob("trips_*")):
+        generate(raw_dir, args.scale)
+    return raw_dir
+
+
 def generate(raw_dir: Path, scale: float, start: str = START) -> None:
     """One week of synthetic trips into ``raw_dir`` (a subprocess, as ``benchmarks.dataset`` does)."""
     done = subprocess.run([sys.executable, "-m", "opal_dp.simulate", "--scale", str(scale), "--start", start,
@@ -338,9 +353,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.person_cap", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", type=float, default=1.0, help="volume of the generated week (1.0: about 14 M trips)")
-    parser.add_argument("--out", type=Path, required=True, help="directory for person_cap.json and person_cap.md")
-    parser.add_argument("--raw", type=Path, help="existing daily raw files of one week (default: generate into OUT/raw)")
+    week_arguments(parser, "person_cap.json and person_cap.md")
     parser.add_argument("--bounds", default="2x3,2x5,3x5,4x5,3x7", help="trips per card-day x days per card, comma-separated")
     parser.add_argument("--pd-bounds", default="3x5", help="bounds at which the public-domain design and Laplace run")
     parser.add_argument("--coarse-bounds", default="2x5,3x5", help="bounds of the coarse-bin runs (Gaussian SBH)")
@@ -350,9 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     stops = load_stops()
-    raw_dir = args.raw or args.out / "raw"
-    if args.raw is None and not any(raw_dir.glob("trips_*")):
-        generate(raw_dir, args.scale)
+    raw_dir = week_raw(args)
     caps = [float(c) for c in args.caps.split(",")]
     budgets = budget_table(stops, caps, [float(e) for e in args.od_epsilons.split(",")])
     bounds = {(Mechanism.GAUSSIAN, Design.SBH): (args.bounds, args.coarse_bounds),

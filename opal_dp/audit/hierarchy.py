@@ -111,8 +111,9 @@ def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: Privac
 def recorded_budget(mechanism: str) -> HierarchyBudget:
     """The ``HierarchyBudget`` a ledger charge of the hierarchy records (``HierarchyPlan.mechanism``)."""
     recorded = json.loads(mechanism)
+    caps = recorded.get("coarse_caps")
     return HierarchyBudget(recorded["rho"], tuple(recorded["shares"]), recorded["max_items"], recorded["max_per_cell"],
-                           recorded["false_cells"])
+                           recorded["false_cells"], None if caps is None else tuple(caps), recorded.get("groups", 1))
 
 
 def recorded_totals(mechanism: str) -> TotalsBudget | None:

@@ -14,6 +14,10 @@ items are piled up as much as allowed: ``floor(m/c) c² + (m mod c)²`` at the f
 one (all ``m`` items in one coarse cell). The several trees of a ledger scope (one per mode) are pieces of one
 histogram per level, and a unit's items over all of them are still at most ``m``: the same bounds hold for the
 scope's whole level, so the trees are one measurement per level (independent noise per cell, one charge).
+Two refinements, both public bounds that the contribution bounding enforces: a coarser level may cap one unit's
+items in one of its cells below ``m`` (``coarse_caps``: the same pile-up bound with that cap), and a unit's items
+may lie in ``groups`` disjoint sets of trees (the dates and taps of a period), at most ``m`` in each: the groups'
+``d`` vectors are disjoint, so their ``sum d²`` add up, ``groups`` times one group's bound.
 
 Privacy (``Measurement``). Level ``l`` is measured once: every cell of its public domain, empty ones included,
 plus independent discrete Gaussian noise ``N_Z(0, sigma_l²)`` (``core.discrete_gaussian``, exact, OS CSPRNG),
@@ -93,17 +97,27 @@ class Tree:
         return tuple(levels)
 
 
-def level_l2_squared(max_items: int, max_per_cell: int, levels: int) -> tuple[int, ...]:
+def pile_up(items: int, cap: int) -> int:
+    """The largest ``sum d²`` of ``items`` items with at most ``cap`` in one cell: ``floor(m/c) c² + (m mod c)²``."""
+    cap = min(cap, items)
+    return (items // cap) * cap**2 + (items % cap) ** 2
+
+
+def level_l2_squared(max_items: int, max_per_cell: int, levels: int, coarse_caps: tuple[int, ...] | None = None,
+                     groups: int = 1) -> tuple[int, ...]:
     """``sum d²`` bounds of one unit's change to each of ``levels`` levels, the root first (module docstring,
-    "Sensitivity")."""
-    for name, value in (("max_items", max_items), ("max_per_cell", max_per_cell), ("levels", levels)):
+    "Sensitivity"); ``coarse_caps``: the cap of one unit's items in a cell of each level above the finest (default
+    ``max_items``); ``groups``: disjoint sets of trees holding at most ``max_items`` each."""
+    for name, value in (("max_items", max_items), ("max_per_cell", max_per_cell), ("levels", levels),
+                        ("groups", groups), *(("coarse_caps", c) for c in coarse_caps or ())):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if levels < 2:
         raise ValueError(f"a hierarchy has at least 2 levels (a root and the finest cells), got {levels}")
-    per_cell = min(max_per_cell, max_items)
-    finest = (max_items // per_cell) * per_cell**2 + (max_items % per_cell) ** 2
-    return (max_items**2,) * (levels - 1) + (finest,)
+    caps = (max_items,) * (levels - 1) if coarse_caps is None else tuple(coarse_caps)
+    if len(caps) != levels - 1:
+        raise ValueError(f"coarse_caps needs one cap per level above the finest ({levels - 1}), got {len(caps)}")
+    return tuple(groups * pile_up(max_items, c) for c in (*caps, max_per_cell))
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,8 @@ class HierarchyBudget:
     max_items: int
     max_per_cell: int
     false_cells: float = 1.0
+    coarse_caps: tuple[int, ...] | None = None
+    groups: int = 1
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rho) and self.rho > 0):
@@ -125,7 +141,7 @@ class HierarchyBudget:
             raise ValueError(f"shares must be 2 or more positive numbers summing to 1, got {self.shares!r}")
         if not self.false_cells > 0:
             raise ValueError(f"false_cells must be > 0, got {self.false_cells!r}")
-        level_l2_squared(self.max_items, self.max_per_cell, self.levels)
+        self.l2_squared  # validates the bounds
 
     @property
     def levels(self) -> int:
@@ -137,7 +153,7 @@ class HierarchyBudget:
 
     @property
     def l2_squared(self) -> tuple[int, ...]:
-        return level_l2_squared(self.max_items, self.max_per_cell, self.levels)
+        return level_l2_squared(self.max_items, self.max_per_cell, self.levels, self.coarse_caps, self.groups)
 
     @property
     def sigmas(self) -> tuple[float, ...]:
@@ -151,9 +167,15 @@ class HierarchyBudget:
         return PrivacyCost.zcdp(math.fsum(self.level_rho), 0.0)
 
     def describe(self) -> dict:
-        return {"mechanism": "hierarchical_discrete_gaussian", "rho": self.rho, "shares": list(self.shares),
-                "level_rho": list(self.level_rho), "l2_squared": list(self.l2_squared), "sigma": list(self.sigmas),
-                "max_items": self.max_items, "max_per_cell": self.max_per_cell, "false_cells": self.false_cells}
+        """The public parameters (the coarse caps and groups only where they are not the defaults)."""
+        out = {"mechanism": "hierarchical_discrete_gaussian", "rho": self.rho, "shares": list(self.shares),
+               "level_rho": list(self.level_rho), "l2_squared": list(self.l2_squared), "sigma": list(self.sigmas),
+               "max_items": self.max_items, "max_per_cell": self.max_per_cell, "false_cells": self.false_cells}
+        if self.coarse_caps is not None:
+            out["coarse_caps"] = list(self.coarse_caps)
+        if self.groups != 1:
+            out["groups"] = self.groups
+        return out
 
 
 def listing_threshold(sigma: float, cells: int, false_cells: float) -> int:

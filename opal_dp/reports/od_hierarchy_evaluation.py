@@ -117,22 +117,6 @@ def scatter_points(truth: Sequence[LevelCounts], released: Sequence[LevelCounts]
 
 def true_vs_released_plot(points: Mapping[str, Mapping[str, tuple]]) -> bytes:
     """PNG: one panel per level, released against true count (log-log), one colour per method."""
-    from opal_dp.reports.plots import figure, png
+    from opal_dp.reports.plots import true_vs_released
 
-    levels = ("mode", "district", "location")
-    fig, axes = figure(len(levels), (4.2 * len(levels), 3.6), squeeze=False)
-    for ax, level in zip(axes[0], levels):
-        top = 1.0
-        for method, by_level in points.items():
-            true, rel = by_level[level]
-            keep = (true > 0) | (rel > 0)
-            ax.scatter(np.asarray(true[keep]) + 1, np.asarray(rel[keep]) + 1, s=3, alpha=0.4, label=method)
-            top = max(top, float(np.max(true, initial=0)), float(np.max(rel, initial=0)))
-        ax.plot([1, top + 1], [1, top + 1], color="black", linewidth=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(level)
-        ax.set_xlabel("true count + 1")
-        ax.set_ylabel("released count + 1")
-        ax.legend(fontsize=7, markerscale=3, loc="upper left")
-    return png(fig, "Internal, not DP: OD releases against the truth, per level")
+    return true_vs_released(points, "Internal, not DP: OD releases against the truth, per level")

@@ -111,3 +111,20 @@ def test_the_finest_sensitivity_counts_a_partial_last_cell_by_its_square():
     remainder of 2 or more shows it)."""
     assert level_l2_squared(5, 3, 3) == (25, 25, 13)
     assert level_l2_squared(7, 2, 3) == (49, 49, 3 * 4 + 1)
+
+
+def test_coarse_caps_and_groups_bound_each_level_by_its_own_pile_up():
+    """A level whose cells hold at most ``k`` of a unit's items piles them ``k`` at a time; ``g`` disjoint groups
+    of trees, each with its own ``m`` items, add their bounds (a smaller figure under-noises)."""
+    assert level_l2_squared(4, 1, 4, coarse_caps=(4, 4, 1)) == (16, 16, 4, 4)
+    assert level_l2_squared(5, 1, 3, coarse_caps=(5, 2)) == (25, 4 + 4 + 1, 5)
+    assert level_l2_squared(4, 1, 4, coarse_caps=(4, 4, 1), groups=14) == (224, 224, 56, 56)
+    assert level_l2_squared(5, 3, 3, groups=1) == level_l2_squared(5, 3, 3)  # the defaults: every coarse cap m
+    budget = HierarchyBudget(0.5, (0.2, 0.8), max_items=4, max_per_cell=1, coarse_caps=(4,), groups=3)
+    assert budget.l2_squared == (48, 12) and budget.describe()["groups"] == 3 and budget.describe()["coarse_caps"] == [4]
+    assert "groups" not in BUDGET.describe() and "coarse_caps" not in BUDGET.describe()
+    for bad, message in ((dict(coarse_caps=(4,)), "one cap per level above the finest"),
+                         (dict(coarse_caps=(0, 1)), "coarse_caps must be an integer >= 1"),
+                         (dict(groups=0), "groups must be an integer >= 1")):
+        with pytest.raises(ValueError, match=message):
+            level_l2_squared(4, 1, 3, **bad)

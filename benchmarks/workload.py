@@ -1,0 +1,255 @@
+"""A planner's workload, scored: the time x location hierarchy against today's default (the thresholded Gaussian
+per 2016 marginal, SBH) and the public-domain design, on the same week, the same bounds and the same budget.
+
+Internal, never published, not DP: every release is drawn in memory with production noise and compared with the
+truth before bounding (so the bounding bias counts). The budget is what the default release gives the six
+marginals of one ``card_period`` week (``PrivacySettings`` defaults: the weekly share of the person cap beside the
+OD hierarchy and the daily totals); the hierarchy gets the same zCDP ``rho`` (not their threshold deltas: it has
+none).
+
+Queries, per (date, mode, tap), on the mode's public locations and districts (``time_loc_hierarchy.TapDomain``),
+the unknown tap-off cell left out: ``mode_day``; ``district_day``, ``district_hour``; ``station_day``,
+``station_hour``; ``window_station`` (15 minutes). A method's answer is what a reader computes from its files:
+the hierarchy's level that holds the query (coarser classes summed from the finest level that holds them:
+``station_day`` from hour x location, ``district_day`` from hour x district), the 2016 files' rows summed
+(``window_station`` and ``station_hour`` and ``district_hour`` from ``time-loc``, ``station_day`` and
+``district_day`` from ``loc``, ``mode_day`` from ``time``), rows not published counting 0.
+
+Figures per method, class and tap: ``share`` (true trips in the queries answered, i.e. with a published answer
+above 0, over all trips of the class), ``wre`` (sum |answer - truth| / sum truth over the answered queries),
+``median`` and ``p90`` (relative error over the queries with truth >= 100, unanswered ones at error 1).
+
+``python -m benchmarks.workload --scale 1.0 --out DIR`` (the week is generated into ``DIR/raw`` unless ``--raw``
+names existing daily files of one week).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import date
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.person_cap import load_week, week_arguments, week_raw
+from opal_dp.core import PrivacyUnit
+from opal_dp.network import MODES, load_stops
+from opal_dp.prep.binning import split_by_mode
+from opal_dp.prep.bounding import bound_day
+from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL
+from opal_dp.release.marginals.plan import build_plan
+from opal_dp.release.marginals.public_domain import OTHER
+from opal_dp.release.marginals.schemas import OTHER_WINDOW
+from opal_dp.release.marginals.tables import COUNT, LOC, TAPS, TIME
+from opal_dp.release.marginals.time_loc_hierarchy import (FALSE_CELLS, LEVELS, RESOLUTIONS, SHARES, TapDomain,
+                                                          TreeRelease, period_budget, release_period,
+                                                          time_loc_domains)
+from opal_dp.release.options import Design, Mechanism
+from opal_dp.release.periods import Periods
+from opal_dp.release.settings import PrivacySettings
+from opal_dp.reports.design_comparison import release_in_memory
+from opal_dp.reports.plots import true_vs_released
+from opal_dp.reports.unit_comparison import LARGE
+
+CLASSES = RESOLUTIONS
+DEFAULT, PUBLIC_DOMAIN = "default (sbh)", "public_domain"
+
+
+def summed(values: np.ndarray, dom: TapDomain, resolution: str, query: str) -> np.ndarray | None:
+    """Cell values at ``resolution`` (unknown cell left out) summed into ``query`` cells, or None when a
+    ``resolution`` cell is not inside one ``query`` cell."""
+    (key, size), (target, n) = dom.key(resolution), dom.key(query)
+    into = np.full(size, -1, dtype=np.int64)
+    into[key] = target
+    if (into[key] != target).any():
+        return None
+    return np.bincount(into, weights=np.asarray(values[:size], dtype=np.float64), minlength=n).astype(np.int64)
+
+
+def query_answers(finest: np.ndarray, dom: TapDomain) -> dict[str, np.ndarray]:
+    """Every query class from finest (window, location) counts."""
+    return {c: summed(finest, dom, "window_station", c) for c in CLASSES}
+
+
+def hierarchy_answers(release: TreeRelease) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """What a reader computes from the hierarchy's rows, per class: the answers, and for a class that is a level
+    the cells listed in their own rows (else None). A cell of a level above the finest is its listed row or, if not
+    listed, its listed children and remainder row below it; so each class is summed from the coarsest level inside
+    it, the finest from its listed rows alone (its remainders span a level-above cell)."""
+    dom = release.domain
+    values = (*release.fitted.counts, release.fitted.listed)
+    out = {}
+    for c in CLASSES:
+        inside = min((dom.key(level)[1], i) for i, level in enumerate(release.levels)
+                     if summed(values[i], dom, level, c) is not None)[1]
+        answer = summed(values[inside], dom, release.levels[inside], c)
+        listed = None
+        if c in release.levels:
+            level = release.levels.index(c)
+            listed = np.ones(1, dtype=bool) if level == 0 else release.rows(level)[0][:len(answer)] > 0
+        out[c] = answer, listed
+    return out
+
+
+def table_answers(tables: Mapping[str, pd.DataFrame], tap: str, dom: TapDomain) -> dict[str, np.ndarray]:
+    """What a reader computes from the 2016 files of one tap (remainder rows left out; module docstring)."""
+    def listed(frame: pd.DataFrame, by_time: bool, by_loc: bool) -> pd.DataFrame:
+        frame = frame.loc[frame[COUNT] > 0]
+        if by_time:
+            frame = frame.loc[(frame[TIME].astype("int64") != OTHER_WINDOW) & (frame[TIME].astype("int64") != UNKNOWN)]
+        if by_loc:
+            frame = frame.loc[~frame[LOC].astype(str).isin([OTHER, UNKNOWN_LABEL])]
+        return frame
+
+    joint = listed(tables[f"tap_{tap}_time_loc"], True, True)
+    out = query_answers(dom.finest_counts(joint[TIME].to_numpy("int64"), joint[LOC].astype(str).to_numpy(object),
+                                          joint[COUNT].to_numpy("int64")), dom)
+    one_way = listed(tables[f"tap_{tap}_loc"], False, True)
+    loc = pd.Index(dom.locations).get_indexer(one_way[LOC].astype(str))
+    station_day = np.bincount(loc, weights=one_way[COUNT].to_numpy("float64"), minlength=len(dom.locations))
+    times = listed(tables[f"tap_{tap}_time"], True, False)
+    out.update(station_day=station_day.astype(np.int64),
+               district_day=summed(station_day, dom, "station_day", "district_day"),
+               mode_day=np.array([times[COUNT].sum()], dtype=np.int64))
+    return out
+
+
+class Score:
+    """Errors of one (method, class, tap), accumulated over the week's trees."""
+
+    def __init__(self) -> None:
+        self.trips = self.answered = self.abs_error = 0
+        self.large: list[np.ndarray] = []
+        self.points: list[np.ndarray] = []  # (truth, answer) of the listed queries, for the plot
+
+    def add(self, answer: np.ndarray, truth: np.ndarray, listed: np.ndarray | None = None) -> None:
+        """``listed``: the queries in rows of their own (default: those answered above 0)."""
+        answer, truth = np.asarray(answer, dtype=np.int64).ravel(), np.asarray(truth, dtype=np.int64).ravel()
+        shown = answer > 0 if listed is None else np.asarray(listed).ravel()
+        self.trips += int(truth.sum())
+        self.answered += int(truth[shown].sum())
+        self.abs_error += int(np.abs(answer[shown] - truth[shown]).sum())
+        self.points.append(np.stack([truth[shown], answer[shown]]))
+        big = truth >= LARGE
+        self.large.append(np.abs(answer[big] - truth[big]) / truth[big])
+
+    def figures(self) -> dict:
+        errors = np.concatenate(self.large) if self.large else np.zeros(0)
+        return {"share": self.answered / self.trips if self.trips else math.nan,
+                "wre": self.abs_error / self.answered if self.answered else math.nan,
+                "median": float(np.median(errors)) if errors.size else math.nan,
+                "p90": float(np.quantile(errors, 0.9)) if errors.size else math.nan, "queries_100": int(errors.size)}
+
+
+Levels = tuple[tuple[str, ...], tuple[float, ...]]  # a hierarchy's levels and their rho shares
+
+
+def design_name(design: Levels) -> str:
+    return " > ".join(f"{level} {share:g}" for level, share in zip(*design))
+
+
+def measure(days: Mapping[str, pd.DataFrame], stops: pd.DataFrame, settings: PrivacySettings, key: bytes,
+            designs: Sequence[Levels] = ((LEVELS, SHARES),), rho: float | None = None,
+            false_cells: float = FALSE_CELLS) -> tuple[pd.DataFrame, dict, dict]:
+    """One row per (method, class, tap); the budgets used; and per method (the hierarchies and the default) and
+    class, the tap-on (truth, answer) pairs of the listed queries (``true_vs_released``). ``rho``: the hierarchies'
+    weekly rho instead of the default marginals' (what a larger share of the person cap would buy);
+    ``false_cells``: the hierarchies' expected empty cells listed per level and period (a smaller figure lists
+    fewer, larger cells)."""
+    period = tuple(sorted(days))
+    bounds = settings.bounds
+    epsilon, delta = settings.budget()
+    plans = {name: build_plan(PrivacyUnit.CARD_PERIOD, epsilon, delta, mechanism=Mechanism.GAUSSIAN, design=design,
+                              bounds=bounds, periods=Periods(period), stops=stops)
+             for name, design in ((DEFAULT, Design.SBH), (PUBLIC_DOMAIN, Design.PUBLIC_DOMAIN))}
+    marginals_rho = math.fsum(m.cost().rho for m in plans[DEFAULT].mechanisms.values())
+    rho = marginals_rho if rho is None else rho
+    domains = time_loc_domains(stops)
+    days_per_card = bounds.days(len(period))
+    budgets = {design_name(d): (d[0], period_budget(rho, bounds, days_per_card, *d, false_cells)) for d in designs}
+    scores = {(m, c, t): Score() for m in (*budgets, *plans) for c in CLASSES for t in TAPS}
+    finest, truths = {}, {}
+    for day in period:
+        bounded = bound_day(days[day], date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key)
+        for mode in MODES:
+            kept, over = split_by_mode(bounded.kept, mode), split_by_mode(bounded.over_bound, mode)
+            tables = {name: release_in_memory(kept, plan, mode) for name, plan in plans.items()}
+            for tap in TAPS:
+                dom = domains[mode, tap]
+                cells = [dom.finest_counts(part[f"tap_{tap}_window"].to_numpy("int64"),
+                                           part[f"tap_{tap}_loc"].astype(str).to_numpy(object))
+                         for part in (kept, over)]
+                finest[day, mode, tap] = cells[0]
+                truths[day, mode, tap] = query_answers(cells[0] + cells[1], dom)
+                for name, released in tables.items():
+                    for c, answer in table_answers(released, tap, dom).items():
+                        scores[name, c, tap].add(answer, truths[day, mode, tap][c])
+        print(f"{day} done", file=sys.stderr)
+    for name, (levels, budget) in budgets.items():
+        for (day, mode, tap), release in release_period(finest, domains, budget, levels).items():
+            for c, (answer, listed) in hierarchy_answers(release).items():
+                scores[name, c, tap].add(answer, truths[day, mode, tap][c], listed)
+    rows = [{"method": m, "class": c, "tap": t, **s.figures()} for (m, c, t), s in scores.items()]
+    points = {m: {c: np.concatenate(scores[m, c, "on"].points, axis=1) for c in CLASSES} for m in (*budgets, DEFAULT)}
+    return pd.DataFrame(rows), {"rho": rho, "marginals_rho": marginals_rho,
+                                **{name: b.describe() for name, (_, b) in budgets.items()}}, points
+
+
+def markdown(result: dict) -> str:
+    frame = pd.DataFrame(result["scores"])
+    lines = ["## A planner's workload", "", f"`{result['command']}` ({result['trips']:,} trips in one week; "
+             f"measured in {result['seconds']:.0f} s). Budget: the default release's marginals, rho "
+             f"{result['budgets']['marginals_rho']:.4f} a week; the hierarchy: rho {result['budgets']['rho']:.4f}, "
+             "delta 0. Tap-on. share: trips in the queries listed in rows of their own (a level of the hierarchy, a "
+             "2016 file's rows) or, for a class summed from rows, answered above 0; wre: weighted relative error over "
+             "them; median and p90: relative error over every query with truth >= 100 (unanswered: 1).", "",
+             "| class | method | share | wre | median | p90 | queries >= 100 |",
+             "|---|---|---|---|---|---|---|"]
+    for c in CLASSES:
+        for r in frame.loc[(frame["class"] == c) & (frame["tap"] == "on")].itertuples():
+            lines.append(f"| {c} | {r.method} | {r.share:.3f} | {r.wre:.4f} | {r.median:.4f} | {r.p90:.4f} | "
+                         f"{r.queries_100:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.workload", description=__doc__.split("\n\n")[0])
+    week_arguments(parser, "workload.json, workload.md and workload.png")
+    parser.add_argument("--hierarchy", action="append", metavar="LEVEL=SHARE,...",
+                        help="a hierarchy's levels, root first, each with its rho share (repeat to compare several; "
+                        "default: " + ",".join(f"{level}={share:g}" for level, share in zip(LEVELS, SHARES)) + ")")
+    parser.add_argument("--rho", type=float, help="the hierarchies' weekly rho (default: the default marginals')")
+    parser.add_argument("--false-cells", type=float, default=FALSE_CELLS,
+                        help="the hierarchies' expected empty cells listed per level and week")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    stops = load_stops()
+    days = load_week(week_raw(args), stops)
+    designs = [tuple(zip(*((level, float(share)) for level, share in (p.split("=") for p in option.split(",")))))
+               for option in args.hierarchy] if args.hierarchy else [(LEVELS, SHARES)]
+    scores, budgets, points = measure(days, stops, PrivacySettings(), os.urandom(32), designs, args.rho,
+                                      args.false_cells)
+    command = " ".join(["python -m benchmarks.workload", *(argv if argv is not None else sys.argv[1:])])
+    result = {"command": command, "scale": args.scale, "trips": sum(len(t) for t in days.values()),
+              "seconds": time.perf_counter() - started, "budgets": budgets, "scores": scores.to_dict(orient="records")}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "workload.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (args.out / "workload.md").write_text(markdown(result))
+    rng = np.random.default_rng(0)  # at most 20,000 points a panel: the figure stays readable
+    labels = {m: m if m == DEFAULT else f"hierarchy {i + 1}" for i, m in enumerate(points)}
+    sampled = {labels[m]: {c: tuple(p[:, rng.permutation(p.shape[1])[:20_000]]) for c, p in by_class.items()}
+               for m, by_class in points.items()}
+    (args.out / "workload.png").write_bytes(true_vs_released(
+        sampled, "Internal, not DP: a planner's queries, released (listed) against the truth, tap-on"))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The time x location hierarchy of a period: public domains, per-level sensitivity against every card a
+bounding allows, and a release whose levels add up exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+from opal_dp.core import SeededBits
+from opal_dp.core.discrete_gaussian import DiscreteGaussian
+from opal_dp.core.units import ContributionBounds
+from opal_dp.network import MODES
+from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
+from opal_dp.release.marginals.tables import TAPS
+from opal_dp.release.marginals.time_loc_hierarchy import LEVELS, period_budget, release_period, time_loc_domains
+
+STOPS = pd.DataFrame({
+    "stop_id": np.arange(1, 10, dtype=np.int32),
+    "mode": pd.Categorical(["bus"] * 5 + ["train", "train", "train", "ferry"], categories=list(MODES)),
+    "name": ["b1", "b2", "b3", "b4", "b5", "Central", "Redfern", "Parramatta", "Manly"],
+    "postcode": np.array([2000, 2001, 2002, 2003, 2150, 2000, 2016, 2150, 2095], dtype=np.int16),
+    "lat": np.zeros(9), "lon": np.zeros(9)})
+DESIGNS = (LEVELS, ("mode_day", "district_day", "district_hour", "station_hour", "window_station"),
+           ("mode_day", "district_day", "station_day", "station_hour", "window_station"))
+
+
+def test_domains_come_from_the_stop_list_alone_and_only_tap_off_has_an_unknown_cell():
+    domains = time_loc_domains(STOPS)
+    assert list(domains) == [(m, t) for m in ("bus", "ferry", "train") for t in TAPS]  # no light rail stop
+    bus, train = domains["bus", "on"], domains["train", "off"]
+    assert bus.locations == ("2000", "2001", "2002", "2003", "2150") and bus.districts == ("200x", "215x")
+    assert train.locations == ("Central", "Parramatta", "Redfern") and train.districts == ("200x", "201x", "215x")
+    assert bus.cells == WINDOWS_PER_DAY * 5 and train.cells == WINDOWS_PER_DAY * 3 + 1
+    for design in DESIGNS:
+        for dom in (bus, train):
+            tree = dom.tree(design)
+            assert tree.sizes[-1] == dom.cells and tree.sizes[0] == 1
+    assert train.tree(DESIGNS[1]).sizes == (1, 3 + 1, 24 * 3 + 1, 24 * 3 + 1, WINDOWS_PER_DAY * 3 + 1)
+
+
+def test_levels_that_do_not_nest_are_refused():
+    dom = time_loc_domains(STOPS)["bus", "on"]  # district 200x has four stations
+    with pytest.raises(ValueError, match="district_hour cells are not nested in station_day cells"):
+        dom.tree(("mode_day", "station_day", "district_hour", "window_station"))
+    with pytest.raises(ValueError, match="from mode_day to window_station"):
+        dom.tree(("station_day", "window_station"))
+
+
+def test_a_trip_outside_the_domain_is_refused_without_echoing_it():
+    dom = time_loc_domains(STOPS)["train", "on"]
+    with pytest.raises(ValueError, match="outside the public domain") as raised:
+        dom.finest_counts(np.array([3]), np.array(["Secret St"], dtype=object))
+    assert "Secret" not in str(raised.value)
+    with pytest.raises(ValueError, match="only tap-off may be unknown"):
+        dom.finest_counts(np.array([UNKNOWN]), np.array([UNKNOWN_LABEL], dtype=object))
+    off = time_loc_domains(STOPS)["train", "off"]
+    counts = off.finest_counts(np.array([UNKNOWN, 5, 5]), np.array([UNKNOWN_LABEL, "Redfern", "Redfern"], dtype=object))
+    assert counts[-1] == 1 and counts[5 * 3 + 2] == 2 and counts.sum() == 3
+
+
+def kept_by_bounding(trips: list[tuple[int, str, int, str, int, str]], a: int, per_bin: int) -> list[tuple]:
+    """A card-day's trips ``(day, mode, on window, on location, off window, off location)`` kept as
+    ``prep.bounding`` keeps them, in the given order: at most ``a``, and at most ``per_bin`` in a bin of each of
+    the six 2016 marginals, the mode part of every bin."""
+    def bins(trip: tuple) -> list[tuple]:
+        _, mode, *taps = trip
+        return [(mode, tap, *key) for tap, (window, loc) in zip(TAPS, (taps[:2], taps[2:]))
+                for key in ((window,), (loc,), (window, loc))]
+
+    kept: list[tuple] = []
+    for trip in trips:
+        if len(kept) < a and all(sum(b in bins(k) for k in kept) < per_bin for b in bins(trip)):
+            kept.append(trip)
+    return kept
+
+
+WINDOW = st.integers(0, 7)  # two hours: windows of one hour collide often
+TRIP = st.one_of(*(st.tuples(st.integers(0, 2), st.just(mode), WINDOW, st.sampled_from(places), WINDOW,
+                             st.sampled_from(places))
+                   for mode, places in (("bus", ["2000", "2001", "2002", "2150"]), ("train", ["Central", "Redfern"]))))
+
+
+@settings(max_examples=300, deadline=None)
+@example(a=2, per_bin=1, days=1, design=DESIGNS[1],  # two trips in one hour and district, one per window and stop
+         trips=[(0, "bus", 0, "2000", 0, "2000"), (0, "bus", 1, "2001", 1, "2001")])
+@given(a=st.integers(1, 5), per_bin=st.integers(1, 3), days=st.integers(1, 3), design=st.sampled_from(DESIGNS),
+       trips=st.lists(TRIP, max_size=40))
+def test_no_card_changes_a_level_by_more_than_its_budgeted_l2(a, per_bin, days, design, trips):
+    """A card's every kept trip, each tap an item of its tap's trees, counted into every level of every (date,
+    mode, tap) tree: ``sum d²`` per level is within ``period_budget``'s (an under-estimate is an under-noised
+    release)."""
+    domains = time_loc_domains(STOPS)
+    kept = [t for d in range(days) for t in kept_by_bounding([t for t in trips if t[0] == d], a, per_bin)]
+    budget = period_budget(1.0, ContributionBounds(a, per_bin), days, design, (1 / len(design),) * len(design))
+    totals = np.zeros(len(design))
+    for day, mode in {(t[0], t[1]) for t in kept}:
+        mine = [t for t in kept if (t[0], t[1]) == (day, mode)]
+        for tap, (w, loc) in zip(TAPS, ((2, 3), (4, 5))):
+            dom = domains[mode, tap]
+            finest = dom.finest_counts(np.array([t[w] for t in mine]), np.array([t[loc] for t in mine], dtype=object))
+            totals += [float((level ** 2).sum()) for level in dom.tree(design).level_counts(finest)]
+    assert (totals <= np.array(budget.l2_squared)).all()
+
+
+def test_the_budgeted_l2_is_reached_by_a_card_that_piles_up():
+    """The bounds are tight: a card-day's four trips in the four windows of one hour at four stations of one
+    district (one per window and per station, as bounding allows) reach each level's figure; both taps, both days,
+    reach the period's (a larger figure would only over-noise)."""
+    design = ("mode_day", "district_hour", "station_hour", "window_station")
+    budget = period_budget(1.0, ContributionBounds(4, 1), 2, design, (0.25,) * 4)
+    dom = time_loc_domains(STOPS)["bus", "on"]
+    finest = dom.finest_counts(np.array([0, 1, 2, 3]), np.array(["2000", "2001", "2002", "2003"], dtype=object))
+    per_day = [int((level ** 2).sum()) for level in dom.tree(design).level_counts(finest)]
+    assert per_day == [16, 16, 4, 4] and budget.l2_squared == tuple(4 * v for v in per_day)  # 2 days x 2 taps
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_every_level_adds_up_to_the_level_above_and_every_trip_is_in_one_row(design):
+    domains = time_loc_domains(STOPS)
+    rng = np.random.default_rng(5)
+    finest = {}
+    for day in ("2016-07-25", "2016-07-26"):
+        for mode, tap in domains:
+            dom = domains[mode, tap]
+            counts = np.zeros(dom.cells, dtype=np.int64)
+            if mode != "ferry":  # an empty tree is measured too
+                counts[rng.integers(0, dom.cells, 40)] = rng.integers(0, 3000, 40)
+            finest[day, mode, tap] = counts
+    budget = period_budget(2.0, ContributionBounds(4, 1), 2, design, (1 / len(design),) * len(design))
+    released = release_period(finest, domains, budget, design, DiscreteGaussian(SeededBits(3)))
+    assert sorted(released) == sorted(finest)
+    for release in released.values():
+        tree, fitted = release.domain.tree(design), release.fitted
+        for level, parent in enumerate(tree.parents[:-1]):
+            below = np.bincount(parent, weights=fitted.counts[level + 1], minlength=tree.sizes[level])
+            assert (below == fitted.counts[level]).all()
+        finest_sum = np.bincount(tree.parents[-1], weights=fitted.listed, minlength=tree.sizes[-2]) + fitted.remainder
+        assert (finest_sum == fitted.counts[-1]).all() and (fitted.listed >= 0).all()
