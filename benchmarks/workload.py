@@ -42,7 +42,7 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import split_by_mode
 from opal_dp.prep.bounding import bound_day
-from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL
+from opal_dp.prep.schemas import UNKNOWN_LABEL
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.marginals.public_domain import OTHER
 from opal_dp.release.marginals.schemas import OTHER_WINDOW
@@ -50,6 +50,7 @@ from opal_dp.release.marginals.tables import COUNT, LOC, TAPS, TIME
 from opal_dp.release.marginals.time_loc_hierarchy import (FALSE_CELLS, LEVELS, RESOLUTIONS, SHARES, TapDomain,
                                                           TreeRelease, period_budget, release_period,
                                                           time_loc_domains)
+from opal_dp.release.marginals.time_loc_tables import open_data_blocks, resolution_rows, summed
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.settings import PrivacySettings
@@ -61,61 +62,32 @@ CLASSES = RESOLUTIONS
 DEFAULT, PUBLIC_DOMAIN = "default (sbh)", "public_domain"
 
 
-def summed(values: np.ndarray, dom: TapDomain, resolution: str, query: str) -> np.ndarray | None:
-    """Cell values at ``resolution`` (unknown cell left out) summed into ``query`` cells, or None when a
-    ``resolution`` cell is not inside one ``query`` cell."""
-    (key, size), (target, n) = dom.key(resolution), dom.key(query)
-    into = np.full(size, -1, dtype=np.int64)
-    into[key] = target
-    if (into[key] != target).any():
-        return None
-    return np.bincount(into, weights=np.asarray(values[:size], dtype=np.float64), minlength=n).astype(np.int64)
-
-
 def query_answers(finest: np.ndarray, dom: TapDomain) -> dict[str, np.ndarray]:
-    """Every query class from finest (window, location) counts."""
+    """Every query class from finest counts (the unknown tap-off cell a query of its own in each class below the
+    mode's day)."""
     return {c: summed(finest, dom, "window_station", c) for c in CLASSES}
 
 
-def hierarchy_answers(release: TreeRelease) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-    """What a reader computes from the hierarchy's rows, per class: the answers, and for a class that is a level
-    the cells listed in their own rows (else None). A cell of a level above the finest is its listed row or, if not
-    listed, its listed children and remainder row below it; so each class is summed from the coarsest level inside
-    it, the finest from its listed rows alone (its remainders span a level-above cell)."""
-    dom = release.domain
-    values = (*release.fitted.counts, release.fitted.listed)
-    out = {}
-    for c in CLASSES:
-        inside = min((dom.key(level)[1], i) for i, level in enumerate(release.levels)
-                     if summed(values[i], dom, level, c) is not None)[1]
-        answer = summed(values[inside], dom, release.levels[inside], c)
-        listed = None
-        if c in release.levels:
-            level = release.levels.index(c)
-            listed = np.ones(1, dtype=bool) if level == 0 else release.rows(level)[0][:len(answer)] > 0
-        out[c] = answer, listed
+def hierarchy_answers(release: TreeRelease) -> dict[str, np.ndarray]:
+    """What a reader takes from the hierarchy's published rows (``time_loc_tables``), per class: the coarser
+    resolutions' cells with rows of their own, and ``time-loc``'s listed cells (0 where a cell has no row)."""
+    out = {c: cells for c, (cells, _, _) in resolution_rows(release).items()}
+    out["window_station"] = np.concatenate([block.cells.ravel() for block in open_data_blocks(release)])
     return out
 
 
 def table_answers(tables: Mapping[str, pd.DataFrame], tap: str, dom: TapDomain) -> dict[str, np.ndarray]:
-    """What a reader computes from the 2016 files of one tap (remainder rows left out; module docstring)."""
-    def listed(frame: pd.DataFrame, by_time: bool, by_loc: bool) -> pd.DataFrame:
-        frame = frame.loc[frame[COUNT] > 0]
-        if by_time:
-            frame = frame.loc[(frame[TIME].astype("int64") != OTHER_WINDOW) & (frame[TIME].astype("int64") != UNKNOWN)]
-        if by_loc:
-            frame = frame.loc[~frame[LOC].astype(str).isin([OTHER, UNKNOWN_LABEL])]
-        return frame
-
-    joint = listed(tables[f"tap_{tap}_time_loc"], True, True)
+    """What a reader takes from the 2016 files of one tap: each class summed from the finest file inside it, its
+    remainder rows left out (module docstring)."""
+    joint, one_way, times = (tables[f"tap_{tap}_{m}"] for m in ("time_loc", "loc", "time"))
+    joint = joint.loc[(joint[TIME].astype("int64") != OTHER_WINDOW) & (joint[LOC].astype(str) != OTHER)]
     out = query_answers(dom.finest_counts(joint[TIME].to_numpy("int64"), joint[LOC].astype(str).to_numpy(object),
                                           joint[COUNT].to_numpy("int64")), dom)
-    one_way = listed(tables[f"tap_{tap}_loc"], False, True)
-    loc = pd.Index(dom.locations).get_indexer(one_way[LOC].astype(str))
-    station_day = np.bincount(loc, weights=one_way[COUNT].to_numpy("float64"), minlength=len(dom.locations))
-    times = listed(tables[f"tap_{tap}_time"], True, False)
-    out.update(station_day=station_day.astype(np.int64),
-               district_day=summed(station_day, dom, "station_day", "district_day"),
+    labels = one_way[LOC].astype(str)
+    station = np.where(labels == UNKNOWN_LABEL, len(dom.locations), pd.Index(dom.locations).get_indexer(labels))
+    station_day = np.bincount(station, weights=one_way[COUNT].to_numpy("float64"),
+                              minlength=len(dom.locations) + dom.unknown).astype(np.int64)
+    out.update(station_day=station_day, district_day=summed(station_day, dom, "station_day", "district_day"),
                mode_day=np.array([times[COUNT].sum()], dtype=np.int64))
     return out
 
@@ -128,10 +100,10 @@ class Score:
         self.large: list[np.ndarray] = []
         self.points: list[np.ndarray] = []  # (truth, answer) of the listed queries, for the plot
 
-    def add(self, answer: np.ndarray, truth: np.ndarray, listed: np.ndarray | None = None) -> None:
-        """``listed``: the queries in rows of their own (default: those answered above 0)."""
+    def add(self, answer: np.ndarray, truth: np.ndarray) -> None:
+        """One tree's queries of the class: a query answered above 0 is in a row of its own (or summed from them)."""
         answer, truth = np.asarray(answer, dtype=np.int64).ravel(), np.asarray(truth, dtype=np.int64).ravel()
-        shown = answer > 0 if listed is None else np.asarray(listed).ravel()
+        shown = answer > 0
         self.trips += int(truth.sum())
         self.answered += int(truth[shown].sum())
         self.abs_error += int(np.abs(answer[shown] - truth[shown]).sum())
@@ -193,8 +165,8 @@ def measure(days: Mapping[str, pd.DataFrame], stops: pd.DataFrame, settings: Pri
         print(f"{day} done", file=sys.stderr)
     for name, (levels, budget) in budgets.items():
         for (day, mode, tap), release in release_period(finest, domains, budget, levels).items():
-            for c, (answer, listed) in hierarchy_answers(release).items():
-                scores[name, c, tap].add(answer, truths[day, mode, tap][c], listed)
+            for c, answer in hierarchy_answers(release).items():
+                scores[name, c, tap].add(answer, truths[day, mode, tap][c])
     rows = [{"method": m, "class": c, "tap": t, **s.figures()} for (m, c, t), s in scores.items()]
     points = {m: {c: np.concatenate(scores[m, c, "on"].points, axis=1) for c in CLASSES} for m in (*budgets, DEFAULT)}
     return pd.DataFrame(rows), {"rho": rho, "marginals_rho": marginals_rho,
