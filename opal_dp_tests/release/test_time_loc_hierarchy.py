@@ -8,8 +8,11 @@ import pandas as pd
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
+from opal_dp.audit.hierarchy import audit_measurement
 from opal_dp.core import SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
+from opal_dp.core.hierarchy import Measurement, measure
+from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.units import ContributionBounds
 from opal_dp.network import MODES
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
@@ -138,3 +141,28 @@ def test_every_level_adds_up_to_the_level_above_and_every_trip_is_in_one_row(des
             assert (below == fitted.counts[level]).all()
         finest_sum = np.bincount(tree.parents[-1], weights=fitted.listed, minlength=tree.sizes[-2]) + fitted.remainder
         assert (finest_sum == fitted.counts[-1]).all() and (fitted.listed >= 0).all()
+
+
+def test_the_audit_passes_the_measurement_and_catches_a_level_uncharged_or_a_domain_from_the_data():
+    """``audit.hierarchy.audit_measurement`` on a real (mode, tap) tree at a period budget: the production measurement
+    passes; charging every level but the station-hours (an uncharged level) fails on the loss bound; noise on the
+    occupied cells only (a domain taken from the data) fails on the silent cells of an empty input."""
+    dom = time_loc_domains(STOPS)["train", "off"]
+    tree = dom.tree(LEVELS)
+    budget = period_budget(0.05, ContributionBounds(4, 1), 7, LEVELS, (0.02, 0.25, 0.28, 0.45))
+    noise = DiscreteGaussian(SeededBits(9))
+
+    def production(tree, finest, budget):
+        return measure(tree, finest, budget, noise)
+
+    def occupied_only(tree, finest, budget):
+        truth = tree.level_counts(finest)
+        return Measurement(tuple(np.where(t > 0, t + noise.sample(s, t.size).reshape(t.shape), 0)
+                                 for t, s in zip(truth, budget.sigmas)))
+
+    passed = audit_measurement(production, budget, budget.cost(), tree, runs=20_000)
+    assert passed.passed and passed.silent_cells == 0
+    uncharged = PrivacyCost.zcdp(budget.rho - budget.level_rho[2], 0.0)
+    assert not audit_measurement(production, budget, uncharged, tree, runs=20_000).passed
+    silent = audit_measurement(occupied_only, budget, budget.cost(), tree, runs=200)
+    assert not silent.passed and silent.silent_cells == sum(tree.sizes)
