@@ -37,7 +37,7 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
-from benchmarks.person_cap import load_week, week_arguments, week_raw
+from benchmarks.person_cap import kept_cards, load_week, week_arguments, week_raw
 from opal_dp.core import PrivacyUnit
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import split_by_mode
@@ -147,8 +147,9 @@ def measure(days: Mapping[str, pd.DataFrame], stops: pd.DataFrame, settings: Pri
     budgets = {design_name(d): (d[0], period_budget(rho, bounds, days_per_card, *d, false_cells)) for d in designs}
     scores = {(m, c, t): Score() for m in (*budgets, *plans) for c in CLASSES for t in TAPS}
     finest, truths = {}, {}
+    cards = kept_cards(days, bounds.max_days_per_card, key) if days_per_card < len(period) else {}  # the day cap
     for day in period:
-        bounded = bound_day(days[day], date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key)
+        bounded = bound_day(days[day], date.fromisoformat(day), PrivacyUnit.CARD_PERIOD, bounds, key, cards.get(day))
         for mode in MODES:
             kept, over = split_by_mode(bounded.kept, mode), split_by_mode(bounded.over_bound, mode)
             tables = {name: release_in_memory(kept, plan, mode) for name, plan in plans.items()}
@@ -164,7 +165,7 @@ def measure(days: Mapping[str, pd.DataFrame], stops: pd.DataFrame, settings: Pri
                         scores[name, c, tap].add(answer, truths[day, mode, tap][c])
         print(f"{day} done", file=sys.stderr)
     for name, (levels, budget) in budgets.items():
-        for (day, mode, tap), release in release_period(finest, domains, budget, levels).items():
+        for (day, mode, tap), release in release_period(period, finest, domains, budget, levels).items():
             for c, answer in hierarchy_answers(release).items():
                 scores[name, c, tap].add(answer, truths[day, mode, tap][c])
     rows = [{"method": m, "class": c, "tap": t, **s.figures()} for (m, c, t), s in scores.items()]

@@ -36,8 +36,8 @@ def test_a_noiseless_hierarchy_answers_every_query_with_the_truth():
     finest = np.zeros(dom.cells, dtype=np.int64)
     finest[rng.choice(dom.cells, 60, replace=False)] = rng.integers(50, 400, 60)
     budget = period_budget(1e9, ContributionBounds(4, 1), 1, LEVELS, (1 / 3, 1 / 3, 1 / 3 - 1e-12, 1e-12))
-    (release,) = release_period({("2016-07-25", "bus", "on"): finest}, {("bus", "on"): dom}, budget, LEVELS,
-                                DiscreteGaussian(SeededBits(1))).values()
+    (release,) = release_period(["2016-07-25"], {("2016-07-25", "bus", "on"): finest}, {("bus", "on"): dom}, budget,
+                                LEVELS, DiscreteGaussian(SeededBits(1))).values()
     truth = query_answers(finest, dom)
     answers = hierarchy_answers(release)
     assert sorted(answers) == sorted(CLASSES)

@@ -109,11 +109,17 @@ def audit_measurement(measure: Measure, budget: HierarchyBudget, charged: Privac
 
 
 def recorded_budget(mechanism: str) -> HierarchyBudget:
-    """The ``HierarchyBudget`` a ledger charge of the hierarchy records (``HierarchyPlan.mechanism``)."""
+    """The ``HierarchyBudget`` a ledger charge of the hierarchy records (``HierarchyPlan.mechanism``), checked to
+    rebuild the recorded sigmas and sensitivities (a parameter read back wrong would audit other noise)."""
     recorded = json.loads(mechanism)
     caps = recorded.get("coarse_caps")
-    return HierarchyBudget(recorded["rho"], tuple(recorded["shares"]), recorded["max_items"], recorded["max_per_cell"],
-                           recorded["false_cells"], None if caps is None else tuple(caps), recorded.get("groups", 1))
+    budget = HierarchyBudget(recorded["rho"], tuple(recorded["shares"]), recorded["max_items"],
+                             recorded["max_per_cell"], recorded["false_cells"], None if caps is None else tuple(caps),
+                             recorded.get("groups", 1))
+    rebuilt = budget.describe()
+    if any(rebuilt[k] != recorded[k] for k in ("sigma", "l2_squared") if k in recorded):
+        raise ValueError("the recorded hierarchy parameters do not rebuild its recorded noise (sigma, l2_squared)")
+    return budget
 
 
 def recorded_totals(mechanism: str) -> TotalsBudget | None:

@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from opal_dp.audit.hierarchy import audit_charges, recorded_budget
 from opal_dp.core import SeededBits
@@ -67,3 +68,14 @@ def test_the_audit_has_power_at_the_weekly_defaults_large_sigmas():
     assert all(lower > 0.9 * rho for lower, rho in zip(report.level_rho_lower, weekly.level_rho))
     uncharged = sum(weekly.level_rho[1:])
     assert report.rho_lower > uncharged
+
+
+def test_a_budget_with_cell_caps_and_groups_is_read_back_whole():
+    """A time x location charge records its per-level caps and groups; the audit rebuilds exactly that budget (its
+    sigmas and sensitivities), and a record whose parameters do not rebuild its own noise is refused."""
+    capped = HierarchyBudget(0.05, (0.02, 0.25, 0.28, 0.45), max_items=4, max_per_cell=1, false_cells=0.001,
+                             coarse_caps=(4, 1, 1), groups=14)
+    assert recorded_budget(charge(capped, 0.05).mechanism) == capped
+    tampered = json.loads(charge(capped, 0.05).mechanism) | {"groups": 7}
+    with pytest.raises(ValueError, match="do not rebuild"):
+        recorded_budget(json.dumps(tampered))

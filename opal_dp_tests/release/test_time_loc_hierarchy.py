@@ -3,6 +3,8 @@ bounding allows, and a release whose levels add up exactly."""
 
 from __future__ import annotations
 
+from datetime import date
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,8 +15,10 @@ from opal_dp.core import SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.hierarchy import Measurement, measure
 from opal_dp.core.accounting import PrivacyCost
-from opal_dp.core.units import ContributionBounds
+from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.network import MODES
+from opal_dp.prep.binning import location_labels
+from opal_dp.prep.bounding import CARD, keep_mask
 from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL, WINDOWS_PER_DAY
 from opal_dp.release.marginals.tables import TAPS
 from opal_dp.release.marginals.time_loc_hierarchy import LEVELS, period_budget, release_period, time_loc_domains
@@ -63,47 +67,51 @@ def test_a_trip_outside_the_domain_is_refused_without_echoing_it():
     assert counts[-1] == 1 and counts[5 * 3 + 2] == 2 and counts.sum() == 3
 
 
-def kept_by_bounding(trips: list[tuple[int, str, int, str, int, str]], a: int, per_bin: int) -> list[tuple]:
-    """A card-day's trips ``(day, mode, on window, on location, off window, off location)`` kept as
-    ``prep.bounding`` keeps them, in the given order: at most ``a``, and at most ``per_bin`` in a bin of each of
-    the six 2016 marginals, the mode part of every bin."""
-    def bins(trip: tuple) -> list[tuple]:
-        _, mode, *taps = trip
-        return [(mode, tap, *key) for tap, (window, loc) in zip(TAPS, (taps[:2], taps[2:]))
-                for key in ((window,), (loc,), (window, loc))]
-
-    kept: list[tuple] = []
-    for trip in trips:
-        if len(kept) < a and all(sum(b in bins(k) for k in kept) < per_bin for b in bins(trip)):
-            kept.append(trip)
-    return kept
-
-
+KEY = bytes(range(32))  # the bounding's PRF key: which trips it keeps, not how many
 WINDOW = st.integers(0, 7)  # two hours: windows of one hour collide often
-TRIP = st.one_of(*(st.tuples(st.integers(0, 2), st.just(mode), WINDOW, st.sampled_from(places), WINDOW,
-                             st.sampled_from(places))
-                   for mode, places in (("bus", ["2000", "2001", "2002", "2150"]), ("train", ["Central", "Redfern"]))))
+PLACES = {"bus": ["2000", "2001", "2002", "2150"], "train": ["Central", "Redfern"], "ferry": ["Manly"]}
+TRIP = st.one_of(*(st.tuples(st.integers(0, 2), st.just(mode), WINDOW, st.sampled_from(places),
+                             st.one_of(st.tuples(WINDOW, st.sampled_from(places)), st.just((UNKNOWN, UNKNOWN_LABEL))))
+                   for mode, places in PLACES.items()))
+
+
+def kept_by_bounding(trips: list[tuple], day: int, bounds: ContributionBounds) -> pd.DataFrame:
+    """One card's trips ``(day, mode, on window, on location, (off window, off location))`` of ``day``, as
+    ``prep.bounding`` keeps them for ``card_period``."""
+    mine = [t for t in trips if t[0] == day]
+    labels = location_labels(STOPS)
+    frame = pd.DataFrame({
+        CARD: np.full(len(mine), 7, dtype=np.int64),
+        "mode": pd.Categorical([t[1] for t in mine], categories=list(MODES)),
+        "tap_on_window": np.array([t[2] for t in mine], dtype=np.int16),
+        "tap_on_loc": pd.Categorical([t[3] for t in mine], categories=labels),
+        "tap_off_window": np.array([t[4][0] for t in mine], dtype=np.int16),
+        "tap_off_loc": pd.Categorical([t[4][1] for t in mine], categories=labels)})
+    return frame.loc[keep_mask(frame, date(2016, 7, 25 + day), PrivacyUnit.CARD_PERIOD, bounds, KEY)]
 
 
 @settings(max_examples=300, deadline=None)
 @example(a=2, per_bin=1, days=1, design=DESIGNS[1],  # two trips in one hour and district, one per window and stop
-         trips=[(0, "bus", 0, "2000", 0, "2000"), (0, "bus", 1, "2001", 1, "2001")])
+         trips=[(0, "bus", 0, "2000", (0, "2000")), (0, "bus", 1, "2001", (1, "2001"))])
 @given(a=st.integers(1, 5), per_bin=st.integers(1, 3), days=st.integers(1, 3), design=st.sampled_from(DESIGNS),
        trips=st.lists(TRIP, max_size=40))
 def test_no_card_changes_a_level_by_more_than_its_budgeted_l2(a, per_bin, days, design, trips):
-    """A card's every kept trip, each tap an item of its tap's trees, counted into every level of every (date,
-    mode, tap) tree: ``sum d²`` per level is within ``period_budget``'s (an under-estimate is an under-noised
-    release)."""
+    """A card's trips kept by the real bounding (``prep.bounding``), each tap an item of its tap's trees (the unknown
+    tap-off cell included), counted into every level of every (date, mode, tap) tree: ``sum d²`` per level is within
+    ``period_budget``'s (an under-estimate is an under-noised release)."""
     domains = time_loc_domains(STOPS)
-    kept = [t for d in range(days) for t in kept_by_bounding([t for t in trips if t[0] == d], a, per_bin)]
-    budget = period_budget(1.0, ContributionBounds(a, per_bin), days, design, (1 / len(design),) * len(design))
+    bounds = ContributionBounds(a, per_bin)
+    budget = period_budget(1.0, bounds, days, design, (1 / len(design),) * len(design))
     totals = np.zeros(len(design))
-    for day, mode in {(t[0], t[1]) for t in kept}:
-        mine = [t for t in kept if (t[0], t[1]) == (day, mode)]
-        for tap, (w, loc) in zip(TAPS, ((2, 3), (4, 5))):
-            dom = domains[mode, tap]
-            finest = dom.finest_counts(np.array([t[w] for t in mine]), np.array([t[loc] for t in mine], dtype=object))
-            totals += [float((level ** 2).sum()) for level in dom.tree(design).level_counts(finest)]
+    for day in range(days):
+        kept = kept_by_bounding(trips, day, bounds)
+        for mode in kept["mode"].astype(str).unique():
+            mine = kept.loc[kept["mode"] == mode]
+            for tap in TAPS:
+                dom = domains[mode, tap]
+                finest = dom.finest_counts(mine[f"tap_{tap}_window"].to_numpy("int64"),
+                                           mine[f"tap_{tap}_loc"].astype(str).to_numpy(object))
+                totals += [float((level ** 2).sum()) for level in dom.tree(design).level_counts(finest)]
     assert (totals <= np.array(budget.l2_squared)).all()
 
 
@@ -132,7 +140,8 @@ def test_every_level_adds_up_to_the_level_above_and_every_trip_is_in_one_row(des
                 counts[rng.integers(0, dom.cells, 40)] = rng.integers(0, 3000, 40)
             finest[day, mode, tap] = counts
     budget = period_budget(2.0, ContributionBounds(4, 1), 2, design, (1 / len(design),) * len(design))
-    released = release_period(finest, domains, budget, design, DiscreteGaussian(SeededBits(3)))
+    released = release_period(("2016-07-25", "2016-07-26"), finest, domains, budget, design,
+                              DiscreteGaussian(SeededBits(3)))
     assert sorted(released) == sorted(finest)
     for release in released.values():
         tree, fitted = release.domain.tree(design), release.fitted
@@ -166,3 +175,46 @@ def test_the_audit_passes_the_measurement_and_catches_a_level_uncharged_or_a_dom
     assert not audit_measurement(production, budget, uncharged, tree, runs=20_000).passed
     silent = audit_measurement(occupied_only, budget, budget.cost(), tree, runs=200)
     assert not silent.passed and silent.silent_cells == sum(tree.sizes)
+
+
+def test_every_public_tree_is_measured_and_the_thresholds_never_read_the_data():
+    """Trees without trips are measured too, at the thresholds of the period's public sizes: the same with or
+    without an empty tree among the truths; a truth outside the period's dates and domains is refused."""
+    domains = time_loc_domains(STOPS)
+    budget = period_budget(0.5, ContributionBounds(4, 1), 2)
+    dates = ("2016-07-25", "2016-07-26")
+    dom = domains["train", "on"]
+    busy = {("2016-07-25", "train", "on"): np.full(dom.cells, 50, dtype=np.int64)}
+    empty = {**busy, ("2016-07-26", "ferry", "off"): np.zeros(domains["ferry", "off"].cells, dtype=np.int64)}
+    one, two = (release_period(dates, truth, domains, budget, noise=DiscreteGaussian(SeededBits(1)))
+                for truth in (busy, empty))
+    assert sorted(one) == sorted((d, m, t) for d in dates for m, t in domains)
+    assert {r.taus for r in one.values()} == {r.taus for r in two.values()} and len({r.taus for r in one.values()}) == 1
+    with pytest.raises(ValueError, match="outside the period"):
+        release_period(dates[:1], busy | {("2016-07-27", "train", "on"): busy["2016-07-25", "train", "on"]}, domains,
+                       budget)
+
+
+def test_a_level_lists_the_cells_whose_own_noisy_count_reaches_its_threshold():
+    """Listing reads each cell's noisy measurement against the level's public threshold, not its fitted count (the
+    station-hours here sit at the threshold, so the two differ for some); the remainder of a parent is the fitted
+    count of its other cells."""
+    domains = time_loc_domains(STOPS)
+    budget = period_budget(0.05, ContributionBounds(4, 1), 1)
+    dom = domains["bus", "on"]
+    probe = release_period(["2016-07-25"], {}, {("bus", "on"): dom}, budget, noise=DiscreteGaussian(SeededBits(4)))
+    tau = probe["2016-07-25", "bus", "on"].taus[1]  # the station-hours' (public: the sizes and the budget)
+    counts = np.zeros((96, 5), dtype=np.int64)
+    counts[:, :3] = tau // 4  # every station-hour of three stations at the threshold, two stations without trips
+    release = release_period(["2016-07-25"], {("2016-07-25", "bus", "on"): counts.ravel()}, {("bus", "on"): dom},
+                             budget, noise=DiscreteGaussian(SeededBits(4)))["2016-07-25", "bus", "on"]
+    tree, differ = dom.tree(release.levels), 0
+    for level in (1, 2):
+        listed, remainder = release.rows(level)
+        fitted, noisy = release.fitted.counts[level], release.measured.levels[level]
+        expected = (noisy >= release.taus[level - 1]) & (fitted > 0)
+        assert (listed > 0).tolist() == expected.tolist() and 0 < expected.sum() < len(fitted)
+        assert (remainder == np.bincount(tree.parents[level - 1], weights=np.where(expected, 0, fitted),
+                                         minlength=tree.sizes[level - 1])).all()
+        differ += int((expected != (fitted >= release.taus[level - 1])).sum())
+    assert differ > 0

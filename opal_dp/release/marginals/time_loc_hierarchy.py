@@ -155,8 +155,8 @@ def period_budget(rho: float, bounds: ContributionBounds, days: int, levels: tup
     """The hierarchy's public parameters for a period whose cards count on at most ``days`` days (module docstring,
     "Sensitivity"): ``2 * days`` groups of ``a`` items, each level's cell cap (``cell_cap``)."""
     a, per_bin = bounds.max_trips_per_card_day, bounds.per_bin
-    return HierarchyBudget(rho, tuple(shares), a, per_bin, false_cells,
-                           coarse_caps=tuple(cell_cap(level, a, per_bin) for level in levels[:-1]),
+    caps = tuple(cell_cap(level, a, per_bin) for level in levels)
+    return HierarchyBudget(rho, tuple(shares), a, caps[-1], false_cells, coarse_caps=caps[:-1],
                            groups=len(TAPS) * days)
 
 
@@ -191,19 +191,25 @@ class TreeRelease:
                                    minlength=tree.sizes[level - 1]).astype(np.int64)
 
 
-def release_period(finest: Mapping[tuple[str, str, str], np.ndarray], domains: Mapping[tuple[str, str], TapDomain],
-                   budget: HierarchyBudget, levels: tuple[str, ...] = LEVELS, noise: DiscreteGaussian | None = None
+def release_period(dates: Sequence[str], finest: Mapping[tuple[str, str, str], np.ndarray],
+                   domains: Mapping[tuple[str, str], TapDomain], budget: HierarchyBudget,
+                   levels: tuple[str, ...] = LEVELS, noise: DiscreteGaussian | None = None
                    ) -> dict[tuple[str, str, str], TreeRelease]:
-    """Every (date, mode, tap) tree of a period measured at ``budget`` and fitted: ``finest`` holds the true finest
-    counts of each (its keys are the period's public (date, mode, tap) triples, empty trees included, so that
-    which trees are measured never depends on the data). Trees are measured in key order."""
+    """Every tree of a period measured at ``budget`` and fitted: one per public (date, mode, tap), the period's
+    ``dates`` by every domain, so that which trees are measured, and the thresholds, never depend on the data.
+    ``finest``: the true finest counts of the trees with trips (a tree without is measured as empty); a key outside
+    the period is refused. Trees are measured in key order."""
+    keys = sorted((day, mode, tap) for day in dates for mode, tap in domains)
+    if not set(finest) <= set(keys):
+        raise ValueError("finest holds a (date, mode, tap) outside the period's dates and public domains")
     noise = DiscreteGaussian() if noise is None else noise
-    sizes = [domains[mode, tap].tree(levels).sizes[1:] for _, mode, tap in finest]
+    sizes = [domains[mode, tap].tree(levels).sizes[1:] for _, mode, tap in keys]
     taus = listing_taus(budget, [sum(level) for level in zip(*sizes)])
     out = {}
-    for key in sorted(finest):
+    for key in keys:
         dom = domains[key[1], key[2]]
         tree = dom.tree(levels)
-        measured = measure(tree, finest[key], budget, noise)
+        truth = finest.get(key, np.zeros(dom.cells, dtype=np.int64))
+        measured = measure(tree, truth, budget, noise)
         out[key] = TreeRelease(dom, levels, measured, fit(tree, measured, budget.sigmas, taus[-1]), taus)
     return out
