@@ -16,16 +16,20 @@ class Design(StrEnum):
       threshold on the noisy counts, (epsilon, delta)-DP per marginal.
     - ``public_domain``: noise on every cell of a public domain (zeros included), the three tables of a tap
       measured together and made consistent, cells below a public threshold in remainder rows.
+    - ``hierarchy``: each tap one time x location hierarchy (mode-day, station-day, station-hour, 15-minute cells)
+      measured on its public domain and fitted, the three tables derived from the fit with the public-domain
+      design's remainder rows (``release.marginals.hierarchy_design``).
     """
 
     SBH = "sbh"
     PUBLIC_DOMAIN = "public_domain"
+    HIERARCHY = "hierarchy"
 
     @property
     def consistent(self) -> bool:
         """Whether the released tables add up exactly, with remainder rows (``time``/``loc`` = ``other``) for the
         cells below the publication threshold, and list cells absent from the data."""
-        return self is Design.PUBLIC_DOMAIN
+        return self is not Design.SBH
 
     @classmethod
     def parse(cls, value: str | Design) -> Design:

@@ -31,6 +31,9 @@ from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger_records import Charge, Draw, LedgerError, Request
 from opal_dp.release.charged import Pending, Serve, release_charged, serve_each
 from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.release.marginals.hierarchy_design import frames_of
+from opal_dp.release.marginals.time_loc_hierarchy import release_tree
+from opal_dp.release.options import Design
 from opal_dp.prep.binning import split_by_mode
 from opal_dp.release.marginals.schemas import TrueCells
 from opal_dp.release.marginals.tables import BY_NAME, COUNT, LOC, TIME, Marginal, histograms, true_cells
@@ -167,10 +170,16 @@ def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan) -> Se
 
 
 def draw_tap(partition: pd.DataFrame, plan: ReleasePlan, mode: str, tap: str) -> dict[str, pd.DataFrame]:
-    """The public-domain design's three tables of one tap (``time-loc``, ``time``, ``loc``), drawn from the
-    partition's bounded trips; nothing stored, nothing charged (the caller is)."""
-    dom = plan.domains[mode, tap]
+    """A consistent design's three tables of one tap (``time-loc``, ``time``, ``loc``), drawn from the partition's
+    bounded trips; nothing stored, nothing charged (the caller is)."""
     labels = partition[f"tap_{tap}_loc"].cat.categories
+    if plan.design is Design.HIERARCHY:
+        taps = plan.hierarchy[tap]
+        dom = taps.domains[mode]
+        finest = dom.finest_counts(partition[f"tap_{tap}_window"].to_numpy("int64"),
+                                   partition[f"tap_{tap}_loc"].astype(str).to_numpy(object))
+        return frames_of(release_tree(dom, finest, taps.budget, taps.taus, noise=taps.noise), labels)
+    dom = plan.domains[mode, tap]
     return pd_design.released_frames(dom, pd_design.release_tap(partition, dom, plan.noise[tap], plan.tau), labels)
 
 

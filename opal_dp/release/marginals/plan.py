@@ -44,6 +44,8 @@ from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.gaussian_threshold import GaussianThresholdHistogram
 from opal_dp.network import MODES, load_stops
 from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.release.marginals.hierarchy_design import TapHierarchy, hierarchy_taps, level_measurements, tap_rho
+from opal_dp.release.marginals.time_loc_hierarchy import time_loc_domains
 from opal_dp.release.marginals.tables import MARGINALS, TAPS
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
@@ -63,6 +65,7 @@ class ReleasePlan:
     noise: Mapping[str, pd_design.DesignNoise] = field(default_factory=dict)  # public_domain: by tap
     domains: Mapping[tuple[str, str], pd_design.Domain] = field(default_factory=dict)  # public_domain: (mode, tap)
     tau: int | None = None  # public_domain: the publication threshold
+    hierarchy: Mapping[str, TapHierarchy] = field(default_factory=dict)  # hierarchy: by tap
 
     def scope(self, day: str, mode: str) -> str:
         """The ledger scope of the (date, mode) partition for this unit."""
@@ -112,6 +115,9 @@ def build_plan(
     if design is Design.PUBLIC_DOMAIN:
         return _public_domain_plan(unit, relation, bounds, periods, mechanism, sens, epsilon, delta,
                                    load_stops() if stops is None else stops)
+    if design is Design.HIERARCHY:
+        return _hierarchy_plan(unit, relation, bounds, periods, mechanism, epsilon, delta,
+                               load_stops() if stops is None else stops, gaussian or DiscreteGaussian())
     if mechanism.pure:
         noise = laplace or DiscreteLaplace()
         mechanisms = {name: StabilityHistogram(epsilon[name], delta[name], sens, noise) for name in names}
@@ -153,3 +159,19 @@ def _public_domain_plan(
                   for tap, tables in by_tap.items() for table, name in tables.items()}
     return ReleasePlan(unit, relation, bounds, periods, mechanism, {m.name: mechanisms[m.name] for m in MARGINALS},
                        Design.PUBLIC_DOMAIN, noise, domains, tau)
+
+
+def _hierarchy_plan(
+    unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, periods: Periods | None, mechanism: Mechanism,
+    epsilon: Mapping[str, float], delta: Mapping[str, float], stops: pd.DataFrame, noise: DiscreteGaussian,
+) -> ReleasePlan:
+    """The hierarchy design's plan (``release.marginals.hierarchy_design``): the discrete Gaussian only."""
+    if mechanism.pure:
+        raise ValueError("the hierarchy design measures with the discrete Gaussian (zCDP): choose mechanism gaussian")
+    rho = zcdp_rho_for(math.fsum(epsilon.values()), math.fsum(delta.values()))
+    trees = time_loc_domains(stops)
+    taps = hierarchy_taps(unit, relation, bounds, periods.days if periods else 1, tap_rho(rho, epsilon), trees,
+                          noise)
+    domains = {(mode, tap): pd_design.Domain(mode, tap, dom.locations) for (mode, tap), dom in trees.items()}
+    return ReleasePlan(unit, relation, bounds, periods, mechanism, level_measurements(taps), Design.HIERARCHY,
+                       domains=domains, hierarchy=taps)

@@ -151,13 +151,16 @@ def time_loc_domains(stops: pd.DataFrame) -> dict[tuple[str, str], TapDomain]:
 
 
 def period_budget(rho: float, bounds: ContributionBounds, days: int, levels: tuple[str, ...] = LEVELS,
-                  shares: tuple[float, ...] = SHARES, false_cells: float = FALSE_CELLS) -> HierarchyBudget:
+                  shares: tuple[float, ...] = SHARES, false_cells: float = FALSE_CELLS, taps: int = len(TAPS),
+                  units_changed: int = 1) -> HierarchyBudget:
     """The hierarchy's public parameters for a period whose cards count on at most ``days`` days (module docstring,
-    "Sensitivity"): ``2 * days`` groups of ``a`` items, each level's cell cap (``cell_cap``)."""
+    "Sensitivity"): ``taps * days`` groups of ``a`` items (one tap's trees alone: ``taps = 1``), each level's cell
+    cap (``cell_cap``); replace-one (``units_changed = 2``) doubles them (the removed and the added card's changes
+    are both >= 0, so their ``sum d²`` add up at most)."""
     a, per_bin = bounds.max_trips_per_card_day, bounds.per_bin
     caps = tuple(cell_cap(level, a, per_bin) for level in levels)
     return HierarchyBudget(rho, tuple(shares), a, caps[-1], false_cells, coarse_caps=caps[:-1],
-                           groups=len(TAPS) * days)
+                           groups=taps * days * units_changed)
 
 
 def listing_taus(budget: HierarchyBudget, cells: Sequence[int]) -> tuple[int, ...]:
@@ -205,11 +208,14 @@ def release_period(dates: Sequence[str], finest: Mapping[tuple[str, str, str], n
     noise = DiscreteGaussian() if noise is None else noise
     sizes = [domains[mode, tap].tree(levels).sizes[1:] for _, mode, tap in keys]
     taus = listing_taus(budget, [sum(level) for level in zip(*sizes)])
-    out = {}
-    for key in keys:
-        dom = domains[key[1], key[2]]
-        tree = dom.tree(levels)
-        truth = finest.get(key, np.zeros(dom.cells, dtype=np.int64))
-        measured = measure(tree, truth, budget, noise)
-        out[key] = TreeRelease(dom, levels, measured, fit(tree, measured, budget.sigmas, taus[-1]), taus)
-    return out
+    return {key: release_tree(domains[key[1], key[2]], finest.get(key), budget, taus, levels, noise) for key in keys}
+
+
+def release_tree(dom: TapDomain, finest: np.ndarray | None, budget: HierarchyBudget, taus: tuple[int, ...],
+                 levels: tuple[str, ...] = LEVELS, noise: DiscreteGaussian | None = None) -> TreeRelease:
+    """One tree measured at ``budget`` (``finest``: its true finest counts, None for a tree without trips) and
+    fitted, its cells listed at the public ``taus``."""
+    tree = dom.tree(levels)
+    truth = np.zeros(dom.cells, dtype=np.int64) if finest is None else finest
+    measured = measure(tree, truth, budget, DiscreteGaussian() if noise is None else noise)
+    return TreeRelease(dom, levels, measured, fit(tree, measured, budget.sigmas, taus[-1]), taus)
