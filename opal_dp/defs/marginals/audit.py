@@ -2,6 +2,7 @@
 other product's audit of its ledger charges (``release.products.PRODUCTS``)."""
 
 import json
+import time
 from collections.abc import Callable
 
 import dagster as dg
@@ -16,6 +17,8 @@ from opal_dp.defs.shared.metadata import labels
 from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals import public_domain as pd_design
+from opal_dp.release.marginals.hierarchy_design import audit_taps
+from opal_dp.release.options import Design
 from opal_dp.release.products import PRODUCTS
 from opal_dp.settings import audit_false_alarm_from_env, audit_runs_from_env
 
@@ -52,6 +55,17 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference
     audits = [audit for product in PRODUCTS if (audit := product.audit(privacy_budget)) is not None]
     alpha /= 1 + len(audits)
     products_passed, products = _product_audits(audits, privacy_budget, storage, reference, alpha)
+    if plan.design is Design.HIERARCHY:  # the measurement of each tap against its charges (audit.hierarchy)
+        started = time.perf_counter()
+        passed, figures = audit_taps(plan.hierarchy, plan.mechanisms, alpha)
+        metadata = {"privacy_unit": plan.unit.value, "release_design": plan.design.value,
+                    "mechanism": "time_loc_hierarchy", "relation": plan.relation.value,
+                    "false_alarm_probability": alpha, "hierarchy_audit": dg.MetadataValue.json(figures), **products,
+                    "seconds": time.perf_counter() - started}
+        if not (passed and products_passed):
+            raise dg.Failure(description="privacy audit FAILED: the mechanism leaks more than stated",
+                             metadata=metadata)
+        return dg.MaterializeResult(metadata=metadata)
     if plan.design.consistent:
         distinct = {json.dumps(noise.describe(), sort_keys=True): tap for tap, noise in plan.noise.items()}
         # taps noised alike are audited once

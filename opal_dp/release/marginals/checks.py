@@ -240,6 +240,7 @@ COMMON = ("canonical_order", "schema_valid", "budget_recorded", "no_identifiers"
 DESIGN_CHECKS: dict[Design, tuple[str, ...]] = {
     Design.SBH: ("no_new_points", "counts_above_threshold", *COMMON),
     Design.PUBLIC_DOMAIN: ("within_public_domain", "listed_counts_reach_tau", *COMMON, "sums_exact"),
+    Design.HIERARCHY: ("within_public_domain", *COMMON, "sums_exact"),  # listed by noisy count, not fitted
 }
 BLOCKING_CHECKS: dict[str, Callable] = {**CHECKS, **PARTITION_CHECKS}
 """Every blocking check of any design, by name (the Dagster check specs); ``DESIGN_CHECKS`` says which apply."""

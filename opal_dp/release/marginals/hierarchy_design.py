@@ -46,6 +46,7 @@ class TapHierarchy:
     taus: tuple[int, ...]
     domains: Mapping[str, TapDomain]  # mode -> the tap's domain
     noise: DiscreteGaussian  # production: the OS CSPRNG
+    dates: int  # of a scope: the thresholds' public sizes
 
     @property
     def digest(self) -> str:
@@ -72,20 +73,28 @@ class LevelMeasurement:
         return PrivacyCost.zcdp(math.fsum(self.tap_plan.budget.level_rho[i] for i in self.levels), 0.0)
 
     def release_probability(self, n: int) -> float:
-        """An upper bound on P(a 15-minute cell of true count ``n`` is listed): its noisy count reaches the finest
-        threshold (``tail_upper_bound``); 1 for the tables of totals, whose every positive count is published."""
-        if self.table != "time-loc":
-            return 1.0
-        tau = self.tap_plan.taus[-1] - n
-        return 1.0 if tau <= 0 else min(1.0, tail_upper_bound(self.tap_plan.budget.sigmas[-1], tau))
+        """P(a cell of true count ``n`` is published), as ``DomainMeasurement.release_probability``: its noisy count
+        reaching the finest threshold for a 15-minute cell, 1 for a total; the noise of the table's finest level,
+        before the fit (approximate; ``tail_upper_bound`` where a tail is needed)."""
+        sigma = self.tap_plan.budget.sigmas[self.levels[-1]]
+        t = (self.tap_plan.taus[-1] if self.table == "time-loc" else 1) - n
+        return min(1.0, tail_upper_bound(sigma, t)) if t >= 1 else 1 - min(1.0, tail_upper_bound(sigma, 1 - t))
 
     def describe(self) -> dict:
-        budget = self.tap_plan.budget
+        """What the ledger records; ``min_released_count``: the noisy count a 15-minute cell needs to be listed (1 for
+        the tables of totals), so that statements read every design alike."""
+        budget, finest = self.tap_plan.budget, self.levels[-1]
+        listed_from = self.tap_plan.taus[-1] if self.table == "time-loc" else 1
+        caps = (*(budget.coarse_caps or ()), budget.max_per_cell)
         return {"mechanism": self.name, "design": "hierarchy", "table": self.table, "tap": self.tap_plan.tap,
                 "noise": "discrete_gaussian", "levels": list(LEVELS), "charged_levels": list(TABLE_LEVELS[self.table]),
                 "rho": self.cost().rho, "delta": 0.0, "hierarchy": budget.describe(),
-                "taus": list(self.tap_plan.taus), "threshold": float(self.tap_plan.taus[-1]),
-                "min_released_count": 1, "domain_digest": self.tap_plan.digest, "cost": self.cost().describe(),
+                "scale": budget.sigmas[finest],  # the noise of its finest level (sigma)
+                "sensitivity": {"l0": budget.groups * budget.max_items, "l1": budget.groups * budget.max_items,
+                                "l2_squared": budget.l2_squared[finest], "linf": caps[finest]},  # of its finest level
+                "taus": list(self.tap_plan.taus), "threshold": float(listed_from), "min_released_count": listed_from,
+                "tau": self.tap_plan.taus[-1], "expected_false_cells_per_day": budget.false_cells / self.tap_plan.dates,
+                "domain_digest": self.tap_plan.digest, "cost": self.cost().describe(),
                 "seeded": bool(self.tap_plan.noise.seeded)}
 
 
@@ -102,7 +111,7 @@ def hierarchy_taps(unit: PrivacyUnit, relation: Relation, bounds: ContributionBo
         mine = {mode: d for (mode, t), d in domains.items() if t == tap}
         budget = period_budget(rho[tap], bounds, bounds.days(dates), taps=1, units_changed=relation.units_changed)
         sizes = np.sum([d.tree(LEVELS).sizes[1:] for d in mine.values()], axis=0) * dates
-        out[tap] = TapHierarchy(tap, budget, listing_taus(budget, [int(s) for s in sizes]), mine, noise)
+        out[tap] = TapHierarchy(tap, budget, listing_taus(budget, [int(s) for s in sizes]), mine, noise, dates)
     return out
 
 
@@ -122,3 +131,25 @@ def frames_of(released: TreeRelease, labels: pd.Index) -> dict[str, pd.DataFrame
     dom = released.domain
     return pd_design.released_frames(pd_design.Domain(dom.mode, dom.tap, dom.locations), open_data_blocks(released),
                                      labels)
+
+
+def audit_taps(taps: Mapping[str, TapHierarchy], mechanisms: Mapping[str, LevelMeasurement], alpha: float,
+               runs: int = 100_000) -> tuple[bool, dict]:
+    """Each tap's measurement audited against the sum of its three tables' charges (``audit.hierarchy``, at
+    ``alpha / 2`` a tap): on a public tree of one station with the tap's levels and budget, so that every level's
+    noise is sampled ``runs`` times on an all-zero input. Whether both pass, and the figures."""
+    from opal_dp.audit.hierarchy import audit_measurement
+    from opal_dp.core.hierarchy import measure
+
+    figures, passed = {}, True
+    for tap, plan in sorted(taps.items()):
+        charged = PrivacyCost.zcdp(math.fsum(m.cost().rho for m in mechanisms.values() if m.tap_plan.tap == tap), 0.0)
+        tree = TapDomain("audit", tap, ("station",), ("district",), np.zeros(1, dtype=np.int64)).tree(LEVELS)
+        report = audit_measurement(lambda t, f, b, noise=plan.noise: measure(t, f, b, noise), plan.budget, charged,
+                                   tree, runs=runs, alpha=alpha / len(taps))
+        passed &= report.passed
+        figures[f"tap_{tap}"] = {"charged_rho": report.charged_rho, "rho_lower_bound": report.rho_lower,
+                                 "rho_lower_bound_per_level": list(report.level_rho_lower),
+                                 "silent_cells": report.silent_cells, "missing_cells": report.missing_cells,
+                                 "passed": report.passed}
+    return passed, figures

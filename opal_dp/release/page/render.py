@@ -202,7 +202,8 @@ def _remainders(design: Mapping) -> str:
     return (
         "<p>Every count carries random noise, including those of combinations nobody travelled: about "
         f"{design['expected_false_cells_per_day']:.3g} listed cells per day had no trips at all. In time-loc.csv a "
-        f"combination is listed on its own if its count is at least {design['tau']}; the others are summed into "
+        f"combination is listed on its own if its {'noisy count reached' if design['name'] == 'hierarchy' else 'count is at least'} "
+        f"{design['tau']}; the others are summed into "
         "remainder rows (<code>loc = other</code> per window, <code>time = other</code> per location), so the "
         "files add up exactly: a count in time.csv or loc.csv equals the sum of its time-loc.csv rows, remainder "
         "included. An unlisted combination is in two remainders, so do not add up all of time-loc.csv: the "

@@ -58,6 +58,24 @@ MECHANISMS = {
             "every cell of the domain."
         ),
     },
+    "time_loc_hierarchy": {
+        "reference": (
+            "Hierarchical release with exact sums (the US Census Bureau's TopDown, the Montreal prefix tree and Hay "
+            "et al. 2010): noise on every cell of every level of a public tree, a consistent top-down fit."
+        ),
+        "algorithm": (
+            "For each (date, mode, tap), a tree of public cells: the mode's day, each station's day, each station's "
+            "hours and each (15-minute window, station), plus the unknown cell (-1, -1) for tap-off at every level; "
+            "it comes from the public stop list only. Every cell of every level gets independent discrete Gaussian "
+            "noise, zeros included, of the level's sigma = sqrt(L2²/(2 rho_level)), L2² the most a card can change "
+            "the level under the contribution bounds: rho-zCDP, delta = 0. The fit combines each level with the sums "
+            "of its children (inverse variance), then from the top down projects each parent's children onto its "
+            "count and rounds them to integers with exact sums. A 15-minute cell is listed if its noisy count reaches "
+            "tau; the others of a station-hour are one remainder, spread over their windows by their noisy counts "
+            "to give the windows' totals. Each table is charged the rho of the levels it is read from."
+        ),
+        "noise": "Discrete Gaussian, sampled exactly from the operating system's random words, on every cell.",
+    },
 }
 DESIGNS = {
     "sbh": {
@@ -92,6 +110,27 @@ DESIGNS = {
             "anyone travelled there. The release probabilities below are those of the noisy measurement at tau."
         ),
     },
+}
+DESIGNS["hierarchy"] = {
+    "description": (
+        "A hierarchy per date, mode and tap: the mode's day, each station's day, each station's hours and the "
+        "15-minute cells are each measured with noise on every cell of the public domain, zeros included, then made "
+        "consistent from the top down, so that every level adds up exactly to the one above; the three files are "
+        "derived from that one fit, with remainder rows."
+    ),
+    "post_processing": (
+        "The consistent fit (weighted least squares, rounded to non-negative integers with exact sums), the listing "
+        "of a cell when its noisy count reaches its level's threshold and the spread of a remainder over its "
+        "window's totals are post-processing of the noisy measurements: they cost no privacy."
+    ),
+    "remainder_rows": DESIGNS["public_domain"]["remainder_rows"].replace(
+        "lists the cells with at least tau trips one by one", "lists the cells whose noisy count reached tau"),
+    "false_cells": (
+        "An empty cell is listed when its noisy count reaches tau; expected_false_cells_per_day bounds the expected "
+        "number of such cells over every (mode, tap) of one day, from the noise and the domain size alone. A listed "
+        "cell therefore does not prove that anyone travelled there, and after the fit its count can be a little "
+        "below tau."
+    ),
 }
 RANDOMNESS = {
     False: "operating system CSPRNG (os.urandom); no seed exists",
