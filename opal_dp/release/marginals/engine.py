@@ -31,7 +31,8 @@ from opal_dp.core.input_version import stand_ins
 from opal_dp.core.ledger_records import Charge, Draw, LedgerError, Request
 from opal_dp.release.charged import Pending, Serve, release_charged, serve_each
 from opal_dp.release.marginals import public_domain as pd_design
-from opal_dp.release.marginals.hierarchy_design import frames_of
+from opal_dp.release.marginals.hierarchy_design import frames_of, levels_path
+from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, level_rows
 from opal_dp.release.marginals.time_loc_hierarchy import release_tree
 from opal_dp.release.options import Design
 from opal_dp.prep.binning import split_by_mode
@@ -164,6 +165,9 @@ def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan) -> Se
                 raise PartialTap(f"{part} tap-{tap}: another run stored some of its tables concurrently; the stored "
                                  "tap is not one measurement")
             frames.update({(p.request.part, p.request.marginal): frame for p, frame in zip(members, stood)})
+            if LEVELS_TABLE in drawn:  # the tap's coarser rows, after its tables (a missing file refuses the tap)
+                joint = next(p for p in members if BY_NAME[p.request.marginal].table == "time-loc")
+                write_parquet_exclusive(drawn[LEVELS_TABLE], levels_path(joint.path))
         return [frames[p.request.part, p.request.marginal] for p in pending]
 
     return serve
@@ -178,7 +182,8 @@ def draw_tap(partition: pd.DataFrame, plan: ReleasePlan, mode: str, tap: str) ->
         dom = taps.domains[mode]
         finest = dom.finest_counts(partition[f"tap_{tap}_window"].to_numpy("int64"),
                                    partition[f"tap_{tap}_loc"].astype(str).to_numpy(object))
-        return frames_of(release_tree(dom, finest, taps.budget, taps.taus, noise=taps.noise), labels)
+        released = release_tree(dom, finest, taps.budget, taps.taus, noise=taps.noise)
+        return frames_of(released, labels) | {LEVELS_TABLE: level_rows(released)}
     dom = plan.domains[mode, tap]
     return pd_design.released_frames(dom, pd_design.release_tap(partition, dom, plan.noise[tap], plan.tau), labels)
 

@@ -19,7 +19,9 @@ from opal_dp.release.marginals.checks import ReleaseUnderCheck, blocking_problem
 from opal_dp.release.marginals.public_domain import Domain, domain
 from opal_dp.release.marginals.tables import BOUNDED, MARGINALS, histograms_from_cells, same_bins
 from opal_dp.release.options import Design
+from opal_dp.release.marginals.hierarchy_design import levels_path
 from opal_dp.release.marginals.open_data import to_open_data
+from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, level_problems, published_levels
 from opal_dp.release.publish import DateFiles
 from opal_dp.release.statement.build import LedgerEvidence, open_data_partition
 
@@ -93,8 +95,32 @@ def gate_date(gate: DateGate) -> DateFiles:
         raise PublishRefused("publishing refused, blocking checks failed:\n" + "\n".join(lines),
                              {k: len(v) for k, v in failed.items()})
     design = Design.parse(json.loads(next(iter(evidence.charges.values())).mechanism).get("design", Design.SBH))
-    return DateFiles(gate.day.replace("-", ""), to_open_data(loaded) | dict(gate.others), gate.draws,
+    tables = to_open_data(loaded)
+    if design is Design.HIERARCHY:
+        tables[LEVELS_TABLE] = _levels(gate, keys, tables["loc"])
+    return DateFiles(gate.day.replace("-", ""), tables | dict(gate.others), gate.draws,
                      tuple(sorted({open_data_partition(k)[1] for k in keys})), design.consistent)
+
+
+def _levels(gate: DateGate, keys: list[str], loc: pd.DataFrame) -> pd.DataFrame:
+    """The hierarchy design's coarser rows of the date, stored beside each tap's ``time-loc`` draw, checked to add up
+    with the date's ``loc`` table (``level_problems``); refused when a tap's rows are missing or do not add up."""
+    parts = []
+    for key in keys:
+        date, mode = open_data_partition(key)
+        for tap in ("on", "off"):
+            draw = gate.evidence.draws[key, f"tap_{tap}_time_loc"]
+            path = levels_path(gate.private_dir / draw.release_ref)
+            if not path.is_file():
+                raise PublishRefused(f"publishing refused: {key} tap-{tap}: its coarser rows are not stored beside its "
+                                     "draw; release the week again with a fresh draw (privacy_budget.fresh_draw)")
+            parts.append(pd.read_parquet(path).assign(mode=mode, date=date, tap=tap))
+    table = published_levels(parts)
+    problems = level_problems(table, loc.astype({"count": "int64"}))
+    if problems:
+        raise PublishRefused("publishing refused, the levels do not add up:\n" + "\n".join(problems[:10]),
+                             {"levels_add_up": len(problems)})
+    return table
 
 
 def read_asset_and_draw(asset: Path, stored: Path) -> tuple[pd.DataFrame, bool]:

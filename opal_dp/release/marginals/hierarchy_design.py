@@ -19,6 +19,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -93,7 +94,7 @@ class LevelMeasurement:
                 "sensitivity": {"l0": budget.groups * budget.max_items, "l1": budget.groups * budget.max_items,
                                 "l2_squared": budget.l2_squared[finest], "linf": caps[finest]},  # of its finest level
                 "taus": list(self.tap_plan.taus), "threshold": float(listed_from), "min_released_count": listed_from,
-                "tau": self.tap_plan.taus[-1], "expected_false_cells_per_day": budget.false_cells / self.tap_plan.dates,
+                "tau": self.tap_plan.taus[-1], "expected_false_cells_per_day": len(TAPS) * budget.false_cells / self.tap_plan.dates,
                 "domain_digest": self.tap_plan.digest, "cost": self.cost().describe(),
                 "seeded": bool(self.tap_plan.noise.seeded)}
 
@@ -153,3 +154,8 @@ def audit_taps(taps: Mapping[str, TapHierarchy], mechanisms: Mapping[str, LevelM
                                  "silent_cells": report.silent_cells, "missing_cells": report.missing_cells,
                                  "passed": report.passed}
     return passed, figures
+
+
+def levels_path(joint: Path) -> Path:
+    """Where a tap's coarser rows are stored: beside its ``time-loc`` draw (``engine._serve_taps``)."""
+    return joint.with_name(joint.name + ".levels.parquet")

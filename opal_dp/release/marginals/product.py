@@ -16,27 +16,32 @@ import pandas as pd
 from opal_dp.core import PrivacyCost, PrivacyUnit
 from opal_dp.release.marginals.public_domain import sum_problems
 from opal_dp.release.marginals.open_data import TABLE_NOTES, TABLES, validate_table
+from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, levels_file_problems
 
 
 @dataclass(frozen=True)
 class MarginalTables:
     """The marginal tables in the shared publication (``release.products.Publication``)."""
 
-    tables: tuple[str, ...] = TABLES
+    tables: tuple[str, ...] = (*TABLES, LEVELS_TABLE)
 
     @property
     def notes(self) -> Mapping[str, str]:
-        return TABLE_NOTES
+        return {**TABLE_NOTES, LEVELS_TABLE: "trips per mode, date, tap and level: the mode's day, each district's "
+                                             "and station's day and hours (hierarchy design only)"}
 
     def files(self, statement: Mapping) -> tuple[str, ...]:
-        return tuple(f"{t}.csv" for t in self.tables)
+        """The 2016 files, and the levels' under the hierarchy design."""
+        hierarchy = statement.get("design", {}).get("name") == "hierarchy"
+        return tuple(f"{t}.csv" for t in (*TABLES, *((LEVELS_TABLE,) if hierarchy else ())))
 
     def columns(self, statement: Mapping) -> tuple[tuple[str, tuple[str, ...], str], ...]:
         """Their columns for the page's data dictionary; under a design with remainder rows, ``other`` explained."""
-        remainders = statement.get("design", {}).get("name") == "public_domain"
+        design = statement.get("design", {}).get("name")
         other = "; <code>other</code>: a remainder row of time-loc.csv, the sum of the combinations not listed on " \
-                "their own (see above)" if remainders else ""
-        tables = self.tables
+                "their own (see above)" if design in ("public_domain", "hierarchy") else ""
+        tables = TABLES
+        levels = (LEVELS_TABLE,) if design == "hierarchy" else ()
         return (
             ("mode", tables, "<code>bus</code>, <code>ferry</code>, <code>light_rail</code> or <code>train</code>"),
             ("date", tables, "service date (the tap-on date), <code>YYYYMMDD</code>"),
@@ -48,8 +53,15 @@ class MarginalTables:
             ("loc", tables, "where the tap was: the <strong>postcode</strong> of the stop for bus, the <strong>stop "
                             "name</strong> for train, ferry and light rail; <code>-</code>: all locations together "
                             f"(time.csv); <code>-1</code>: unknown, a trip without a tap-off{other}"),
-            ("count", tables, "the noisy number of trips, a positive integer; a combination that is not listed had no "
-                              "trips or too few to publish"),
+            ("count", (*tables, *levels), "the noisy number of trips, a positive integer; a combination that is not "
+                                          "listed had no trips or too few to publish"),
+            *((("level", levels, "<code>mode_day</code>, <code>district_day</code>, <code>district_hour</code>, "
+                                 "<code>station_day</code> or <code>station_hour</code>: every level adds up to the "
+                                 "mode's day, each trip in one row of each"),
+               ("hour", levels, "the hour of the day (0 to 23); <code>-</code>: the whole day; <code>-1</code>: no "
+                                "tap-off; <code>other</code>: the station's hours not listed on their own"),
+               ("district", levels, "the first three digits of the postcode and x; <code>-</code>: every district"),
+               ) if levels else ()),
         )
 
     def date_problems(self, folder: Path, day: str, present: set[str], modes: set[str], remainders: bool,
@@ -58,12 +70,17 @@ class MarginalTables:
         ``remainders``, the one-way tables equal to the joint's rows, remainders included."""
         if not set(self.files(statement or {})) <= present:
             return [f"expected the files {list(self.files(statement or {}))}, found {sorted(present)}"]
-        for table in self.tables:
+        for table in TABLES:
             validate_table(folder / f"{table}.csv", table, {(day, mode) for mode in modes}, remainders)
+        if f"{LEVELS_TABLE}.csv" in present:
+            loc = pd.read_csv(folder / "loc.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
+            levels = levels_file_problems(folder / f"{LEVELS_TABLE}.csv", loc)
+            if levels:
+                return levels
         if not remainders:
             return []
         tables = {t: pd.read_csv(folder / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
-                  for t in self.tables}
+                  for t in TABLES}
         problems = sum_problems(tables)
         return ["the files do not add up: " + "; ".join(problems[:5])] if problems else []
 

@@ -184,3 +184,38 @@ def level_problems(levels: pd.DataFrame, loc: pd.DataFrame) -> list[str]:
         if published.to_dict() != by_station.astype("int64").to_dict():
             problems.append(f"{key} loc.csv differs from the stations' hour rows")
     return problems
+
+
+LEVELS_TABLE = "time-loc-levels"
+LEVELS_FILE_COLUMNS = [*KEY, *LEVEL_COLUMNS]
+
+
+def published_levels(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The coarser rows of several trees (each ``level_rows`` with its ``mode``, ``date`` and ``tap``) as one
+    published table: ``mode,date,tap,level,hour,district,loc,count`` in an order that depends on the rows' values
+    only (date, mode, tap on before off, resolution, hour, district, location)."""
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c == "count" else object) for c in LEVELS_FILE_COLUMNS})
+    table = pd.concat(parts, ignore_index=True)[LEVELS_FILE_COLUMNS]
+    hour = pd.to_numeric(table["hour"], errors="coerce").fillna(99)  # "-": 99, "-1" before 0, "other" after 23
+    hour = hour.where(table["hour"] != OTHER, 100)
+    order = np.lexsort([table["loc"].to_numpy(str), table["district"].to_numpy(str), hour.to_numpy(),
+                        table["level"].map(list(FIELDS).index).to_numpy(), table["tap"].map(["on", "off"].index),
+                        table["mode"].to_numpy(str), table["date"].to_numpy(str)])
+    return table.iloc[order].reset_index(drop=True).astype({"count": "int64"})
+
+
+def levels_file_problems(path, loc: pd.DataFrame) -> list[str]:
+    """What is wrong with a published levels file: its header, its values (a known level, a positive count) and
+    its sums against ``loc.csv`` (``level_problems``)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        header = handle.readline()
+    if header != ",".join(LEVELS_FILE_COLUMNS) + "\n":
+        return [f"{path.name}: header must be {','.join(LEVELS_FILE_COLUMNS)!r}"]
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if not rows["level"].isin(list(FIELDS)).all():
+        return [f"{path.name}: a level not one of {list(FIELDS)}"]
+    if not rows["count"].str.fullmatch(r"[1-9]\d*").all():
+        return [f"{path.name}: a count is not a positive integer"]
+    problems = level_problems(rows.astype({"count": "int64"}), loc)
+    return [f"{path.name}: " + "; ".join(problems[:5])] if problems else []
