@@ -178,8 +178,9 @@ def _parser() -> argparse.ArgumentParser:
     release.add_argument("--mechanism", choices=[m.value for m in Mechanism],
                          help="noise mechanism (default: gaussian for card_period, laplace otherwise)")
     release.add_argument("--design", dest="release_design", choices=[d.value for d in Design],
-                         help="release design: sbh (default, the 2016 design) or public_domain (noise on every "
-                              "public cell, consistent tables with remainder rows)")
+                         help="release design: sbh (default, the 2016 design), public_domain (noise on every "
+                              "public cell, consistent tables with remainder rows) or hierarchy (card units: one "
+                              "consistent hierarchy per date, mode and tap, and time-loc-levels.csv)")
     release.add_argument("--relation", choices=["replace_one", "add_remove"],
                          help="neighbouring datasets: one unit replaced or one added or removed (default: replace_one "
                               "for trip, add_remove for card units)")

@@ -66,8 +66,9 @@ class PrivacySettings(BaseModel):
     ``card_day`` takes its share per date the same way. Explicit ``epsilon``/``delta`` override the share.
     ``privacy_unit = "trip"`` reproduces the 2016 release (relation ``replace_one``, epsilon_j = 1,1,1,1,2,2,
     delta_j = 1/8,000,000: (8, 6/8,000,000) per scope), with no person-level bound.
-    ``release_design``: ``sbh`` (default, the 2016 design) or ``public_domain`` (``opal_dp.release.marginals.plan``); it
-    composes with any unit, relation, bounds and mechanism.
+    ``release_design``: ``sbh`` (default, the 2016 design), ``public_domain`` (``opal_dp.release.marginals.plan``; it
+    composes with any unit, relation, bounds and mechanism) or ``hierarchy`` (card units, the Gaussian:
+    ``opal_dp.release.marginals.hierarchy_design``).
 
     The ledger's cap per scope is ledger state: ``cap_epsilon``/``cap_delta`` only set it when the ledger is
     created (default: one full release, the sums of epsilon_j and delta_j); afterwards a different value is
@@ -92,7 +93,7 @@ class PrivacySettings(BaseModel):
     privacy_unit: str = PrivacyUnit.CARD_PERIOD.value
     relation: str | None = None  # default: the unit's (replace_one for trip, add_remove for card units)
     mechanism: str | None = None  # laplace | gaussian; default: laplace, gaussian for card_period
-    release_design: str = "sbh"  # sbh | public_domain
+    release_design: str = "sbh"  # sbh | public_domain | hierarchy
     epsilon: dict[str, float] | None = None  # per marginal; default: the person share (card units), or the 2016 values
     delta: dict[str, float] | None = None
     max_trips_per_card_day: int = ContributionBounds.max_trips_per_card_day

@@ -1,0 +1,98 @@
+"""The hierarchy design end to end through Dagster: a checked, audited weekly release whose 2016 files and levels
+file add up exactly, stated as the hierarchy; a levels file that does not add up is refused; the plan charges each
+table the levels it is read from, and refuses the trip unit and the Laplace."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from opal_dp import settings
+from opal_dp.cli import run_release
+from opal_dp.defs.shared.storage import default_storage
+from opal_dp.release.marginals.public_domain import sum_problems
+from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, level_problems
+from opal_dp.release.published_format import PublishedFormatError
+from opal_dp.release.published_folder import validate_published
+from opal_dp.release.settings import PrivacySettings
+from opal_dp_tests.conftest import other_days
+from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+DAYS = ["2016-07-25", "2016-07-26"]
+KEY = ["mode", "date", "tap"]
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hierarchy")
+    for i, day in enumerate(DAYS):
+        write_day(root / "raw", day, tiny_day(day, trips=3_000, seed=i))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(settings.DATA_DIR_ENV, str(root))
+        results = run_release(dg.DagsterInstance.ephemeral(), budget={"release_design": "hierarchy"},
+                              without=other_days(DAYS))
+        latest = default_storage().published_dir / "latest"
+        validate_published(latest)
+    tables = {t: pd.read_csv(latest / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
+              for t in ("time-loc", "time", "loc", LEVELS_TABLE)}
+    return results, json.loads((latest / "privacy.json").read_text()), tables, latest.resolve()
+
+
+@pytest.mark.slow
+def test_a_weekly_release_publishes_files_and_levels_that_add_up(released):
+    results, statement, tables, latest = released
+    evaluations = results["release"][0].get_asset_check_evaluations()
+    checked = {e.check_name for e in evaluations}
+    assert evaluations and all(e.passed for e in evaluations)
+    assert checked >= {"within_public_domain", "sums_exact"}
+    assert not checked & {"no_new_points", "counts_above_threshold", "listed_counts_reach_tau"}
+    audit = next(e.materialization.metadata for r in results["rollup"] for e in r.get_asset_materialization_events()
+                 if e.asset_key == dg.AssetKey("privacy_audit"))
+    taps = audit["hierarchy_audit"].value
+    assert audit["mechanism"].value == "time_loc_hierarchy" and sorted(taps) == ["tap_off", "tap_on"]
+    assert all(t["passed"] and t["silent_cells"] == 0 and 0 < t["rho_lower_bound"] <= t["charged_rho"]
+               for t in taps.values())
+    assert sum_problems({t: tables[t] for t in ("time-loc", "time", "loc")}) == []
+    levels = tables[LEVELS_TABLE]
+    assert level_problems(levels, tables["loc"]) == []
+    assert set(levels["level"]) == {"mode_day", "district_day", "district_hour", "station_day", "station_hour"}
+    days = levels[levels["level"] == "mode_day"].set_index(KEY)["count"]
+    assert days.to_dict() == tables["time"].groupby(KEY)["count"].sum().to_dict()  # one total in every file
+    assert statement["design"]["name"] == "hierarchy"
+    assert {m["mechanism"] for m in statement["marginals"]} == {"time_loc_hierarchy"}
+    assert statement["guarantee"]["epsilon"] <= statement["ledger"]["cap_in_force"]["epsilon"] * (1 + 1e-9)
+    assert f"{LEVELS_TABLE}.csv" in (latest / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_levels_file_that_does_not_add_up_is_refused(released, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(released[3], folder)
+    path = sorted((folder / "dates").iterdir())[0] / f"{LEVELS_TABLE}.csv"
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    hour = rows.index[rows["level"] == "station_hour"][0]
+    rows.loc[hour, "count"] = str(int(rows.loc[hour, "count"]) + 1)
+    rows.to_csv(path, index=False, lineterminator="\n")
+    with pytest.raises(PublishedFormatError, match=LEVELS_TABLE):
+        validate_published(folder)
+
+
+def test_the_plan_charges_each_table_its_levels_and_refuses_what_it_cannot_measure():
+    plan = PrivacySettings(release_design="hierarchy").plan()
+    for tap, taps in plan.hierarchy.items():
+        mine = {m.table: m for name, m in plan.mechanisms.items() if name.startswith(f"tap_{tap}_")}
+        rho = taps.budget.level_rho
+        assert mine["time"].cost().rho == rho[0] and mine["loc"].cost().rho == rho[1]
+        assert mine["time-loc"].cost().rho == math.fsum(rho[2:])
+        assert math.isclose(math.fsum(m.cost().rho for m in mine.values()), taps.budget.rho)
+        assert taps.budget.groups == 7 and 0 < mine["time-loc"].release_probability(1) < 1e-6
+        assert mine["time-loc"].describe()["min_released_count"] == taps.taus[-1]
+    with pytest.raises(ValueError, match="discrete Gaussian"):
+        PrivacySettings(release_design="hierarchy", mechanism="laplace").plan()
+    with pytest.raises(ValueError, match="measures cards"):
+        PrivacySettings(release_design="hierarchy", privacy_unit="trip", mechanism="gaussian").plan()
