@@ -93,8 +93,10 @@ def test_each_release_asset_has_one_blocking_check_per_property_per_partition():
         spec = graph.get_check_spec(key)
         assert spec.partitions_def == period_mode and spec.blocking == (key.name != "plausible_totals"), key
     assert "Evaluated under the sbh release design." in graph.get_check_spec(next(k for k in keys if k.name == "no_new_points")).description
-    assert "Evaluated under the sbh and public_domain release designs." in graph.get_check_spec(
+    assert "Evaluated under the sbh, public_domain and hierarchy release designs." in graph.get_check_spec(
         next(k for k in keys if k.name == "schema_valid")).description
+    assert "Evaluated under the public_domain and hierarchy release designs." in graph.get_check_spec(
+        next(k for k in keys if k.name == "sums_exact")).description
     loc = {c.name for c in graph.asset_check_keys if c.asset_key.to_user_string() == "release/tap_on_loc"}
     assert loc == names
 
