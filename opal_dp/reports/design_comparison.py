@@ -45,6 +45,9 @@ from opal_dp.reports.unit_comparison import LARGE
 from opal_dp.reports.plots import figure, png
 
 Released = Mapping[str, pd.DataFrame]  # marginal name -> released frame of one partition
+COMPARED = (Design.SBH, Design.PUBLIC_DOMAIN)
+"""The designs this report compares, under any unit and mechanism (the hierarchy, card units and the Gaussian only,
+is scored on a planner's queries by ``benchmarks.workload``)."""
 COLUMNS = ["design", "share_of_trips_in_listed_cells", "listed_cells", "mean_relative_error", "median_relative_error",
            "rmse_time", "rmse_loc", "false_cells_per_day", "differencing_residual", "listed_true_zero_share",
            "lone_trip_listed_probability", "empty_cell_listed_probability", "expected_false_cells_per_day", "trips"]

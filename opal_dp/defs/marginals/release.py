@@ -44,7 +44,8 @@ CHECKED = ("Evaluated per (week, mode) partition in the release step, on each (d
 def _designs(check: str) -> str:
     """Which release designs evaluate a check (a run evaluates only its design's checks)."""
     names = [str(d) for d, checks in DESIGN_CHECKS.items() if check in checks]
-    return f"Evaluated under the {' and '.join(names)} release design{'s' if len(names) > 1 else ''}."
+    listed = ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
+    return f"Evaluated under the {listed} release design{'s' if len(names) > 1 else ''}."
 
 
 CHECK_SPECS = [

@@ -14,10 +14,9 @@ from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.parallel import map_calls
 from opal_dp.permissions import make_dirs, reserve_private
-from opal_dp.reports.design_comparison import compare_designs
+from opal_dp.reports.design_comparison import COMPARED, compare_designs
 from opal_dp.reports.design_comparison import comparison_plot as design_plot
 from opal_dp.release.marginals.tables import MARGINALS, histograms_from_cells
-from opal_dp.release.options import Design
 from opal_dp.release.marginals.schemas import DesignComparison
 from opal_dp.release.marginals.schemas import UnitComparison, UtilitySummary
 from opal_dp.reports.unit_comparison import comparison_plot, compare_units
@@ -112,7 +111,7 @@ def design_comparison(
     """Release every materialised partition under both designs in memory and compare with its true cells (not
     charged: nothing here is released)."""
     stops = reference.stops()
-    plans = {design: privacy_budget.plan(stops, design) for design in Design}
+    plans = {design: privacy_budget.plan(stops, design) for design in COMPARED}
     keys = materialised(trip_partitions, true_cells)
     parts = ((key, trip_partitions[key], true_cells[key]) for key in keys)
     table = DesignComparison.validate(compare_designs(parts, plans))
