@@ -84,6 +84,22 @@ def other_days(days) -> list[str]:
     return missing_week_days(str(d) for d in days)
 
 
+def release_tiny_days(root: Path, days: list[str], budget: dict, **options) -> dict:
+    """``run_release`` on an ephemeral instance and the data folder ``root`` over ``days`` of 3,000 tiny trips each
+    (``fuzz.raw.tiny_day``), their weeks released without their other days: a test's small, real release."""
+    import dagster as dg
+
+    from opal_dp import settings
+    from opal_dp.cli import run_release
+    from opal_dp_tests.fuzz.raw import tiny_day, write_day
+
+    for i, day in enumerate(days):
+        write_day(root / "raw", day, tiny_day(day, trips=3_000, seed=i))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(settings.DATA_DIR_ENV, str(root))
+        return run_release(dg.DagsterInstance.ephemeral(), budget=budget, without=other_days(days), **options)
+
+
 TINY_STOPS = [
     # stop_id, mode, name, postcode
     (1, "bus", "George St near Market St", 2000),

@@ -12,16 +12,12 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from opal_dp import settings
-from opal_dp.cli import run_release
-from opal_dp.defs.shared.storage import default_storage
 from opal_dp.release.marginals.public_domain import sum_problems
 from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, level_problems
 from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.published_folder import validate_published
 from opal_dp.release.settings import PrivacySettings
-from opal_dp_tests.conftest import other_days
-from opal_dp_tests.fuzz.raw import tiny_day, write_day
+from opal_dp_tests.conftest import release_tiny_days
 
 DAYS = ["2016-07-25", "2016-07-26"]
 KEY = ["mode", "date", "tap"]
@@ -30,14 +26,9 @@ KEY = ["mode", "date", "tap"]
 @pytest.fixture(scope="module")
 def released(tmp_path_factory):
     root = tmp_path_factory.mktemp("hierarchy")
-    for i, day in enumerate(DAYS):
-        write_day(root / "raw", day, tiny_day(day, trips=3_000, seed=i))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(settings.DATA_DIR_ENV, str(root))
-        results = run_release(dg.DagsterInstance.ephemeral(), budget={"release_design": "hierarchy"},
-                              without=other_days(DAYS))
-        latest = default_storage().published_dir / "latest"
-        validate_published(latest)
+    results = release_tiny_days(root, DAYS, {"release_design": "hierarchy"})
+    latest = root / "published" / "latest"
+    validate_published(latest)
     tables = {t: pd.read_csv(latest / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
               for t in ("time-loc", "time", "loc", LEVELS_TABLE)}
     return results, json.loads((latest / "privacy.json").read_text()), tables, latest.resolve()

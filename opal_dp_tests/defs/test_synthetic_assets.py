@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 
 from opal_dp import settings
-from opal_dp.cli import run_release
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.release.settings import published_ledger_draws
 from opal_dp.defs.shared.storage import default_storage
@@ -20,8 +19,7 @@ from opal_dp.prep.ingest import ingest_file
 from opal_dp.prep.raw_columns import SYNTHETIC_ID_LOW
 from opal_dp.release.synthetic.generator import CSV, PARQUET
 from opal_dp.release.statement.runs import draws_of, ints_of
-from opal_dp_tests.conftest import other_days
-from opal_dp_tests.fuzz.raw import tiny_day, write_day
+from opal_dp_tests.conftest import release_tiny_days
 
 DAYS = ["2016-07-25", "2016-07-26"]
 
@@ -29,12 +27,9 @@ DAYS = ["2016-07-25", "2016-07-26"]
 @pytest.fixture(scope="module")
 def released(tmp_path_factory):
     root = tmp_path_factory.mktemp("synthetic")
-    for i, day in enumerate(DAYS):
-        write_day(root / "raw", day, tiny_day(day, trips=3_000, seed=i))
+    results = release_tiny_days(root, DAYS, {"privacy_unit": "trip", "synthetic_epsilon": 4.0}, synthetic=True)
     with pytest.MonkeyPatch.context() as env:
         env.setenv(settings.DATA_DIR_ENV, str(root))
-        results = run_release(dg.DagsterInstance.ephemeral(), budget={"privacy_unit": "trip", "synthetic_epsilon": 4.0},
-                              synthetic=True, without=other_days(DAYS))
         yield results, default_storage()
 
 

@@ -94,7 +94,8 @@ class LevelMeasurement:
                 "sensitivity": {"l0": budget.groups * budget.max_items, "l1": budget.groups * budget.max_items,
                                 "l2_squared": budget.l2_squared[finest], "linf": caps[finest]},  # of its finest level
                 "taus": list(self.tap_plan.taus), "threshold": float(listed_from), "min_released_count": listed_from,
-                "tau": self.tap_plan.taus[-1], "expected_false_cells_per_day": len(TAPS) * budget.false_cells / self.tap_plan.dates,
+                "tau": self.tap_plan.taus[-1],
+                "expected_false_cells_per_day": len(TAPS) * budget.false_cells / self.tap_plan.dates,
                 "domain_digest": self.tap_plan.digest, "cost": self.cost().describe(),
                 "seeded": bool(self.tap_plan.noise.seeded)}
 

@@ -197,12 +197,15 @@ def _missing_dates(data: object) -> str:
                    f"{', '.join(iso(d) for d in dates)}.</p>\n" for i, (dates, why) in enumerate(named) if dates)
 
 
+LISTED_IF = {"hierarchy": "noisy count reached"}  # the public-domain design lists a cell by its rounded estimate
+
+
 def _remainders(design: Mapping) -> str:
     """The public-domain design's convention: remainder rows, exact sums, and where the totals are."""
     return (
         "<p>Every count carries random noise, including those of combinations nobody travelled: about "
         f"{design['expected_false_cells_per_day']:.3g} listed cells per day had no trips at all. In time-loc.csv a "
-        f"combination is listed on its own if its {'noisy count reached' if design['name'] == 'hierarchy' else 'count is at least'} "
+        f"combination is listed on its own if its {LISTED_IF.get(design['name'], 'count is at least')} "
         f"{design['tau']}; the others are summed into "
         "remainder rows (<code>loc = other</code> per window, <code>time = other</code> per location), so the "
         "files add up exactly: a count in time.csv or loc.csv equals the sum of its time-loc.csv rows, remainder "
