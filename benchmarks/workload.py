@@ -7,17 +7,9 @@ marginals of one ``card_period`` week (``PrivacySettings`` defaults: the weekly 
 OD hierarchy and the daily totals); the hierarchy gets the same zCDP ``rho`` (not their threshold deltas: it has
 none).
 
-Queries, per (date, mode, tap), on the mode's public locations and districts (``time_loc_hierarchy.TapDomain``),
-the unknown tap-off cell left out: ``mode_day``; ``district_day``, ``district_hour``; ``station_day``,
-``station_hour``; ``window_station`` (15 minutes). A method's answer is what a reader computes from its files:
-the hierarchy's level that holds the query (coarser classes summed from the finest level that holds them:
-``station_day`` from hour x location, ``district_day`` from hour x district), the 2016 files' rows summed
-(``window_station`` and ``station_hour`` and ``district_hour`` from ``time-loc``, ``station_day`` and
-``district_day`` from ``loc``, ``mode_day`` from ``time``), rows not published counting 0.
-
-Figures per method, class and tap: ``share`` (true trips in the queries answered, i.e. with a published answer
-above 0, over all trips of the class), ``wre`` (sum |answer - truth| / sum truth over the answered queries),
-``median`` and ``p90`` (relative error over the queries with truth >= 100, unanswered ones at error 1).
+Queries, answers and figures: ``opal_dp.reports.workload`` (the 2016 files read as a reader reads them). The
+hierarchy is read from its levels instead: each class from the level that holds it (coarser classes summed from the
+finest level that holds them: ``station_day`` from hour x location, ``district_day`` from hour x district).
 
 ``python -m benchmarks.workload --scale 1.0 --out DIR`` (the week is generated into ``DIR/raw`` unless ``--raw``
 names existing daily files of one week).
@@ -42,30 +34,19 @@ from opal_dp.core import PrivacyUnit
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import split_by_mode
 from opal_dp.prep.bounding import bound_day
-from opal_dp.prep.schemas import UNKNOWN_LABEL
 from opal_dp.release.marginals.plan import build_plan
-from opal_dp.release.marginals.public_domain import OTHER
-from opal_dp.release.marginals.schemas import OTHER_WINDOW
-from opal_dp.release.marginals.tables import COUNT, LOC, TAPS, TIME
-from opal_dp.release.marginals.time_loc_hierarchy import (FALSE_CELLS, LEVELS, RESOLUTIONS, SHARES, TapDomain,
-                                                          TreeRelease, period_budget, release_period,
-                                                          time_loc_domains)
-from opal_dp.release.marginals.time_loc_tables import open_data_blocks, resolution_rows, summed
+from opal_dp.release.marginals.tables import TAPS
+from opal_dp.release.marginals.time_loc_hierarchy import (FALSE_CELLS, LEVELS, SHARES, TreeRelease, period_budget,
+                                                          release_period, time_loc_domains)
+from opal_dp.release.marginals.time_loc_tables import open_data_blocks, resolution_rows
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.settings import PrivacySettings
 from opal_dp.reports.design_comparison import release_in_memory
 from opal_dp.reports.plots import true_vs_released
-from opal_dp.reports.unit_comparison import LARGE
+from opal_dp.reports.workload import CLASSES, Score, query_answers, table_answers
 
-CLASSES = RESOLUTIONS
 DEFAULT, PUBLIC_DOMAIN = "default (sbh)", "public_domain"
-
-
-def query_answers(finest: np.ndarray, dom: TapDomain) -> dict[str, np.ndarray]:
-    """Every query class from finest counts (the unknown tap-off cell a query of its own in each class below the
-    mode's day)."""
-    return {c: summed(finest, dom, "window_station", c) for c in CLASSES}
 
 
 def hierarchy_answers(release: TreeRelease) -> dict[str, np.ndarray]:
@@ -74,49 +55,6 @@ def hierarchy_answers(release: TreeRelease) -> dict[str, np.ndarray]:
     out = {c: cells for c, (cells, _, _) in resolution_rows(release).items()}
     out["window_station"] = np.concatenate([block.cells.ravel() for block in open_data_blocks(release)])
     return out
-
-
-def table_answers(tables: Mapping[str, pd.DataFrame], tap: str, dom: TapDomain) -> dict[str, np.ndarray]:
-    """What a reader takes from the 2016 files of one tap: each class summed from the finest file inside it, its
-    remainder rows left out (module docstring)."""
-    joint, one_way, times = (tables[f"tap_{tap}_{m}"] for m in ("time_loc", "loc", "time"))
-    joint = joint.loc[(joint[TIME].astype("int64") != OTHER_WINDOW) & (joint[LOC].astype(str) != OTHER)]
-    out = query_answers(dom.finest_counts(joint[TIME].to_numpy("int64"), joint[LOC].astype(str).to_numpy(object),
-                                          joint[COUNT].to_numpy("int64")), dom)
-    labels = one_way[LOC].astype(str)
-    station = np.where(labels == UNKNOWN_LABEL, len(dom.locations), pd.Index(dom.locations).get_indexer(labels))
-    station_day = np.bincount(station, weights=one_way[COUNT].to_numpy("float64"),
-                              minlength=len(dom.locations) + dom.unknown).astype(np.int64)
-    out.update(station_day=station_day, district_day=summed(station_day, dom, "station_day", "district_day"),
-               mode_day=np.array([times[COUNT].sum()], dtype=np.int64))
-    return out
-
-
-class Score:
-    """Errors of one (method, class, tap), accumulated over the week's trees."""
-
-    def __init__(self) -> None:
-        self.trips = self.answered = self.abs_error = 0
-        self.large: list[np.ndarray] = []
-        self.points: list[np.ndarray] = []  # (truth, answer) of the listed queries, for the plot
-
-    def add(self, answer: np.ndarray, truth: np.ndarray) -> None:
-        """One tree's queries of the class: a query answered above 0 is in a row of its own (or summed from them)."""
-        answer, truth = np.asarray(answer, dtype=np.int64).ravel(), np.asarray(truth, dtype=np.int64).ravel()
-        shown = answer > 0
-        self.trips += int(truth.sum())
-        self.answered += int(truth[shown].sum())
-        self.abs_error += int(np.abs(answer[shown] - truth[shown]).sum())
-        self.points.append(np.stack([truth[shown], answer[shown]]))
-        big = truth >= LARGE
-        self.large.append(np.abs(answer[big] - truth[big]) / truth[big])
-
-    def figures(self) -> dict:
-        errors = np.concatenate(self.large) if self.large else np.zeros(0)
-        return {"share": self.answered / self.trips if self.trips else math.nan,
-                "wre": self.abs_error / self.answered if self.answered else math.nan,
-                "median": float(np.median(errors)) if errors.size else math.nan,
-                "p90": float(np.quantile(errors, 0.9)) if errors.size else math.nan, "queries_100": int(errors.size)}
 
 
 Levels = tuple[tuple[str, ...], tuple[float, ...]]  # a hierarchy's levels and their rho shares

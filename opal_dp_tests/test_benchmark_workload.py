@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from benchmarks.workload import CLASSES, Score, hierarchy_answers, query_answers, table_answers
+from benchmarks.workload import hierarchy_answers
+from opal_dp.reports.workload import CLASSES, Score, query_answers, table_answers
 from opal_dp.core import SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
 from opal_dp.core.units import ContributionBounds

@@ -145,4 +145,4 @@ def test_with_the_daemon_running_a_new_raw_week_is_released_and_published_by_its
     assert [run.job_name for run in runs].count("rollup") >= 1, "roll-up runs: ledger, audit, reports, publish"
     assert {"release_draws", "privacy_audit", "published_release"} <= materialised
     assert not materialised & {"synthetic_release", "synthetic_trips", "unit_comparison", "design_comparison",
-                               "od_evaluation"}, "automation never builds opt-in or on-demand assets"
+                               "planner_workload", "od_evaluation"}, "automation never builds opt-in or on-demand assets"

@@ -29,7 +29,7 @@ EXPECTED_GROUPS = {
 }
 
 MODEL_MODULES = ("opal_dp.prep.schemas", "opal_dp.release.marginals.schemas")  # every Pandera model of opal_dp
-ON_DEMAND = {"unit_comparison", "design_comparison", "od_evaluation", "od_hierarchy_evaluation"}
+ON_DEMAND = {"unit_comparison", "design_comparison", "planner_workload", "od_evaluation", "od_hierarchy_evaluation"}
 ROLLUP = {"privacy_ledger", "privacy_audit", "utility_report", "disclosure_risk", "published_release"}
 
 
@@ -103,8 +103,8 @@ def test_each_release_asset_has_one_blocking_check_per_property_per_partition():
 
 def test_jobs_and_sensors_exist():
     d = defs()
-    for job in ("private_stages", "release", "release_od", "rollup", "compare_units", "compare_designs", "evaluate_od",
-                "synthetic", "synthetic_publish"):
+    for job in ("private_stages", "release", "release_od", "rollup", "compare_units", "compare_designs", "score_workload",
+                "evaluate_od", "synthetic", "synthetic_publish"):
         assert d.resolve_job_def(job)
     for sensor in ("raw_file_sensor", "opal_dp_automation"):
         assert d.resolve_sensor_def(sensor).description

@@ -18,10 +18,13 @@ from opal_dp.reports.design_comparison import COMPARED, compare_designs
 from opal_dp.reports.design_comparison import comparison_plot as design_plot
 from opal_dp.release.marginals.tables import MARGINALS, histograms_from_cells
 from opal_dp.release.marginals.schemas import DesignComparison
-from opal_dp.release.marginals.schemas import UnitComparison, UtilitySummary
+from opal_dp.release.marginals.schemas import UnitComparison, UtilitySummary, WorkloadScores
+from opal_dp.release.marginals.time_loc_hierarchy import time_loc_domains
+from opal_dp.release.periods import week_of
 from opal_dp.reports.unit_comparison import comparison_plot, compare_units
 from opal_dp.reports.partition_rows import PartitionRows, version_of
 from opal_dp.reports.utility import busiest_location_plot, summarise, utility_rows
+from opal_dp.reports.workload import score_partitions
 
 PLOTTED = "tap_on_time_loc"
 
@@ -66,6 +69,33 @@ def utility_report(true_cells: PartitionFrames, storage: OpalStorage, workers: P
         metadata["plot"] = dg.MetadataValue.md(f"![true vs released](data:image/png;base64,{base64.b64encode(plot).decode()})")
         metadata["plot_path"] = dg.MetadataValue.path(str(path))
     return dg.Output(summary, metadata=metadata)
+
+
+@dg.asset(
+    group_name="report",
+    io_manager_key="private_parquet",
+    metadata=column_schema(WorkloadScores),
+    ins={TRUE_CELLS: dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
+    description="Internal, NOT differentially private: a planner's queries (mode, district and station by day and "
+                "hour, 15-minute x station) answered from the latest released week's files as a reader answers them, "
+                "scored against the true counts before bounding. Never published.",
+    **labels("internal", "parquet"),
+)
+def planner_workload(true_cells: PartitionFrames, reference: ReferenceNetwork,
+                     **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
+    """Per query class and tap, the share of trips answered and the errors (``reports.workload``) of the latest
+    calendar week with released (date, mode) pieces: a fixed cost whatever the number of weeks released."""
+    keys = materialised(true_cells, *released.values())
+    if not keys:
+        raise dg.Failure(description="no released week to score: materialise the release first")
+    latest = max(week_of(date_and_mode(k)[0]) for k in keys)
+    keys = [k for k in keys if week_of(date_and_mode(k)[0]) == latest]
+    parts = ((date_and_mode(k)[1], true_cells[k], {name: frames[k] for name, frames in released.items()})
+             for k in keys)
+    table = WorkloadScores.validate(score_partitions(parts, time_loc_domains(reference.stops())))
+    return dg.Output(table, metadata={
+        "scores (internal, not DP)": dg.MetadataValue.md(table.to_markdown(index=False, floatfmt=".4f")),
+        "week": latest, "partitions": len(keys)})
 
 
 @dg.asset(

@@ -49,7 +49,8 @@ release_od_job = dg.define_asset_job(
 rollup_job = dg.define_asset_job(
     "rollup",
     selection=dg.AssetSelection.assets("privacy_ledger") | dg.AssetSelection.groups("publish", "report")
-    - dg.AssetSelection.assets("unit_comparison", "design_comparison", "od_evaluation", "od_hierarchy_evaluation"),
+    - dg.AssetSelection.assets("unit_comparison", "design_comparison", "planner_workload", "od_evaluation",
+                               "od_hierarchy_evaluation"),
     description="The release, 4 of 4 (the weekly roll-up): summarise the privacy ledger, audit, report internally "
                 "and publish the released weeks.",
 )
@@ -68,6 +69,13 @@ compare_designs_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets("design_comparison"),
     description="Internal report: the sbh and public_domain release designs on the same data, unit and budget, "
                 "drawn in memory (not DP, never published, nothing charged to the ledger).",
+)
+
+score_workload_job = dg.define_asset_job(
+    "score_workload",
+    selection=dg.AssetSelection.assets("planner_workload"),
+    description="Internal report: a planner's queries answered from the latest released week's files and scored "
+                "against the truth (not DP, never published, nothing charged to the ledger).",
 )
 
 synthetic_job = dg.define_asset_job(

@@ -126,6 +126,27 @@ class UtilitySummary(pa.DataFrameModel):
         strict = True
 
 
+class WorkloadScores(pa.DataFrameModel):
+    """A planner's queries answered from the released files and scored against the truth (internal;
+    ``reports.workload``)."""
+
+    query_class: Series[str] = pa.Field(isin=["mode_day", "district_day", "district_hour", "station_day",
+                                              "station_hour", "window_station"],
+                                        description="mode, district or station by day, hour or 15-minute window")
+    tap: Series[str] = pa.Field(isin=["on", "off"], description="tap-on or tap-off")
+    share: Series[float] = pa.Field(ge=0, le=1, nullable=True,
+                                    description="share of true trips in queries answered above 0 (internal, not DP)")
+    wre: Series[float] = pa.Field(ge=0, nullable=True, description="weighted relative error of the answered queries "
+                                  "(internal, not DP)")
+    median: Series[float] = pa.Field(ge=0, nullable=True, description="median relative error of queries with "
+                                     "truth >= 100, unanswered ones at 1 (internal, not DP)")
+    p90: Series[float] = pa.Field(ge=0, nullable=True, description="90th percentile of the same (internal, not DP)")
+    queries_100: Series[int] = pa.Field(ge=0, description="queries with truth >= 100 (internal, not DP)")
+
+    class Config:
+        strict = True
+
+
 def schema_for(marginal: Marginal, design: Design | str = Design.SBH) -> type[pa.DataFrameModel]:
     if Design.parse(design).consistent and marginal.by_time and marginal.by_loc:
         return TimeLocRemainderRelease
