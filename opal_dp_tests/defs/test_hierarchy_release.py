@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import dagster as dg
@@ -17,6 +18,7 @@ from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, level_proble
 from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.published_folder import validate_published
 from opal_dp.release.settings import PrivacySettings
+from opal_dp.release.page.common import sum_error_bounds
 from opal_dp_tests.conftest import release_tiny_days
 
 DAYS = ["2016-07-25", "2016-07-26"]
@@ -58,6 +60,24 @@ def test_a_weekly_release_publishes_files_and_levels_that_add_up(released):
     assert {m["mechanism"] for m in statement["marginals"]} == {"time_loc_hierarchy"}
     assert statement["guarantee"]["epsilon"] <= statement["ledger"]["cap_in_force"]["epsilon"] * (1 + 1e-9)
     assert f"{LEVELS_TABLE}.csv" in (latest / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_the_page_states_the_hourly_profile_and_the_stations_with_the_fits_error(released):
+    _, statement, tables, latest = released
+    page = (latest / "index.html").read_text()
+    on = next(m for m in statement["marginals"] if m["file"] == "time.csv" and m["tap"] == "on")
+    hour = on["fit_error_sd"]["train"]["hour"]
+    assert hour > 0 and f"train {hour:,.1f}" in page  # the fit's error of a sum of stations, not one level's noise
+    assert "average tap-ons and tap-offs per day by hour" in page and "by 15-minute window" not in page
+    chart = page[page.index('id="time-train"'):]
+    label, average, error = re.search(r"(\d+):00-\d+:00, tap-ons: ([\d,.]+) ± ([\d,.]+) per day", chart).groups()
+    train = tables["time"].loc[(tables["time"]["mode"] == "train") & (tables["time"]["tap"] == "on")]
+    in_hour = train.loc[train["time"].str.partition(":")[0] == label, "count"].sum()
+    assert float(average.replace(",", "")) == pytest.approx(in_hour / len(DAYS), abs=0.05)
+    assert error == f"{sum_error_bounds('discrete_gaussian', hour)(len(DAYS)) / len(DAYS):,.1f}"
+    station = next(m for m in statement["marginals"] if m["file"] == "loc.csv" and m["tap"] == "on")
+    assert f"train {station['fit_error_sd']['train']['station_day']:,.1f}" in page
 
 
 @pytest.mark.slow

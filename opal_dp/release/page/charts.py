@@ -7,7 +7,8 @@ element, and each chart has a title for screen readers and axis titles.
   of the week (a week with a date withheld compares with full weeks). The page grows by a table row a week, not by
   a chart point a day: after years of weekly releases it is as quick to write and to read. Without ``totals.csv``
   (the trip-level release) the trend sums ``time.csv``'s published counts and says that they are lower bounds.
-- Time of day (``time.csv``): average tap-ons and tap-offs per day in each 15-minute window, with error bars.
+- Time of day (``time.csv``): average tap-ons and tap-offs per day in each 15-minute window, with error bars (by
+  hour under the hierarchy design, with the fit's error: ``time_of_day_section``).
 
 Tap-off totals count trips with a recorded tap-off, so tap-on minus tap-off shows how many trips had none. Each
 figure is a sum of published counts; its ± is the 95% bound on the noise of that sum (``page.common.per_day``).
@@ -25,6 +26,7 @@ import pandas as pd
 
 from opal_dp.prep.binning import window_label
 from opal_dp.prep.schemas import WINDOWS_PER_DAY
+from opal_dp.release.marginals.time_loc_hierarchy import HOURS, WINDOWS_PER_HOUR
 from opal_dp.release.statement.build import CONFIDENCE
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.page.common import (
@@ -205,53 +207,87 @@ def _figure(value: float, error: float) -> str:
 
 def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str],
                         statement: Mapping) -> str:
+    """Average trips per day by 15-minute window, or by hour under the hierarchy design: there a window is a sum of
+    fitted cells whose error has no closed form, while an hour is the fitted station-hours' sum (``fit_error_sd``)."""
+    on = marginal_of(statement, "time.csv", "on")
+    fitted = "fit_error_sd" in on
     charts = []
     for mode in modes:
-        averages = {}
-        for tap in ("on", "off"):
-            rows = rows_of(time, mode, tap)
-            averages[tap] = per_day(rows.assign(window=rows["time"].map(WINDOW_INDEX)), "window", len(days[mode]),
-                                    marginal_of(statement, "time.csv", tap)).reindex(range(WINDOWS_PER_DAY),
-                                                                                      fill_value=0.0)
-        body = (_time_chart(mode, averages) if len(rows_of(time, mode, "on")) + len(rows_of(time, mode, "off")) else
+        averages = {tap: (_hourly if fitted else _windows)(rows_of(time, mode, tap), len(days[mode]),
+                                                            marginal_of(statement, "time.csv", tap), mode)
+                    for tap in ("on", "off")}
+        body = (_time_chart(mode, averages, HOURS if fitted else WINDOWS_PER_DAY)
+                if len(rows_of(time, mode, "on")) + len(rows_of(time, mode, "off")) else
                 '<p class="note">No time-of-day count of this mode was published.</p>\n')
         charts.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
-    on = marginal_of(statement, "time.csv", "on")
+    if fitted:
+        lead = ("Average trips per day in each hour, from time.csv (the four 15-minute windows of the hour summed, "
+                "which equals the hour's district_hour rows in time-loc-levels.csv)")
+        sds = "; ".join(f"{MODE_NAMES[m].lower()} {on['fit_error_sd'][m]['hour']:,.1f}" for m in modes
+                        if m in on["fit_error_sd"])
+        source = (f"Each hour of a day is the sum of the hierarchy's fitted station-hour counts; its error is that of "
+                  f"the fit of the noisy levels, with standard deviation (tap-on) {sds} (privacy.json, fit_error_sd: "
+                  "exact for the fit before rounding, approximate where estimates near 0 were raised to 0). For an "
+                  "average over days the bound is that of the sum of the days' errors, divided by the days.")
+    else:
+        lead = "Average trips per day in each 15-minute window, from time.csv"
+        source = (f"Each published count in time.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
+                  f"{on['scale']:.4g} (privacy.json); for one count the bound is ±{on['error_bound_95']}, and for an "
+                  "average over days it is the bound of the sum of the counts' noise, divided by the days. Counts "
+                  "that were not published count as 0: the bars do not cover them.")
     return (
         '<section id="time-of-day" aria-labelledby="time-of-day-title">\n<h2 id="time-of-day-title">Trips by time of '
-        "day</h2>\n<p>Average trips per day in each 15-minute window, from time.csv: tap-ons (dark bars) and "
-        f"tap-offs (light bars), each with its error bar.</p>\n{''.join(charts)}"
+        f"day</h2>\n<p>{lead}: tap-ons (dark bars) and tap-offs (light bars), each with its error bar.</p>\n"
+        f"{''.join(charts)}"
         f'<p class="note">Error bars: with {CONFIDENCE:.0%} probability the noise in the average lies within the '
-        f"bar. Each published count in time.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
-        f"{on['scale']:.4g} (privacy.json); for one count the bound is ±{on['error_bound_95']}, and for an average "
-        "over days it is the bound of the sum of the counts' noise, divided by the days. Counts that were not "
-        "published count as 0: the bars do not cover them.</p>\n</section>\n"
+        f"bar. {source}</p>\n</section>\n"
     )
 
 
-def _time_chart(mode: str, averages: Mapping[str, pd.DataFrame]) -> str:
+def _windows(rows: pd.DataFrame, days: int, marginal: Mapping, mode: str) -> pd.DataFrame:
+    """Per 15-minute window, each published count with its own noise."""
+    return per_day(rows.assign(window=rows["time"].map(WINDOW_INDEX)), "window", days, marginal).reindex(
+        range(WINDOWS_PER_DAY), fill_value=0.0)
+
+
+def _hourly(rows: pd.DataFrame, days: int, marginal: Mapping, mode: str) -> pd.DataFrame:
+    """Per hour, one fitted figure a day with the fit's error (``fit_error_sd``) over the mode's published days."""
+    hours = rows.assign(hour=rows["time"].map(WINDOW_INDEX) // WINDOWS_PER_HOUR).dropna(subset=["hour"])
+    sums = hours.groupby("hour")["count"].sum().rename("count").reset_index().assign(n=days)
+    scale = marginal["fit_error_sd"][mode]["hour"]
+    return per_day(sums, "hour", days, {**marginal, "scale": scale}).reindex(range(HOURS), fill_value=0.0)
+
+
+def _time_chart(mode: str, averages: Mapping[str, pd.DataFrame], slots: int = WINDOWS_PER_DAY) -> str:
+    """Bars per 15-minute window (``slots`` 96) or per hour (24)."""
     f = FRAME
     width, height = f["width"] - f["left"] - f["right"], f["height"] - f["top"] - f["bottom"]
     peak = max(float((a["average"] + a["error"]).max()) for a in averages.values())
     step, top = nice_axis(max(peak, 4.0))
-    slot = width / WINDOWS_PER_DAY
+    slot = width / slots
     bar = slot / 2
+    per_hour = slots // HOURS
+    what = "15-minute window" if per_hour > 1 else "hour"
 
     def y(value: float) -> float:
         return f["top"] + height * (1 - value / top)
 
+    def label(w: int) -> str:
+        return window_label(w) if per_hour > 1 else f"{w}:00-{w + 1}:00"
+
     out = [f'<svg class="chart time-chart" id="time-{mode}" viewBox="0 0 {f["width"]} {f["height"]}" role="img" '
-           f'aria-label="{MODE_NAMES[mode]}: average tap-ons and tap-offs per day by 15-minute window">',
+           f'aria-label="{MODE_NAMES[mode]}: average tap-ons and tap-offs per day by {what}">',
            _y_grid(step, top, y, f["left"], f["left"] + width)]
-    out.append(_x_labels([(f["left"] + w * slot, f"{w // 4}:00") for w in range(0, WINDOWS_PER_DAY + 1, 16)], f))
-    out.append(_axis_titles("Time of day (start of the 15-minute window)", "Trips per day (average)", f))
+    out.append(_x_labels([(f["left"] + w * slot, f"{w // per_hour}:00") for w in range(0, slots + 1, 4 * per_hour)],
+                         f))
+    out.append(_axis_titles(f"Time of day (start of the {what})", "Trips per day (average)", f))
     whiskers = []
     for offset, (tap, opacity) in enumerate((("on", "1"), ("off", "0.45"))):
         average, error = averages[tap]["average"].to_numpy(), averages[tap]["error"].to_numpy()
         for w in np.flatnonzero(average > 0):
             x, a, err = f["left"] + w * slot + offset * bar, average[w], error[w]
             out.append(f'<rect x="{x:.2f}" y="{y(a):.1f}" width="{bar:.2f}" height="{y(0) - y(a):.1f}" '
-                       f'fill="{COLOURS[mode]}" fill-opacity="{opacity}"><title>{window_label(w)}, {TAP_NAMES[tap]}s: '
+                       f'fill="{COLOURS[mode]}" fill-opacity="{opacity}"><title>{label(w)}, {TAP_NAMES[tap]}s: '
                        f"{a:,.1f} ± {err:,.1f} per day</title></rect>")
             mid, low, high = x + bar / 2, y(max(a - err, 0.0)), y(a + err)
             whiskers.append(f"M{mid:.1f} {low:.1f}V{high:.1f}")

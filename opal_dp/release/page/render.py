@@ -243,7 +243,7 @@ def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list
     """The busiest locations of each mode by average tap-ons per day, with their tap-offs per day."""
     blocks = []
     for mode in modes:
-        on, off = (per_day(rows_of(loc, mode, tap), "loc", len(days[mode]), marginal_of(statement, "loc.csv", tap))
+        on, off = (per_day(rows_of(loc, mode, tap), "loc", len(days[mode]), _station_noise(statement, tap, mode))
                    for tap in ("on", "off"))
         top = on.reset_index().sort_values(["average", "loc"], ascending=[False, True]).head(TOP_LOCATIONS)
         peak = top["average"].max() if len(top) else 0.0
@@ -259,15 +259,32 @@ def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list
             '<p class="note">No location count of this mode was published.</p>\n'
         blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
     on = marginal_of(statement, "loc.csv", "on")
+    if "fit_error_sd" in on:
+        sds = "; ".join(f"{MODE_NAMES[m].lower()} {on['fit_error_sd'][m]['station_day']:,.1f}" for m in modes
+                        if m in on["fit_error_sd"])
+        source = ("each count in loc.csv is a station's day fitted from the hierarchy's noisy levels; its error has "
+                  f"standard deviation (tap-on) {sds} (privacy.json, fit_error_sd: exact for the fit before rounding, "
+                  "approximate where estimates near 0 were raised to 0)")
+    else:
+        source = (f"each published count in loc.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
+                  f"{on['scale']:.4g} (privacy.json), ±{on['error_bound_95']} for one count")
     return (
         '<section id="locations" aria-labelledby="locations-title">\n<h2 id="locations-title">Busiest locations</h2>\n'
         f"<p>The {TOP_LOCATIONS} locations of each mode with the most tap-ons per day on average, with their tap-offs "
         f"per day, from loc.csv.</p>\n{''.join(blocks)}"
-        f'<p class="note">± is the {CONFIDENCE:.0%} bound on the noise in the average: each published count in loc.csv '
-        f"got {e(on['noise']).replace('_', ' ')} noise of scale {on['scale']:.4g} (privacy.json), ±"
-        f"{on['error_bound_95']} for one count; an average over days has the bound of the sum of its counts' noise, "
-        "divided by the days. Counts that were not published count as 0.</p>\n</section>\n"
+        f'<p class="note">± is the {CONFIDENCE:.0%} bound on the noise in the average: {source}; an average over days '
+        "has the bound of the sum of its counts' noise, divided by the days. Counts that were not published count as "
+        "0.</p>\n</section>\n"
     )
+
+
+def _station_noise(statement: Mapping, tap: str, mode: str) -> Mapping:
+    """The noise of one count of loc.csv: its marginal's, or under the hierarchy design the fit's error of a
+    station's day in ``mode``."""
+    marginal = marginal_of(statement, "loc.csv", tap)
+    if "fit_error_sd" not in marginal:
+        return marginal
+    return {**marginal, "scale": marginal["fit_error_sd"][mode]["station_day"]}
 
 
 def _off(off: pd.DataFrame, label: str) -> str:

@@ -113,6 +113,7 @@ def render_markdown(statement: Mapping) -> str:
             for m in s["marginals"]
         ),
         "",
+        *_fit_error_lines(s["marginals"]),
         "## Partitions",
         "",
         *_partition_lines(s["partitions"]),
@@ -231,3 +232,21 @@ def _data_lines(statement: Mapping) -> list[str]:
                   f"draws {', '.join(map(str, c['draws']))}), replacing draws "
                   f"{', '.join(map(str, c['replaced_draws']))}; the ledger charges both.", ""]
     return lines
+
+
+def _fit_error_lines(marginals: list[dict]) -> list[str]:
+    """Under the hierarchy design: each tap's fit error per mode (``time_loc_errors``), what the page's ± use."""
+    fitted = [m for m in marginals if "fit_error_sd" in m and m["file"] == "loc.csv"]
+    if not fitted:
+        return []
+    return [
+        "Error of the fit (standard deviation; exact for the fit before rounding, approximate where estimates near 0 "
+        "were raised to 0): a station's day (a row of loc.csv) and the mode's hour (the four windows of an hour in "
+        "time.csv summed).",
+        "",
+        "| tap | mode | station's day | mode's hour |",
+        "|---|---|---|---|",
+        *(f"| {m['tap']} | {mode} | {sd['station_day']:.4g} | {sd['hour']:.4g} |"
+          for m in fitted for mode, sd in m["fit_error_sd"].items()),
+        "",
+    ]
