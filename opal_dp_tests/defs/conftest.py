@@ -42,3 +42,25 @@ def released(data_dir):
             os.environ.pop(DATA_DIR_ENV)
         else:
             os.environ[DATA_DIR_ENV] = previous
+
+
+def run_report_job(instance: dg.DagsterInstance, job: str):
+    """Run an on-demand internal report's job on the session's release and assert it succeeded without charging the
+    ledger or touching ``published/``; return (its result, the storage)."""
+    from opal_dp.definitions import defs
+    from opal_dp.defs.shared.budget import PrivacyBudget
+    from opal_dp.defs.shared.storage import default_storage
+
+    def snapshot(root: Path) -> list:
+        return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
+
+    storage = default_storage()
+    ledger = PrivacyBudget(**TRIP).ledger(storage)
+    before = (ledger.charges(), ledger.draws(), snapshot(storage.published_dir))
+    result = defs().resolve_job_def(job).execute_in_process(
+        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
+                                                     "privacy_budget": {"config": TRIP}}})
+    assert result.success
+    ledger = PrivacyBudget(**TRIP).ledger(storage)
+    assert (ledger.charges(), ledger.draws(), snapshot(storage.published_dir)) == before
+    return result, storage

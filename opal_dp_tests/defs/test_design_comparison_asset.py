@@ -6,28 +6,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from opal_dp.definitions import defs
-from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.storage import default_storage
-from opal_dp_tests.defs.conftest import TRIP
-
-
-def _snapshot(root):
-    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
+from opal_dp_tests.defs.conftest import run_report_job
 
 
 @pytest.mark.slow
 def test_compare_designs_job_materialises_the_table_without_charging(released):
-    instance, _ = released
-    storage = default_storage()
-    ledger = PrivacyBudget(**TRIP).ledger(storage)
-    before = (ledger.charges(), ledger.draws(), _snapshot(storage.published_dir))
-    result = defs().resolve_job_def("compare_designs").execute_in_process(
-        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
-                                                     "privacy_budget": {"config": TRIP}}})
-    assert result.success
-    ledger = PrivacyBudget(**TRIP).ledger(storage)
-    assert (ledger.charges(), ledger.draws(), _snapshot(storage.published_dir)) == before
+    result, storage = run_report_job(released[0], "compare_designs")
 
     table = pd.read_parquet(storage.private_dir / "design_comparison.parquet").set_index("design")
     assert list(table.index) == ["sbh", "public_domain"]

@@ -8,28 +8,14 @@ import math
 import pandas as pd
 import pytest
 
-from opal_dp.definitions import defs
-from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.storage import default_storage
 from opal_dp.private_files import PartitionStore
 from opal_dp.release.marginals.tables import histograms_from_cells
-from opal_dp_tests.defs.conftest import TRIP
-from opal_dp_tests.defs.test_design_comparison_asset import _snapshot
+from opal_dp_tests.defs.conftest import run_report_job
 
 
 @pytest.mark.slow
 def test_score_workload_job_scores_the_released_files_against_the_truth_without_charging(released):
-    instance, _ = released
-    storage = default_storage()
-    ledger = PrivacyBudget(**TRIP).ledger(storage)
-    before = (ledger.charges(), ledger.draws(), _snapshot(storage.published_dir))
-    result = defs().resolve_job_def("score_workload").execute_in_process(
-        instance=instance, run_config={"resources": {"storage": {"config": {"data_dir": storage.data_dir}},
-                                                     "privacy_budget": {"config": TRIP}}})
-    assert result.success
-    ledger = PrivacyBudget(**TRIP).ledger(storage)
-    assert (ledger.charges(), ledger.draws(), _snapshot(storage.published_dir)) == before
-
+    result, storage = run_report_job(released[0], "score_workload")
     table = pd.read_parquet(storage.private_dir / "planner_workload.parquet").set_index(["query_class", "tap"])
     assert len(table) == 12 and table["share"].between(0, 1).all()
     # mode_day, tap-on, recomputed by hand: each (date, mode)'s time.csv total against its true trips

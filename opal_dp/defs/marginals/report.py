@@ -29,15 +29,15 @@ from opal_dp.reports.workload import score_partitions
 PLOTTED = "tap_on_time_loc"
 
 
-@dg.asset(
-    group_name="report",
-    io_manager_key="private_parquet",
-    metadata=column_schema(UtilitySummary),
-    ins={TRUE_CELLS: dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
-    description="Internal, NOT differentially private: suppression and relative error of the release measured "
-                "against the true counts, and a plot of true vs released counts. Never published.",
-    **labels("internal", "parquet"),
-)
+def _internal_report(schema, description: str):
+    """A private report on the true cells and the six released marginals of every (date, mode) piece."""
+    return dg.asset(group_name="report", io_manager_key="private_parquet", metadata=column_schema(schema),
+                    ins={TRUE_CELLS: dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
+                    description=description, **labels("internal", "parquet"))
+
+
+@_internal_report(UtilitySummary, "Internal, NOT differentially private: suppression and relative error of the "
+                  "release measured against the true counts, and a plot of true vs released counts. Never published.")
 def utility_report(true_cells: PartitionFrames, storage: OpalStorage, workers: PerDayWorkers,
                    **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
     """Share of bins/trips suppressed and mean relative error per marginal and mode, over the partitions released
@@ -71,16 +71,9 @@ def utility_report(true_cells: PartitionFrames, storage: OpalStorage, workers: P
     return dg.Output(summary, metadata=metadata)
 
 
-@dg.asset(
-    group_name="report",
-    io_manager_key="private_parquet",
-    metadata=column_schema(WorkloadScores),
-    ins={TRUE_CELLS: dg.AssetIn(), **{name: dg.AssetIn(key=key) for name, key in RELEASE_KEYS.items()}},
-    description="Internal, NOT differentially private: a planner's queries (mode, district and station by day and "
-                "hour, 15-minute x station) answered from the latest released week's files as a reader answers them, "
-                "scored against the true counts before bounding. Never published.",
-    **labels("internal", "parquet"),
-)
+@_internal_report(WorkloadScores, "Internal, NOT differentially private: a planner's queries (mode, district and "
+                  "station by day and hour, 15-minute x station) answered from the latest released week's files as a "
+                  "reader answers them, scored against the true counts before bounding. Never published.")
 def planner_workload(true_cells: PartitionFrames, reference: ReferenceNetwork,
                      **released: PartitionFrames) -> dg.Output[pd.DataFrame]:
     """Per query class and tap, the share of trips answered and the errors (``reports.workload``) of the latest
