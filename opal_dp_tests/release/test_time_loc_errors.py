@@ -10,9 +10,10 @@ from scipy import stats
 
 from opal_dp.core import SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
+from opal_dp.core.hierarchy import Measurement, fit, measure
 from opal_dp.core.units import ContributionBounds
 from opal_dp.release.marginals.time_loc_errors import FitError, fit_error
-from opal_dp.release.marginals.time_loc_hierarchy import period_budget, release_period, time_loc_domains
+from opal_dp.release.marginals.time_loc_hierarchy import LEVELS, period_budget, time_loc_domains
 from opal_dp_tests.release.test_time_loc_hierarchy import STOPS
 
 ALPHA = 1e-6
@@ -21,16 +22,17 @@ BUSY = 10_000  # trips in every (window, station) cell: no estimate is raised to
 
 
 def _errors(mode: str, tap: str) -> tuple[FitError, np.ndarray, np.ndarray]:
-    """The closed form, and per independent tree the error of station 0's day and of hour 7's total."""
+    """The closed form, and per independent tree (measured at once, fitted one by one) the error of station 0's day
+    and of hour 7's total."""
     dom = time_loc_domains(STOPS)[mode, tap]
     budget = period_budget(0.05, ContributionBounds(4, 1), 1, taps=1)
-    dates = [f"{2000 + i // 336}-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}" for i in range(TREES)]
-    finest = np.full(dom.cells, BUSY, dtype=np.int64)
-    released = release_period(dates, {(d, mode, tap): finest for d in dates}, {(mode, tap): dom}, budget,
-                              noise=DiscreteGaussian(SeededBits(11)))
-    n = len(dom.locations)
-    station = np.array([r.fitted.counts[1][0] for r in released.values()]) - 96 * BUSY
-    hour = np.array([r.fitted.counts[2][7 * n: 8 * n].sum() for r in released.values()]) - 4 * n * BUSY
+    tree, n = dom.tree(LEVELS), len(dom.locations)
+    measured = measure(tree, np.full((TREES, dom.cells), BUSY, dtype=np.int64), budget,
+                       DiscreteGaussian(SeededBits(11)))
+    fitted = [fit(tree, Measurement(tuple(level[i] for level in measured.levels)), budget.sigmas, 0).counts
+              for i in range(TREES)]
+    station = np.array([counts[1][0] for counts in fitted]) - 96 * BUSY
+    hour = np.array([counts[2][7 * n: 8 * n].sum() for counts in fitted]) - 4 * n * BUSY
     return fit_error(budget.sigmas, n, dom.unknown), station, hour
 
 
