@@ -268,6 +268,24 @@ class Fitted:
         return int(self.counts[0][0])
 
 
+def _children(z: np.ndarray, var: np.ndarray, group: np.ndarray, target: np.ndarray,
+              pinned: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """One level's integer counts: the pinned cells as given, the others projected and rounded onto what their
+    parent leaves them (step 2)."""
+    if pinned is None:
+        return round_exact(weighted_projection(z, var, group, target), group, target)
+    cells, values = np.asarray(pinned[0], dtype=np.int64), np.asarray(pinned[1], dtype=np.int64)
+    rest = target - np.bincount(group[cells], weights=values, minlength=len(target)).astype(np.int64)
+    if (values < 0).any() or (rest < 0).any():
+        raise ValueError("a pinned count is negative or exceeds its parent's")
+    free = np.ones(len(z), dtype=bool)
+    free[cells] = False
+    out = np.zeros(len(z), dtype=np.int64)
+    out[cells] = values
+    out[free] = round_exact(weighted_projection(z[free], var[free], group[free], rest), group[free], rest)
+    return out
+
+
 def _combine(own: np.ndarray, own_var: float | np.ndarray, below: np.ndarray, below_var: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
     """Inverse-variance combination of two unbiased estimates; returns (estimate, variance)."""
@@ -275,8 +293,18 @@ def _combine(own: np.ndarray, own_var: float | np.ndarray, below: np.ndarray, be
     return weight * own + (1 - weight) * below, own_var * below_var / (own_var + below_var)
 
 
-def fit(tree: Tree, measured: Measurement, sigmas: tuple[float, ...], tau: int) -> Fitted:
-    """The consistent integer hierarchy from the measurements alone (module docstring, "Fit")."""
+Pins = dict[int, tuple[np.ndarray, np.ndarray]]
+"""Counts fixed before the fit, per level above the finest: (cells, counts). Each must be public or already
+released (another product's published, charged counts): the fit then stays post-processing."""
+
+
+def fit(tree: Tree, measured: Measurement, sigmas: tuple[float, ...], tau: int, pins: Pins | None = None) -> Fitted:
+    """The consistent integer hierarchy from the measurements alone (module docstring, "Fit"); ``pins`` fix some
+    counts of the levels above the finest (the root: ``{0: ([0], [n])}``), their siblings then share what their
+    parent leaves them."""
+    pins = pins or {}
+    if any(not 0 <= level < len(tree.sizes) - 1 for level in pins):
+        raise ValueError("pins fix counts of the levels above the finest only")
     y = [np.asarray(v, dtype=np.float64) for v in measured.levels]
     v = [s * s for s in sigmas]
     if not len(y) == len(v) == len(tree.sizes):
@@ -297,11 +325,11 @@ def fit(tree: Tree, measured: Measurement, sigmas: tuple[float, ...], tau: int) 
                          else np.bincount(parent, weights=var, minlength=size))  # finest cells: all of variance v
         z, var = _combine(y[level], v[level], below, below_var)
         estimates.insert(0, (z, var))
-    counts = [np.array([max(0, int(np.rint(estimates[0][0][0])))], dtype=np.int64)]
+    root = pins[0][1][0] if 0 in pins else np.rint(estimates[0][0][0])
+    counts = [np.array([max(0, int(root))], dtype=np.int64)]
     for level in range(1, len(y) - 1):  # top-down, to the level above the finest
         z, var = estimates[level]
-        group, target = tree.parents[level - 1], counts[-1]
-        counts.append(round_exact(weighted_projection(z, var, group, target), group, target))
+        counts.append(_children(z, var, tree.parents[level - 1], counts[-1], pins.get(level)))
     listed = y[-1] >= tau
     rest = np.bincount(up[~listed], weights=y[-1][~listed], minlength=above)
     rest_n = np.bincount(up[~listed], minlength=above)

@@ -23,6 +23,7 @@ from opal_dp.prep.day_records import DayCut
 from opal_dp.release.marginals.plan import ReleasePlan, build_plan
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.od.engine import OdPlan, tree_budget
+from opal_dp.release.od.hierarchy import hierarchy_budgets
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.products import product_costs
@@ -274,8 +275,14 @@ class PrivacySettings(BaseModel):
         return build_plan(
             self.unit, epsilon, delta, relation=self.relation, mechanism=self.noise_mechanism,
             bounds=self.bounds, periods=self.periods,
-            design=self.design if design is None else design, stops=stops,
+            design=self.design if design is None else design, stops=stops, root_sd=self.totals_sd,
         )
+
+    @property
+    def totals_sd(self) -> float | None:
+        """The noise of the published daily totals (``totals.csv``, with the OD hierarchy), to which the hierarchy
+        design pins its trees; None without them."""
+        return hierarchy_budgets(self)[1].sigma if self.releases_od_hierarchy else None
 
     def ledger(self, location: DataLocation) -> PrivacyLedger:
         """The deployment's ledger (``DataLocation.ledger_location``), created with the configured caps if there is

@@ -285,3 +285,29 @@ def test_a_batch_of_inputs_has_the_level_counts_of_each_input():
     for row, counts in enumerate(batch):
         assert all((got[row] == want).all() for got, want in zip(levels, tree.level_counts(counts)))
     assert [level.shape for level in measure(tree, batch, BUDGET).levels] == [(6, 1), (6, 3), (6, 5)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees_and_counts(), st.lists(st.integers(-10**4, 10**4), min_size=50, max_size=50), st.integers(1, 40),
+       st.integers(0, 500), st.data())
+def test_pinned_counts_stand_and_every_level_still_sums_exactly(case, noise, tau, root, data):
+    """A pinned root and a pinned child (another product's published counts) are the fit's counts exactly, whatever
+    the measurement; the other children share what the parent leaves them, and the sums stay exact."""
+    tree, _ = case
+    values = itertools.cycle(noise)
+    measured = Measurement(tuple(np.array([next(values) for _ in range(n)], np.int64) for n in tree.sizes))
+    child = data.draw(st.integers(0, tree.sizes[1] - 1))
+    kept = data.draw(st.integers(0, root if tree.sizes[1] > 1 else 0))  # an only child takes its parent's count
+    fitted = fit(tree, measured, BUDGET.sigmas, tau, {0: ([0], [root]), 1: ([child], [root if tree.sizes[1] == 1
+                                                                                     else kept])})
+    check_exact(tree, fitted)
+    assert fitted.total == root and fitted.counts[1][child] == (root if tree.sizes[1] == 1 else kept)
+
+
+def test_pins_that_cannot_hold_are_refused():
+    tree = Tree((np.zeros(2, np.int64), np.array([0, 0, 1])))
+    measured = Measurement((np.array([10]), np.array([5, 5]), np.array([2, 3, 5])))
+    with pytest.raises(ValueError, match="exceeds its parent"):
+        fit(tree, measured, BUDGET.sigmas, 1, {0: ([0], [10]), 1: ([0], [11])})
+    with pytest.raises(ValueError, match="above the finest"):
+        fit(tree, measured, BUDGET.sigmas, 1, {2: ([0], [1])})

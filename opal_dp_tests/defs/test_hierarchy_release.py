@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from opal_dp.release.marginals.public_domain import sum_problems
-from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, level_problems
+from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, level_problems, totals_problems
 from opal_dp.release.published_format import PublishedFormatError
 from opal_dp.release.published_folder import validate_published
 from opal_dp.release.settings import PrivacySettings
@@ -78,6 +78,22 @@ def test_the_page_states_the_hourly_profile_and_the_stations_with_the_fits_error
     assert error == f"{sum_error_bounds('discrete_gaussian', hour)(len(DAYS)) / len(DAYS):,.1f}"
     station = next(m for m in statement["marginals"] if m["file"] == "loc.csv" and m["tap"] == "on")
     assert f"train {station['fit_error_sd']['train']['station_day']:,.1f}" in page
+
+
+@pytest.mark.slow
+def test_the_trees_add_up_to_the_published_totals_and_a_total_one_off_is_refused(released, tmp_path):
+    _, statement, tables, latest = released
+    totals = pd.read_csv(latest / "totals.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
+    assert totals_problems(tables["loc"], totals) == []
+    assert {m["root"] for m in statement["marginals"]} == {"totals.csv"}
+    folder = tmp_path / "copy"
+    shutil.copytree(latest, folder)
+    path = sorted((folder / "dates").iterdir())[0] / "totals.csv"
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    rows.loc[0, "count"] = str(int(rows.loc[0, "count"]) + 1)
+    rows.to_csv(path, index=False, lineterminator="\n")
+    with pytest.raises(PublishedFormatError, match="loc.csv and totals.csv"):
+        validate_published(folder)
 
 
 @pytest.mark.slow

@@ -16,14 +16,14 @@ from opal_dp.release.marginals.open_data import to_open_data
 from opal_dp.release.marginals.tables import MARGINALS
 from opal_dp.release.marginals.time_loc_hierarchy import LEVELS, period_budget, release_period, time_loc_domains
 from opal_dp.release.marginals.time_loc_tables import (KEY, finest_cells, level_problems, level_rows,
-                                                       open_data_blocks)
+                                                       open_data_blocks, totals_problems)
 from opal_dp.release.statement.build import open_data_partition
 from opal_dp_tests.release.test_time_loc_hierarchy import DESIGNS, STOPS
 
 DAYS = ("2016-07-25", "2016-07-26")
 
 
-def released(design: tuple[str, ...], rho: float = 0.5):
+def released(design: tuple[str, ...], rho: float = 0.5, totals=None):
     domains = time_loc_domains(STOPS)
     rng = np.random.default_rng(11)
     finest = {}
@@ -33,7 +33,7 @@ def released(design: tuple[str, ...], rho: float = 0.5):
             counts[rng.integers(0, len(counts), 50)] = rng.integers(0, 2500, 50)
             finest[day, mode, tap] = counts
     budget = period_budget(rho, ContributionBounds(4, 1), len(DAYS), design, (1 / len(design),) * len(design))
-    return release_period(DAYS, finest, domains, budget, design, DiscreteGaussian(SeededBits(7)))
+    return release_period(DAYS, finest, domains, budget, design, DiscreteGaussian(SeededBits(7)), totals)
 
 
 def published(releases) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
@@ -125,3 +125,21 @@ def test_a_remainder_is_spread_by_the_unlisted_cells_noisy_counts():
             assert (x[None, :] >= x[:, None])[larger].all()
             checked += int(larger.any() and x.max() > x.min())
     assert checked > 10
+
+
+def test_trees_pinned_to_the_published_totals_add_up_to_them_exactly():
+    """Every tree of a day pinned to its published totals (another product's release): ``loc.csv``'s tap-on rows add
+    up to the tap-on total and its known tap-off rows to the tap-off total, also where noise made the tap-off total
+    the larger; one trip off in either file is refused."""
+    totals = {(day, mode): (40_000, 41_000 if mode == "ferry" else 39_000) for day in DAYS
+              for mode in ("bus", "ferry", "train")}
+    tables, levels = published(released(LEVELS, totals=totals))
+    frame = pd.DataFrame([(day.replace("-", ""), mode, tap, n) for (day, mode), counts in totals.items()
+                          for tap, n in zip(("on", "off"), counts)], columns=["date", "mode", "tap", "count"])
+    assert totals_problems(tables["loc"], frame) == [] and level_problems(levels, tables["loc"]) == []
+    days = levels.loc[levels["level"] == "mode_day"].set_index(KEY)["count"]
+    assert set(days) == {40_000, 41_000}  # tap-off's root: the larger total, its unknown cell the difference
+    for tap in ("on", "off"):
+        planted = frame.copy()
+        planted.loc[planted.index[planted["tap"] == tap][0], "count"] += 1
+        assert len(totals_problems(tables["loc"], planted)) == 1

@@ -23,6 +23,7 @@ from opal_dp.prep.binning import location_labels
 from opal_dp.release.marginals.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
 from opal_dp.release.marginals.engine import partition_truths, release_partitions
 from opal_dp.release.marginals.tables import BY_NAME, MARGINALS
+from opal_dp.release.od.hierarchy_publish import stored_totals
 from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
 from opal_dp.release.options import Design
 from opal_dp.release.periods import week_of
@@ -96,7 +97,7 @@ partition failed. The checks of the other release design show as not executed.""
             **labels("internal", "parquet"),
         ),
     },
-    ins={"trip_partitions": dg.AssetIn(), OVER_BOUND: dg.AssetIn()},
+    ins={"trip_partitions": dg.AssetIn(), OVER_BOUND: dg.AssetIn(), "od_hierarchy": dg.AssetIn()},
     partitions_def=period_mode,
     backfill_policy=SINGLE_RUN,
     check_specs=CHECK_SPECS,
@@ -107,6 +108,7 @@ def release_marginals(
     context: dg.AssetExecutionContext,
     trip_partitions: PartitionFrames,
     trips_over_bound: PartitionFrames,
+    od_hierarchy: PartitionFrames,
     privacy_budget: PrivacyBudget,
     reference: ReferenceNetwork,
     storage: OpalStorage,
@@ -115,7 +117,8 @@ def release_marginals(
     """Six marginals from one read of each (date, mode) piece of the run's weeks, exactly the days ``trip_partitions``
     recorded for each week, versioned by their days' records; every draw is charged to the ledger first. The six
     marginals of a week are drawn and charged together: a selection of some of them is refused before anything is
-    charged."""
+    charged. Under the hierarchy design with the daily totals on, its trees are pinned to the week's published totals
+    (``od_hierarchy``'s draws, released first by ``release_od``)."""
     if set(context.selected_asset_keys) != RELEASE_ASSETS:  # (context.assets_def is the subset run)
         raise dg.Failure(description="the six marginals of a week are released together, with their draws and true "
                                      "cells: materialise all the assets of release_marginals (any one of them is "
@@ -130,13 +133,14 @@ def release_marginals(
     versions = {day: v for found in inputs.values() for day, v in found.scope_versions(plan.unit).items()}
     try:  # each piece's truths and true cells made in the per-day workers
         ledger = privacy_budget.ledger(storage)
+        totals = _published_totals(plan, od_hierarchy, keys, ledger, storage)
         made = dict(zip(keys, map_calls(partition_truths, [
             (trip_partitions.path(key), trips_over_bound.path(date_and_mode(key)[0]), date_and_mode(key)[1],
              list(plan.mechanisms)) for key in keys], workers.count)))
         released_by_key = release_partitions(
             trip_partitions, plan, ledger, storage.private_dir, context.run.run_id,
             privacy_budget.key(storage, "fingerprint"), privacy_budget.fresh_draw, versions,
-            {key: truths for key, (truths, _) in made.items()},
+            {key: truths for key, (truths, _) in made.items()}, totals,
         )
     except LedgerError as err:
         raise dg.Failure(description=str(err)) from err
@@ -187,6 +191,23 @@ def release_marginals(
     yield dg.Output(draws, RELEASE_DRAWS, metadata={"ledger": ledger.ledger_id})
     yield dg.Output(cells, TRUE_CELLS)
     yield from _check_results(list(released_by_key), problems, plausible, plan.design)
+
+
+def _published_totals(plan, od_hierarchy: PartitionFrames, keys: list[str], ledger, storage: OpalStorage
+                      ) -> dict[str, tuple[int, int]] | None:
+    """Each (date, mode) piece's published (tap-on, tap-off) totals, when the plan pins its trees to them (the
+    hierarchy design with the OD hierarchy on); refused, before anything is charged, for a date without them."""
+    if plan.design is not Design.HIERARCHY or plan.hierarchy["on"].root_sd is None:
+        return None
+    days = sorted({date_and_mode(key)[0] for key in keys})
+    found = stored_totals({day: od_hierarchy[day] for day in days if day in od_hierarchy}, ledger,
+                          storage.private_dir)
+    totals = {f"{day}|{mode}": counts for (day, mode), (counts, _) in found.items()}
+    missing = sorted({date_and_mode(key)[0] for key in keys if key not in totals})
+    if missing:
+        raise dg.Failure(description="the hierarchy design pins its trees to the published daily totals, and "
+                                     f"{', '.join(missing)} has none yet: run release_od for the week first")
+    return totals
 
 
 def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]],

@@ -90,13 +90,15 @@ def release_partitions(
     fresh: bool = False,
     input_versions: Mapping[str, str] | None = None,
     truths: Mapping[str, Mapping[str, pd.DataFrame]] | None = None,
+    totals: Mapping[str, tuple[int, int]] | None = None,
 ) -> dict[str, dict[str, ReleasedMarginal]]:
     """Release every marginal of ``plan`` over ``partitions`` ({"YYYY-MM-DD|mode": bounded trips}); see the
     module docstring. ``root`` is the storage root the ledger's ``release_ref``s are relative to.
     ``input_versions``: date -> input version of its scope (``core.input_version``); without it (callers with
     no raw files) a stand-in per scope of the batch (``core.input_version.stand_ins``). ``truths``: the
     partitions' true histograms of the plan's marginals when already made (``partition_truths``, in the per-day
-    workers), else made here."""
+    workers), else made here. ``totals``: the published (tap-on, tap-off) daily totals of each partition, to which the
+    hierarchy design pins its trees (``time_loc_hierarchy.totals_pins``)."""
     names = list(plan.mechanisms)
     if truths is None:
         truths = {key: histograms(partitions[key], [BY_NAME[name] for name in names]) for key in partitions}
@@ -114,7 +116,7 @@ def release_partitions(
             requests.append(Request(plan.unit, plan.scope(day, mode), key, day, name, plan.relation.value,
                                     mech.cost(), mechanism_id(mech), bounds, prints[key], versions[key]))
     if plan.design.consistent:
-        serve = _serve_taps(partitions, plan)
+        serve = _serve_taps(partitions, plan, totals or {})
     else:
         serve = serve_each(lambda r: draw(truths[r.part][r.marginal], plan.mechanisms[r.marginal]))
     out: dict[str, dict[str, ReleasedMarginal]] = {key: {} for key in truths}
@@ -134,7 +136,8 @@ def partition_truths(trips: Path, over_bound: Path, mode: str, names: Sequence[s
     return truths, TrueCells.validate(true_cells(truths, split_by_mode(pd.read_parquet(over_bound), mode)))
 
 
-def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan) -> Serve:
+def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan,
+                totals: Mapping[str, tuple[int, int]]) -> Serve:
     """The public-domain design's draws, a whole tap at a time (module docstring)."""
 
     def serve(pending: Sequence[Pending]) -> list[pd.DataFrame]:
@@ -158,7 +161,7 @@ def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan) -> Se
             if all(p.stored for p in members):
                 frames.update({(p.request.part, p.request.marginal): read_parquet(p.path) for p in members})
                 continue
-            drawn = draw_tap(partitions[part], plan, part.split("|")[1], tap)
+            drawn = draw_tap(partitions[part], plan, part.split("|")[1], tap, totals.get(part))
             ours = [drawn[BY_NAME[p.request.marginal].table] for p in members]
             stood = [write_parquet_exclusive(frame, p.path) for frame, p in zip(ours, members)]
             if any(a is not b for a, b in zip(ours, stood)) and any(a is b for a, b in zip(ours, stood)):
@@ -173,16 +176,18 @@ def _serve_taps(partitions: Mapping[str, pd.DataFrame], plan: ReleasePlan) -> Se
     return serve
 
 
-def draw_tap(partition: pd.DataFrame, plan: ReleasePlan, mode: str, tap: str) -> dict[str, pd.DataFrame]:
+def draw_tap(partition: pd.DataFrame, plan: ReleasePlan, mode: str, tap: str,
+             totals: tuple[int, int] | None = None) -> dict[str, pd.DataFrame]:
     """A consistent design's three tables of one tap (``time-loc``, ``time``, ``loc``), drawn from the partition's
-    bounded trips; nothing stored, nothing charged (the caller is)."""
+    bounded trips (the hierarchy pinned to the day's published ``totals`` when given); nothing stored, nothing charged
+    (the caller is)."""
     labels = partition[f"tap_{tap}_loc"].cat.categories
     if plan.design is Design.HIERARCHY:
         taps = plan.hierarchy[tap]
         dom = taps.domains[mode]
         finest = dom.finest_counts(partition[f"tap_{tap}_window"].to_numpy("int64"),
                                    partition[f"tap_{tap}_loc"].astype(str).to_numpy(object))
-        released = release_tree(dom, finest, taps.budget, taps.taus, noise=taps.noise)
+        released = release_tree(dom, finest, taps.budget, taps.taus, noise=taps.noise, totals=totals)
         return frames_of(released, labels) | {LEVELS_TABLE: level_rows(released)}
     dom = plan.domains[mode, tap]
     return pd_design.released_frames(dom, pd_design.release_tap(partition, dom, plan.noise[tap], plan.tau), labels)

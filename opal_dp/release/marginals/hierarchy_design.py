@@ -7,6 +7,10 @@ Budget. As the public-domain design: the largest total rho whose conversion at `
 proportion to their marginals' epsilon. A tap's rho is split over its levels by ``SHARES``; its trees over the
 scope's dates are one measurement per level of sensitivity ``period_budget(..., taps=1)``.
 
+Totals. With the OD hierarchy on, each tree is pinned to the day's published totals (``totals.csv``:
+``time_loc_hierarchy.totals_pins``), read from ``od_hierarchy``'s draws: post-processing of a charged release, so the
+files add up to ``totals.csv``; the root's own measurement (``SHARES[0]``, 2% of the tap's rho) is then unused.
+
 Ledger. A tap is three charges, one per published table, each the rho of the levels that table is read from:
 ``time`` the mode's day, ``loc`` the station-day, ``time-loc`` the station-hour and the 15-minute cells. Their sum is
 the tap's measurement. A tap is drawn and stored whole (``engine._serve_taps``), as under the public-domain design.
@@ -49,6 +53,7 @@ class TapHierarchy:
     domains: Mapping[str, TapDomain]  # mode -> the tap's domain
     noise: DiscreteGaussian  # production: the OS CSPRNG
     dates: int  # of a scope: the thresholds' public sizes
+    root_sd: float | None = None  # the published daily totals' noise, when the trees are pinned to them
 
     @property
     def digest(self) -> str:
@@ -60,7 +65,7 @@ class TapHierarchy:
     def fit_errors(self) -> dict[str, dict]:
         """Per mode, the fit's error of a station's day and of the mode's hour (``time_loc_errors``): what the page
         states beside the busiest stations and the hourly profile."""
-        return {mode: fit_error(self.budget.sigmas, len(d.locations), d.unknown).describe()
+        return {mode: fit_error(self.budget.sigmas, len(d.locations), d.unknown, self.root_sd).describe()
                 for mode, d in sorted(self.domains.items())}
 
 
@@ -104,15 +109,17 @@ class LevelMeasurement:
                 "tau": self.tap_plan.taus[-1],
                 "expected_false_cells_per_day": len(TAPS) * budget.false_cells / self.tap_plan.dates,
                 "fit_error_sd": self.tap_plan.fit_errors(),  # per mode: a station's day, the mode's hour
+                "root": "totals.csv" if self.tap_plan.root_sd is not None else "measured",
                 "domain_digest": self.tap_plan.digest, "cost": self.cost().describe(),
                 "seeded": bool(self.tap_plan.noise.seeded)}
 
 
 def hierarchy_taps(unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, period_days: int,
                    rho: Mapping[str, float], domains: Mapping[tuple[str, str], TapDomain],
-                   noise: DiscreteGaussian) -> dict[str, TapHierarchy]:
+                   noise: DiscreteGaussian, root_sd: float | None = None) -> dict[str, TapHierarchy]:
     """Each tap's parameters (module docstring): ``rho`` per tap; the scope's dates (``period_days`` under
-    ``card_period``, else one) set the groups and the public sizes of the thresholds."""
+    ``card_period``, else one) set the groups and the public sizes of the thresholds; ``root_sd``: the noise of the
+    published daily totals the trees are pinned to (None: not pinned)."""
     if unit is PrivacyUnit.TRIP:
         raise ValueError("the hierarchy design measures cards: choose privacy_unit card_day or card_period")
     dates = period_days if unit is PrivacyUnit.CARD_PERIOD else 1
@@ -121,7 +128,8 @@ def hierarchy_taps(unit: PrivacyUnit, relation: Relation, bounds: ContributionBo
         mine = {mode: d for (mode, t), d in domains.items() if t == tap}
         budget = period_budget(rho[tap], bounds, bounds.days(dates), taps=1, units_changed=relation.units_changed)
         sizes = np.sum([d.tree(LEVELS).sizes[1:] for d in mine.values()], axis=0) * dates
-        out[tap] = TapHierarchy(tap, budget, listing_taus(budget, [int(s) for s in sizes]), mine, noise, dates)
+        out[tap] = TapHierarchy(tap, budget, listing_taus(budget, [int(s) for s in sizes]), mine, noise, dates,
+                                root_sd)
     return out
 
 

@@ -100,9 +100,11 @@ def build_plan(
     gaussian: DiscreteGaussian | None = None,
     design: Design | str = Design.SBH,
     stops: pd.DataFrame | None = None,
+    root_sd: float | None = None,
 ) -> ReleasePlan:
     """The plan for ``unit`` at the nominal per-marginal budget (module docstring). ``stops``: the public stop
-    list the public-domain design takes its domains from (default: the shipped reference list)."""
+    list the public-domain design takes its domains from (default: the shipped reference list); ``root_sd``: under
+    the hierarchy design, the noise of the published daily totals its trees are pinned to (None: not pinned)."""
     design = Design.parse(design)
     unit = PrivacyUnit(unit)
     relation = unit.default_relation if relation is None else Relation(relation)
@@ -117,7 +119,7 @@ def build_plan(
                                    load_stops() if stops is None else stops)
     if design is Design.HIERARCHY:
         return _hierarchy_plan(unit, relation, bounds, periods, mechanism, epsilon, delta,
-                               load_stops() if stops is None else stops, gaussian or DiscreteGaussian())
+                               load_stops() if stops is None else stops, gaussian or DiscreteGaussian(), root_sd)
     if mechanism.pure:
         noise = laplace or DiscreteLaplace()
         mechanisms = {name: StabilityHistogram(epsilon[name], delta[name], sens, noise) for name in names}
@@ -164,6 +166,7 @@ def _public_domain_plan(
 def _hierarchy_plan(
     unit: PrivacyUnit, relation: Relation, bounds: ContributionBounds, periods: Periods | None, mechanism: Mechanism,
     epsilon: Mapping[str, float], delta: Mapping[str, float], stops: pd.DataFrame, noise: DiscreteGaussian,
+    root_sd: float | None,
 ) -> ReleasePlan:
     """The hierarchy design's plan (``release.marginals.hierarchy_design``): the discrete Gaussian only."""
     if mechanism.pure:
@@ -171,7 +174,7 @@ def _hierarchy_plan(
     rho = zcdp_rho_for(math.fsum(epsilon.values()), math.fsum(delta.values()))
     trees = time_loc_domains(stops)
     taps = hierarchy_taps(unit, relation, bounds, periods.days if periods else 1, tap_rho(rho, epsilon), trees,
-                          noise)
+                          noise, root_sd)
     domains = {(mode, tap): pd_design.Domain(mode, tap, dom.locations) for (mode, tap), dom in trees.items()}
     return ReleasePlan(unit, relation, bounds, periods, mechanism, level_measurements(taps), Design.HIERARCHY,
                        domains=domains, hierarchy=taps)

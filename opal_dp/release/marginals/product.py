@@ -16,7 +16,7 @@ import pandas as pd
 from opal_dp.core import PrivacyCost, PrivacyUnit
 from opal_dp.release.marginals.public_domain import sum_problems
 from opal_dp.release.marginals.open_data import TABLE_NOTES, TABLES, validate_table
-from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, levels_file_problems
+from opal_dp.release.marginals.time_loc_tables import LEVELS_TABLE, levels_file_problems, totals_problems
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,10 @@ class MarginalTables:
         if f"{LEVELS_TABLE}.csv" in present:
             loc = pd.read_csv(folder / "loc.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
             levels = levels_file_problems(folder / f"{LEVELS_TABLE}.csv", loc)
+            if "totals.csv" in present:  # the trees are pinned to the day's published totals
+                totals = pd.read_csv(folder / "totals.csv", dtype=str, keep_default_na=False)
+                pinned = totals_problems(loc, totals.astype({"count": "int64"}))
+                levels += [f"loc.csv and totals.csv: {p}" for p in pinned]
             if levels:
                 return levels
         if not remainders:

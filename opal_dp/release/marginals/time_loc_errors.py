@@ -9,7 +9,8 @@ of a station's day and of the mode's hour (the sum of every station's fitted cou
 windows of the hour, or ``time-loc-levels.csv``'s ``district_hour`` rows of the hour summed) are sums of
 independent Gaussian measurement errors with the coefficients below; their variances follow. Rounding moves each
 count by less than 1 and is not included; where estimates near 0 are raised to 0 (quiet stations, night hours),
-the linear figure is an approximation. The reader's figures are post-processing: no privacy cost.
+the linear figure is an approximation. The reader's figures are post-processing: no privacy cost. A tree pinned to
+the published daily totals (``totals.csv``) takes their noise at the root instead.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _combined(own: float, below: float) -> tuple[float, float]:
     return own * below / (own + below), below / (own + below)
 
 
-def fit_error(sigmas: tuple[float, ...], stations: int, unknown: int) -> FitError:
+def fit_error(sigmas: tuple[float, ...], stations: int, unknown: int, root_sd: float | None = None) -> FitError:
     """The fit's error for one (mode, tap) tree of ``stations`` stations (``unknown``: 1 for tap-off's unknown
     cell) measured at the levels' ``sigmas``. Bottom-up variances: a station-hour ``v2`` (its measurement and its
     windows' sum), a station ``v1`` (weight ``a1`` on its own measurement), the unknown chain ``u1``, the root's
@@ -44,15 +45,20 @@ def fit_error(sigmas: tuple[float, ...], stations: int, unknown: int) -> FitErro
     share ``v1 / V`` and a station's residual each of its hours in share 1/24, so a station's error is ``(1 - q)``
     its own estimate's minus ``q`` every other child's plus ``q`` the root's measurement's, ``q = a0 v1 / V``; the
     hour's is ``(1 + b)`` its hour's estimates, ``b`` the other hours', ``g`` the stations' own measurements and
-    ``k a0 / 24`` the root's measurement and minus the unknown chain's, ``k = S v1 / V``."""
+    ``k a0 / 24`` the root's measurement and minus the unknown chain's, ``k = S v1 / V``. Pinned to published daily
+    totals of noise ``root_sd`` (``time_loc_hierarchy.totals_pins``): the stations share the known total exactly
+    (``a0 = 1``, ``s0 = root_sd²``, the unknown cell fixed)."""
     if len(sigmas) != 4 or stations < 1:
         raise ValueError("the fit's error is given for the four default levels and at least one station")
     s0, s1, s2, s3 = (s * s for s in sigmas)
     v2, _ = _combined(s2, WINDOWS_PER_HOUR * s3)
     v1, a1 = _combined(s1, HOURS * v2)
-    u1 = _combined(s1, _combined(s2, s3)[0])[0] if unknown else 0.0
+    u1 = _combined(s1, _combined(s2, s3)[0])[0] if unknown and root_sd is None else 0.0
     children = stations * v1 + u1
-    a0 = children / (s0 + children)
+    if root_sd is None:
+        a0 = children / (s0 + children)
+    else:
+        a0, s0 = 1.0, root_sd * root_sd
     q, k = a0 * v1 / children, stations * v1 / children
     station = (1 - q) ** 2 * v1 + q * q * ((stations - 1) * v1 + u1 + s0)
     b, g = (-1 + (1 - k * a0) * (1 - a1)) / HOURS, (1 - k * a0) * a1 / HOURS

@@ -20,7 +20,8 @@ of every tree of the period measured once, one charge. The unknown tap-off cell 
 its own, so at most ``L`` per card-day.
 
 Privacy: the measurement of ``core.hierarchy`` (discrete Gaussian on every cell of every level, exact, OS CSPRNG,
-``rho``-zCDP, delta 0); the fit and the listing read only the noisy counts and public parameters. Listing: a cell
+``rho``-zCDP, delta 0); the fit and the listing read only the noisy counts, public parameters and, when given, the
+day's published totals (``totals_pins``: another product's charged release). Listing: a cell
 of a level below the root has a row of its own when its noisy measurement reaches the level's public threshold
 (``listing_taus``: at most ``FALSE_CELLS`` expected empty cells listed over the level's cells of the period); the
 others of one parent are one remainder row, so each level adds up exactly to the one above (``TreeRelease.rows``).
@@ -35,7 +36,8 @@ import numpy as np
 import pandas as pd
 
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
-from opal_dp.core.hierarchy import Fitted, HierarchyBudget, Measurement, Tree, fit, listing_threshold, measure
+from opal_dp.core.hierarchy import (Fitted, HierarchyBudget, Measurement, Pins, Tree, fit, listing_threshold,
+                                    measure)
 from opal_dp.core.units import ContributionBounds
 from opal_dp.network import MODES, per_stop_list
 from opal_dp.prep.binning import stop_labels
@@ -194,28 +196,49 @@ class TreeRelease:
                                    minlength=tree.sizes[level - 1]).astype(np.int64)
 
 
+def totals_pins(dom: TapDomain, totals: tuple[int, int], levels: tuple[str, ...] = LEVELS) -> Pins:
+    """The fit's pins of one (date, mode, tap) tree from the day's published (tap-on, tap-off) totals
+    (``totals.csv``, another product's release: post-processing). The root holds every trip of the mode-day: the
+    tap-on total; under tap-off the larger of the two, and its unknown cell the difference, so that the recorded
+    tap-offs add up to the tap-off total exactly (a noisy tap-off total can exceed the tap-on one)."""
+    on, off = totals
+    if on < 0 or off < 0:
+        raise ValueError("published totals are counts >= 0")
+    if not dom.unknown:
+        return {0: (np.array([0]), np.array([on]))}
+    top = max(on, off)
+    unknown = dom.tree(levels).sizes[1] - 1  # last at every level below the root
+    return {0: (np.array([0]), np.array([top])), 1: (np.array([unknown]), np.array([top - off]))}
+
+
 def release_period(dates: Sequence[str], finest: Mapping[tuple[str, str, str], np.ndarray],
                    domains: Mapping[tuple[str, str], TapDomain], budget: HierarchyBudget,
-                   levels: tuple[str, ...] = LEVELS, noise: DiscreteGaussian | None = None
+                   levels: tuple[str, ...] = LEVELS, noise: DiscreteGaussian | None = None,
+                   totals: Mapping[tuple[str, str], tuple[int, int]] | None = None
                    ) -> dict[tuple[str, str, str], TreeRelease]:
     """Every tree of a period measured at ``budget`` and fitted: one per public (date, mode, tap), the period's
     ``dates`` by every domain, so that which trees are measured, and the thresholds, never depend on the data.
     ``finest``: the true finest counts of the trees with trips (a tree without is measured as empty); a key outside
-    the period is refused. Trees are measured in key order."""
+    the period is refused. ``totals``: the published (tap-on, tap-off) totals of every (date, mode), to which the
+    trees are pinned (``totals_pins``). Trees are measured in key order."""
     keys = sorted((day, mode, tap) for day in dates for mode, tap in domains)
     if not set(finest) <= set(keys):
         raise ValueError("finest holds a (date, mode, tap) outside the period's dates and public domains")
     noise = DiscreteGaussian() if noise is None else noise
     sizes = [domains[mode, tap].tree(levels).sizes[1:] for _, mode, tap in keys]
     taus = listing_taus(budget, [sum(level) for level in zip(*sizes)])
-    return {key: release_tree(domains[key[1], key[2]], finest.get(key), budget, taus, levels, noise) for key in keys}
+    return {(day, mode, tap): release_tree(domains[mode, tap], finest.get((day, mode, tap)), budget, taus, levels,
+                                           noise, None if totals is None else totals[day, mode])
+            for day, mode, tap in keys}
 
 
 def release_tree(dom: TapDomain, finest: np.ndarray | None, budget: HierarchyBudget, taus: tuple[int, ...],
-                 levels: tuple[str, ...] = LEVELS, noise: DiscreteGaussian | None = None) -> TreeRelease:
+                 levels: tuple[str, ...] = LEVELS, noise: DiscreteGaussian | None = None,
+                 totals: tuple[int, int] | None = None) -> TreeRelease:
     """One tree measured at ``budget`` (``finest``: its true finest counts, None for a tree without trips) and
-    fitted, its cells listed at the public ``taus``."""
+    fitted, its cells listed at the public ``taus``; pinned to the day's published ``totals`` when given."""
     tree = dom.tree(levels)
     truth = np.zeros(dom.cells, dtype=np.int64) if finest is None else finest
     measured = measure(tree, truth, budget, DiscreteGaussian() if noise is None else noise)
-    return TreeRelease(dom, levels, measured, fit(tree, measured, budget.sigmas, taus[-1]), taus)
+    pins = None if totals is None else totals_pins(dom, totals, levels)
+    return TreeRelease(dom, levels, measured, fit(tree, measured, budget.sigmas, taus[-1], pins), taus)

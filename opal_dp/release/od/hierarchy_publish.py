@@ -96,14 +96,23 @@ def _stored_draws(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> 
             for key, i in ids.items()}
 
 
-def totals_table(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path) -> pd.DataFrame:
-    """``totals.csv`` of the gated dates (``hierarchy_gate``): per (date, mode, tap) the stored noisy total of the
-    ledger's draw, floored at 0 (post-processing), and the 95% bound of its noise as the charge recorded it."""
-    out = []
+def stored_totals(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path
+                  ) -> dict[tuple[str, str], tuple[tuple[int, int], dict]]:
+    """(date, mode) -> the published (tap-on, tap-off) totals of the ledger's draw (its stored noisy totals floored
+    at 0: post-processing) and the totals' parameters as its charge recorded them."""
+    out = {}
     for (day, mode), (_, draw, recorded) in sorted(_stored_draws(frames, ledger).items()):
-        noisy = totals_of(pd.read_parquet(root / draw.release_ref))
-        out += [(day.replace("-", ""), mode, tap, max(0, int(n)), int(recorded["totals"]["error_bound_95"]))
-                for tap, n in zip(TAPS, noisy)]
+        on, off = (max(0, int(n)) for n in totals_of(pd.read_parquet(root / draw.release_ref)))
+        out[day, mode] = (on, off), recorded["totals"]
+    return out
+
+
+def totals_table(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path) -> pd.DataFrame:
+    """``totals.csv`` of the gated dates (``hierarchy_gate``): per (date, mode, tap) the published total
+    (``stored_totals``) and the 95% bound of its noise as the charge recorded it."""
+    out = [(day.replace("-", ""), mode, tap, n, int(recorded["error_bound_95"]))
+           for (day, mode), (counts, recorded) in stored_totals(frames, ledger, root).items()
+           for tap, n in zip(TAPS, counts)]
     return pd.DataFrame(out, columns=TOTALS_COLUMNS).astype({"count": "int64", "error_95": "int64"})
 
 

@@ -301,7 +301,7 @@ def _marginal(name: str, table: str, tap: str, p: dict) -> dict:
         "release_probability": {str(n): tail.release_probability(n, scale, m) for n in _counts(tail, scale, m)},
         "published_surely_from": _published_from(tail, scale, m),
         "error_bound_95": tail.error_bound(scale, CONFIDENCE),
-        **({"fit_error_sd": p["fit_error_sd"]} if "fit_error_sd" in p else {}),  # the hierarchy design's fit
+        **{k: p[k] for k in ("fit_error_sd", "root") if k in p},  # the hierarchy design's fit
     }
 
 

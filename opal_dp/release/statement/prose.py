@@ -116,12 +116,14 @@ DESIGNS["hierarchy"] = {
         "A hierarchy per date, mode and tap: the mode's day, each station's day, each station's hours and the "
         "15-minute cells are each measured with noise on every cell of the public domain, zeros included, then made "
         "consistent from the top down, so that every level adds up exactly to the one above; the three files are "
-        "derived from that one fit, with remainder rows."
+        "derived from that one fit, with remainder rows. Where totals.csv is published, the top of each tree is the "
+        "day's published total (each marginal's root: totals.csv), so every file adds up to totals.csv exactly."
     ),
     "post_processing": (
-        "The consistent fit (weighted least squares, rounded to non-negative integers with exact sums), the listing "
-        "of a cell when its noisy count reaches its level's threshold and the spread of a remainder over its "
-        "window's totals are post-processing of the noisy measurements: they cost no privacy."
+        "The consistent fit (weighted least squares, rounded to non-negative integers with exact sums), the pin of "
+        "each tree's top to the published daily totals (released and charged as totals.csv), the listing of a cell "
+        "when its noisy count reaches its level's threshold and the spread of a remainder over its window's totals "
+        "are post-processing of the noisy measurements: they cost no privacy."
     ),
     "remainder_rows": DESIGNS["public_domain"]["remainder_rows"].replace(
         "lists the cells with at least tau trips one by one", "lists the cells whose noisy count reached tau"),
