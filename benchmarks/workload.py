@@ -31,14 +31,17 @@ import pandas as pd
 
 from benchmarks.person_cap import kept_cards, load_week, week_arguments, week_raw
 from opal_dp.core import PrivacyUnit
+from opal_dp.core.totals import measure_totals
 from opal_dp.network import MODES, load_stops
 from opal_dp.prep.binning import split_by_mode
 from opal_dp.prep.bounding import bound_day
+from opal_dp.prep.sequences import card_day_sequences, trip_alphabet
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.marginals.tables import TAPS
 from opal_dp.release.marginals.time_loc_hierarchy import (FALSE_CELLS, LEVELS, SHARES, TreeRelease, period_budget,
                                                           release_period, time_loc_domains)
 from opal_dp.release.marginals.time_loc_tables import open_data_blocks, resolution_rows
+from opal_dp.release.od.hierarchy import hierarchy_budgets, od_domain
 from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.settings import PrivacySettings
@@ -64,14 +67,28 @@ def design_name(design: Levels) -> str:
     return " > ".join(f"{level} {share:g}" for level, share in zip(*design))
 
 
+def published_totals(days: Mapping[str, pd.DataFrame], stops: pd.DataFrame, settings: PrivacySettings
+                     ) -> dict[tuple[str, str], tuple[int, int]]:
+    """The daily totals as the default release publishes them (``totals.csv``: the OD hierarchy's card-day sequences
+    and their per-mode bound, production noise, floored at 0), for the hierarchy to be pinned to."""
+    domain, (_, budget) = od_domain(stops), hierarchy_budgets(settings)
+    out = {}
+    for day, trips in days.items():
+        truth = domain.totals(card_day_sequences(trips, trip_alphabet(stops), settings.od_height), budget.max_per_mode)
+        for mode, counts in truth.items():
+            out[day, mode] = tuple(max(0, int(n)) for n in measure_totals(counts, budget))
+    return out
+
+
 def measure(days: Mapping[str, pd.DataFrame], stops: pd.DataFrame, settings: PrivacySettings, key: bytes,
             designs: Sequence[Levels] = ((LEVELS, SHARES),), rho: float | None = None,
-            false_cells: float = FALSE_CELLS) -> tuple[pd.DataFrame, dict, dict]:
+            false_cells: float = FALSE_CELLS, pinned: bool = False) -> tuple[pd.DataFrame, dict, dict]:
     """One row per (method, class, tap); the budgets used; and per method (the hierarchies and the default) and
     class, the tap-on (truth, answer) pairs of the listed queries (``true_vs_released``). ``rho``: the hierarchies'
     weekly rho instead of the default marginals' (what a larger share of the person cap would buy);
     ``false_cells``: the hierarchies' expected empty cells listed per level and period (a smaller figure lists
-    fewer, larger cells)."""
+    fewer, larger cells); ``pinned``: the hierarchies pinned to the published daily totals (``published_totals``),
+    as a release with the OD hierarchy pins them."""
     period = tuple(sorted(days))
     bounds = settings.bounds
     epsilon, delta = settings.budget()
@@ -102,8 +119,10 @@ def measure(days: Mapping[str, pd.DataFrame], stops: pd.DataFrame, settings: Pri
                     for c, answer in table_answers(released, tap, dom).items():
                         scores[name, c, tap].add(answer, truths[day, mode, tap][c])
         print(f"{day} done", file=sys.stderr)
+    totals = published_totals(days, stops, settings) if pinned else None
     for name, (levels, budget) in budgets.items():
-        for (day, mode, tap), release in release_period(period, finest, domains, budget, levels).items():
+        for (day, mode, tap), release in release_period(period, finest, domains, budget, levels,
+                                                         totals=totals).items():
             for c, answer in hierarchy_answers(release).items():
                 scores[name, c, tap].add(answer, truths[day, mode, tap][c])
     rows = [{"method": m, "class": c, "tap": t, **s.figures()} for (m, c, t), s in scores.items()]
@@ -136,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a hierarchy's levels, root first, each with its rho share (repeat to compare several; "
                         "default: " + ",".join(f"{level}={share:g}" for level, share in zip(LEVELS, SHARES)) + ")")
     parser.add_argument("--rho", type=float, help="the hierarchies' weekly rho (default: the default marginals')")
+    parser.add_argument("--pinned", action="store_true",
+                        help="pin the hierarchies to the published daily totals, as a release with the OD hierarchy "
+                             "does (default: each tree's own measured root)")
     parser.add_argument("--false-cells", type=float, default=FALSE_CELLS,
                         help="the hierarchies' expected empty cells listed per level and week")
     args = parser.parse_args(argv)
@@ -145,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     designs = [tuple(zip(*((level, float(share)) for level, share in (p.split("=") for p in option.split(",")))))
                for option in args.hierarchy] if args.hierarchy else [(LEVELS, SHARES)]
     scores, budgets, points = measure(days, stops, PrivacySettings(), os.urandom(32), designs, args.rho,
-                                      args.false_cells)
+                                      args.false_cells, args.pinned)
     command = " ".join(["python -m benchmarks.workload", *(argv if argv is not None else sys.argv[1:])])
     result = {"command": command, "scale": args.scale, "trips": sum(len(t) for t in days.values()),
               "seconds": time.perf_counter() - started, "budgets": budgets, "scores": scores.to_dict(orient="records")}

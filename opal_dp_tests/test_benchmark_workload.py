@@ -68,3 +68,24 @@ def test_scores_share_wre_and_errors_as_documented():
     figures = score.figures()
     assert figures["share"] == 110 / 610 and math.isclose(figures["wre"], 15 / 110)
     assert figures["queries_100"] == 3 and figures["median"] == 1.0 and math.isclose(figures["p90"], 1.0)
+
+
+def test_published_totals_count_as_the_od_hierarchy_does(monkeypatch):
+    """The totals the benchmark pins to (``--pinned``) are the default release's: a card-day's first two trips of a
+    mode, tap-off only where recorded (noise set to 0 here)."""
+    import benchmarks.workload as workload
+    from opal_dp.network import MODES
+    from opal_dp.prep.binning import location_labels
+    from opal_dp.prep.schemas import UNKNOWN, UNKNOWN_LABEL
+    from opal_dp.release.settings import PrivacySettings
+
+    monkeypatch.setattr(workload, "measure_totals", lambda counts, budget: counts)
+    labels = list(dict.fromkeys([*location_labels(STOPS), UNKNOWN_LABEL]))
+    trips = pd.DataFrame({"tap_on_window": np.array([1, 2, 3, 4], np.int16),
+                          "tap_on_loc": pd.Categorical(["2000", "2001", "2000", "Central"], categories=labels),
+                          "tap_off_window": np.array([2, 3, 4, UNKNOWN], np.int16),
+                          "tap_off_loc": pd.Categorical(["2001", "2000", "2001", UNKNOWN_LABEL], categories=labels),
+                          "mode": pd.Categorical(["bus", "bus", "bus", "train"], categories=list(MODES)),
+                          "card_id": np.full(4, 7, np.int64)})
+    totals = workload.published_totals({"2016-07-25": trips}, STOPS, PrivacySettings())
+    assert totals[("2016-07-25", "bus")] == (2, 2) and totals[("2016-07-25", "train")] == (1, 0)

@@ -33,12 +33,12 @@ def released(tmp_path_factory):
     validate_published(latest)
     tables = {t: pd.read_csv(latest / f"{t}.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
               for t in ("time-loc", "time", "loc", LEVELS_TABLE)}
-    return results, json.loads((latest / "privacy.json").read_text()), tables, latest.resolve()
+    return results, json.loads((latest / "privacy.json").read_text()), tables, latest.resolve(), root
 
 
 @pytest.mark.slow
 def test_a_weekly_release_publishes_files_and_levels_that_add_up(released):
-    results, statement, tables, latest = released
+    results, statement, tables, latest, _ = released
     evaluations = results["release"][0].get_asset_check_evaluations()
     checked = {e.check_name for e in evaluations}
     assert evaluations and all(e.passed for e in evaluations)
@@ -64,7 +64,7 @@ def test_a_weekly_release_publishes_files_and_levels_that_add_up(released):
 
 @pytest.mark.slow
 def test_the_page_states_the_hourly_profile_and_the_stations_with_the_fits_error(released):
-    _, statement, tables, latest = released
+    _, statement, tables, latest, _ = released
     page = (latest / "index.html").read_text()
     on = next(m for m in statement["marginals"] if m["file"] == "time.csv" and m["tap"] == "on")
     hour = on["fit_error_sd"]["train"]["hour"]
@@ -82,7 +82,7 @@ def test_the_page_states_the_hourly_profile_and_the_stations_with_the_fits_error
 
 @pytest.mark.slow
 def test_the_trees_add_up_to_the_published_totals_and_a_total_one_off_is_refused(released, tmp_path):
-    _, statement, tables, latest = released
+    _, statement, tables, latest, _ = released
     totals = pd.read_csv(latest / "totals.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
     assert totals_problems(tables["loc"], totals) == []
     assert {m["root"] for m in statement["marginals"]} == {"totals.csv"}
@@ -123,3 +123,30 @@ def test_the_plan_charges_each_table_its_levels_and_refuses_what_it_cannot_measu
         PrivacySettings(release_design="hierarchy", mechanism="laplace").plan()
     with pytest.raises(ValueError, match="measures cards"):
         PrivacySettings(release_design="hierarchy", privacy_unit="trip", mechanism="gaussian").plan()
+
+
+@pytest.mark.slow
+def test_the_pinned_input_version_names_the_totals_draws_and_a_week_without_them_is_refused(released):
+    """The release step's reading of the week's published totals (``_published_totals``) on the release's own ledger
+    and OD draws: each scope's input version names its totals' ledger draws, so totals drawn again make a new input
+    (drawn and charged anew, never old trees reused); a week without them is refused, nothing charged."""
+    from opal_dp.defs.marginals.release import _published_totals
+    from opal_dp.defs.shared.storage import OpalStorage
+
+    *_, root = released
+    storage = OpalStorage.resolved(root)
+    settings = PrivacySettings(release_design="hierarchy")
+    plan, ledger = settings.plan(), settings.ledger(storage)
+    frames = {day: pd.read_parquet(storage.private_dir / "od_hierarchy" / f"{day}.parquet") for day in DAYS}
+    keys = [f"{day}|{mode}" for day in DAYS for mode in ("bus", "ferry", "light_rail", "train")]
+    totals, versions = _published_totals(plan, frames, keys, ledger, storage, {day: "raw:week" for day in DAYS})
+    ids = sorted(int(i) for f in frames.values() for i in f["draw_id"].unique())
+    assert set(versions.values()) == {"raw:week+totals:" + ",".join(map(str, ids))}
+    published = pd.read_csv(root / "published" / "latest" / "totals.csv", dtype=str).astype({"count": "int64"})
+    assert {(f"{d[:4]}-{d[4:6]}-{d[6:]}|{m}", t): n for d, m, t, n in published[["date", "mode", "tap", "count"]]
+            .itertuples(index=False)} == {(key, tap): n for key, pair in totals.items() for tap, n in zip(("on", "off"),
+                                                                                                      pair)}
+    charges = len(ledger.charges())
+    with pytest.raises(dg.Failure, match=f"none are drawn yet for {DAYS[0]}: run release_od"):
+        _published_totals(plan, {DAYS[1]: frames[DAYS[1]]}, keys, ledger, storage, {day: "raw:week" for day in DAYS})
+    assert len(ledger.charges()) == charges

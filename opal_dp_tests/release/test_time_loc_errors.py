@@ -49,15 +49,46 @@ def _consistent(errors: np.ndarray, sd: float) -> bool:
     return stats.chi2.ppf(ALPHA / 2, n) <= statistic <= stats.chi2.ppf(1 - ALPHA / 2, n)
 
 
-@pytest.mark.parametrize("mode, tap, root_sd", [("bus", "on", None), ("train", "off", None), ("bus", "on", 30.0),
-                                                ("train", "off", 30.0)])  # five stations; three and the unknown cell
+@pytest.mark.parametrize("mode, tap, root_sd", [("bus", "on", None), ("train", "off", 30.0)])
 def test_the_closed_form_is_the_error_of_the_real_fit(mode, tap, root_sd):
-    """Measured roots, or roots pinned to published totals (``totals_pins``)."""
+    """Sampled, with the real measurement's noise: a measured root (five stations), and a root pinned to published
+    totals (``totals_pins``: three stations and the unknown cell)."""
     closed, station, hour = _errors(mode, tap, root_sd)
     assert _consistent(station, closed.station_day) and _consistent(hour, closed.hour)
     # what a reader would assume without the fit: the levels' own noise, summed over the hour's stations
     sigmas = period_budget(0.05, ContributionBounds(4, 1), 1, taps=1).sigmas
     assert not _consistent(hour, sigmas[2] * math.sqrt(len(time_loc_domains(STOPS)[mode, tap].locations)))
+
+
+@pytest.mark.parametrize("tap, pinned", [("on", False), ("off", False), ("on", True), ("off", True)])
+def test_the_closed_form_is_exactly_the_real_fits_linear_error(tap, pinned):
+    """Exact, not sampled: the real fit's error is linear in each measured count (and pinned total) where nothing is
+    raised to 0; each one's coefficient, found by moving it alone, times its level's sigma, summed in squares, is the
+    closed form's variance (train: three stations, and tap-off's unknown cell)."""
+    dom = time_loc_domains(STOPS)["train", tap]
+    budget = period_budget(0.05, ContributionBounds(4, 1), 1, taps=1)
+    tree, n, base, step, root_sd = dom.tree(LEVELS), len(dom.locations), 10**7, 10**6, 30.0
+    truth = [level.astype(np.float64) for level in tree.level_counts(np.full(dom.cells, base, dtype=np.int64))]
+    totals = (int(truth[0][0]), WINDOWS_PER_DAY * n * base)
+
+    def figures(levels, pins) -> np.ndarray:
+        counts = fit(tree, Measurement(tuple(levels)), budget.sigmas, 0, pins).counts
+        return np.array([counts[1][0], counts[2][7 * n: 8 * n].sum()], dtype=np.float64)
+
+    at_truth = figures(truth, totals_pins(dom, totals) if pinned else None)
+    variance = np.zeros(2)
+    for level, sigma in enumerate(budget.sigmas):
+        for cell in range(tree.sizes[level]):
+            moved = [v.copy() for v in truth]
+            moved[level][cell] += step
+            coefficient = (figures(moved, totals_pins(dom, totals) if pinned else None) - at_truth) / step
+            variance += (coefficient * sigma) ** 2
+    for which in range(2 if pinned else 0):  # the published totals' own noise
+        moved = list(totals)
+        moved[which] += step
+        variance += ((figures(truth, totals_pins(dom, tuple(moved))) - at_truth) / step * root_sd) ** 2
+    closed = fit_error(budget.sigmas, n, dom.unknown, root_sd if pinned else None)
+    assert np.sqrt(variance) == pytest.approx([closed.station_day, closed.hour], rel=1e-4)
 
 
 def test_the_closed_form_grows_with_the_stations_and_shrinks_below_the_levels_noise():

@@ -143,3 +143,4 @@ def test_trees_pinned_to_the_published_totals_add_up_to_them_exactly():
         planted = frame.copy()
         planted.loc[planted.index[planted["tap"] == tap][0], "count"] += 1
         assert len(totals_problems(tables["loc"], planted)) == 1
+    assert len(totals_problems(tables["loc"], frame.iloc[1:])) == 1  # a day and mode of loc.csv without its total

@@ -133,7 +133,7 @@ def release_marginals(
     versions = {day: v for found in inputs.values() for day, v in found.scope_versions(plan.unit).items()}
     try:  # each piece's truths and true cells made in the per-day workers
         ledger = privacy_budget.ledger(storage)
-        totals = _published_totals(plan, od_hierarchy, keys, ledger, storage)
+        totals, versions = _published_totals(plan, od_hierarchy, keys, ledger, storage, versions)
         made = dict(zip(keys, map_calls(partition_truths, [
             (trip_partitions.path(key), trips_over_bound.path(date_and_mode(key)[0]), date_and_mode(key)[1],
              list(plan.mechanisms)) for key in keys], workers.count)))
@@ -193,21 +193,32 @@ def release_marginals(
     yield from _check_results(list(released_by_key), problems, plausible, plan.design)
 
 
-def _published_totals(plan, od_hierarchy: PartitionFrames, keys: list[str], ledger, storage: OpalStorage
-                      ) -> dict[str, tuple[int, int]] | None:
-    """Each (date, mode) piece's published (tap-on, tap-off) totals, when the plan pins its trees to them (the
-    hierarchy design with the OD hierarchy on); refused, before anything is charged, for a date without them."""
+def _published_totals(plan, od_hierarchy: PartitionFrames, keys: list[str], ledger, storage: OpalStorage,
+                      versions: dict[str, str]) -> tuple[dict[str, tuple[int, int]] | None, dict[str, str]]:
+    """Each (date, mode) piece's published (tap-on, tap-off) totals when the plan pins its trees to them (the
+    hierarchy design with the OD hierarchy on), and the input versions with the totals' ledger draws in them: a week
+    whose totals were drawn again is a new input (drawn and charged anew), never a reuse of trees pinned to the old
+    ones; the draws are public ledger events. Refused, before anything is charged, for a date without them or with
+    totals of another noise than the plan's."""
     if plan.design is not Design.HIERARCHY or plan.hierarchy["on"].root_sd is None:
-        return None
+        return None, versions
     days = sorted({date_and_mode(key)[0] for key in keys})
-    found = stored_totals({day: od_hierarchy[day] for day in days if day in od_hierarchy}, ledger,
-                          storage.private_dir)
-    totals = {f"{day}|{mode}": counts for (day, mode), (counts, _) in found.items()}
-    missing = sorted({date_and_mode(key)[0] for key in keys if key not in totals})
+    missing = [day for day in days if day not in od_hierarchy]
+    found = stored_totals({day: od_hierarchy[day] for day in days if day not in missing}, ledger,
+                          storage.private_dir) if len(missing) < len(days) else {}
+    missing = sorted({date_and_mode(key)[0] for key in keys if date_and_mode(key) not in found})
     if missing:
-        raise dg.Failure(description="the hierarchy design pins its trees to the published daily totals, and "
-                                     f"{', '.join(missing)} has none yet: run release_od for the week first")
-    return totals
+        raise dg.Failure(description="the hierarchy design pins its trees to the published daily totals, and none "
+                                     f"are drawn yet for {', '.join(missing)}: run release_od for the week first")
+    if any(recorded["sigma"] != plan.hierarchy["on"].root_sd for _, recorded, _ in found.values()):
+        raise dg.Failure(description="the daily totals were drawn with another noise than this plan's: release the "
+                                     "week's OD products again with the same settings (release_od) first")
+    draws: dict[str, list[int]] = {}
+    for (day, _), (_, _, draw_id) in found.items():
+        draws.setdefault(versions[day], []).append(draw_id)
+    pinned = {version: f"{version}+totals:{','.join(map(str, sorted(ids)))}" for version, ids in draws.items()}
+    return ({f"{day}|{mode}": counts for (day, mode), (counts, _, _) in found.items()},
+            {day: pinned[version] for day, version in versions.items()})
 
 
 def _record_per_partition(context, released_by_key: dict, spend: dict, plan, problems: dict[str, list[str]],

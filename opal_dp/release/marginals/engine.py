@@ -184,6 +184,10 @@ def draw_tap(partition: pd.DataFrame, plan: ReleasePlan, mode: str, tap: str,
     labels = partition[f"tap_{tap}_loc"].cat.categories
     if plan.design is Design.HIERARCHY:
         taps = plan.hierarchy[tap]
+        if (taps.root_sd is None) != (totals is None):
+            raise ValueError(f"{mode} tap-{tap}: the plan {'pins' if totals is None else 'does not pin'} its trees to "
+                             "the published daily totals, and the draw was given "
+                             f"{'none' if totals is None else 'some'}")
         dom = taps.domains[mode]
         finest = dom.finest_counts(partition[f"tap_{tap}_window"].to_numpy("int64"),
                                    partition[f"tap_{tap}_loc"].astype(str).to_numpy(object))

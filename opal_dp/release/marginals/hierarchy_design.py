@@ -35,7 +35,6 @@ from opal_dp.core.mechanism import Relation
 from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.release.marginals.tables import MARGINALS, TAPS
-from opal_dp.release.marginals.time_loc_errors import fit_error
 from opal_dp.release.marginals.time_loc_hierarchy import LEVELS, TapDomain, TreeRelease, listing_taus, period_budget
 from opal_dp.release.marginals.time_loc_tables import open_data_blocks
 
@@ -61,12 +60,6 @@ class TapHierarchy:
         text = json.dumps({m: [d.locations, d.districts, d.location_district.tolist()]
                            for m, d in sorted(self.domains.items())}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
-
-    def fit_errors(self) -> dict[str, dict]:
-        """Per mode, the fit's error of a station's day and of the mode's hour (``time_loc_errors``): what the page
-        states beside the busiest stations and the hourly profile."""
-        return {mode: fit_error(self.budget.sigmas, len(d.locations), d.unknown, self.root_sd).describe()
-                for mode, d in sorted(self.domains.items())}
 
 
 @dataclass(frozen=True)
@@ -108,8 +101,9 @@ class LevelMeasurement:
                 "taus": list(self.tap_plan.taus), "threshold": float(listed_from), "min_released_count": listed_from,
                 "tau": self.tap_plan.taus[-1],
                 "expected_false_cells_per_day": len(TAPS) * budget.false_cells / self.tap_plan.dates,
-                "fit_error_sd": self.tap_plan.fit_errors(),  # per mode: a station's day, the mode's hour
+                "stations": {m: len(d.locations) for m, d in sorted(self.tap_plan.domains.items())},
                 "root": "totals.csv" if self.tap_plan.root_sd is not None else "measured",
+                "root_sd": self.tap_plan.root_sd,
                 "domain_digest": self.tap_plan.digest, "cost": self.cost().describe(),
                 "seeded": bool(self.tap_plan.noise.seeded)}
 

@@ -75,7 +75,9 @@ class MarginalTables:
         if f"{LEVELS_TABLE}.csv" in present:
             loc = pd.read_csv(folder / "loc.csv", dtype=str, keep_default_na=False).astype({"count": "int64"})
             levels = levels_file_problems(folder / f"{LEVELS_TABLE}.csv", loc)
-            if "totals.csv" in present:  # the trees are pinned to the day's published totals
+            if any(m.get("root") == "totals.csv" for m in (statement or {}).get("marginals", [])):  # pinned trees
+                if "totals.csv" not in present:
+                    return ["the trees are pinned to totals.csv (privacy.json), which the date does not have"]
                 totals = pd.read_csv(folder / "totals.csv", dtype=str, keep_default_na=False)
                 pinned = totals_problems(loc, totals.astype({"count": "int64"}))
                 levels += [f"loc.csv and totals.csv: {p}" for p in pinned]

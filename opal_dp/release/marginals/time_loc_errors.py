@@ -65,3 +65,12 @@ def fit_error(sigmas: tuple[float, ...], stations: int, unknown: int, root_sd: f
     hour = (((1 + b) ** 2 + (HOURS - 1) * b * b) * stations * v2 + g * g * stations * s1
             + (k * a0 / HOURS) ** 2 * (s0 + u1))
     return FitError(math.sqrt(station), math.sqrt(hour))
+
+
+def fit_errors_of(record: dict) -> dict[str, dict]:
+    """Per mode, the fit's error (``fit_error``) of a hierarchy table's ledger record (``LevelMeasurement.describe``:
+    its levels' sigmas, the mode's stations, its tap and ``root_sd``): derived for the statement and the page from the
+    recorded parameters, not part of the mechanism."""
+    sigmas = tuple(record["hierarchy"]["sigma"])
+    return {mode: fit_error(sigmas, n, int(record["tap"] == "off"), record.get("root_sd")).describe()
+            for mode, n in sorted(record["stations"].items())}

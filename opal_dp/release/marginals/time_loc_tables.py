@@ -189,12 +189,14 @@ def level_problems(levels: pd.DataFrame, loc: pd.DataFrame) -> list[str]:
 def totals_problems(loc: pd.DataFrame, totals: pd.DataFrame) -> list[str]:
     """What breaks the pin to the published daily totals (``time_loc_hierarchy.totals_pins``): per (date, mode) of
     ``totals`` (``totals.csv``), ``loc.csv``'s tap-on rows must add up to its tap-on total and its tap-off rows of a
-    known location to its tap-off total. Empty when they do."""
+    known location to its tap-off total; ``loc.csv`` has no (date, mode, tap) that ``totals`` lacks. Empty when they
+    do."""
     known = loc.loc[(loc["tap"] == "on") | (loc["loc"] != UNKNOWN_LABEL)]
     sums = known.groupby(["date", "mode", "tap"], observed=True)["count"].sum()
-    return [f"{day} {mode} tap-{tap}: loc.csv {int(sums.get((day, mode, tap), 0))}, totals.csv {count}"
-            for day, mode, tap, count in totals[["date", "mode", "tap", "count"]].itertuples(index=False)
-            if int(sums.get((day, mode, tap), 0)) != int(count)]
+    stated = totals.set_index(["date", "mode", "tap"])["count"]
+    return [f"{day} {mode} tap-{tap}: loc.csv {int(sums.get((day, mode, tap), 0))}, totals.csv "
+            f"{stated.get((day, mode, tap), 'none')}" for day, mode, tap in sorted({*sums.index, *stated.index})
+            if (day, mode, tap) not in stated or int(sums.get((day, mode, tap), 0)) != int(stated[day, mode, tap])]
 
 
 LEVELS_TABLE = "time-loc-levels"

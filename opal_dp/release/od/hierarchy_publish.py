@@ -97,13 +97,17 @@ def _stored_draws(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> 
 
 
 def stored_totals(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path
-                  ) -> dict[tuple[str, str], tuple[tuple[int, int], dict]]:
+                  ) -> dict[tuple[str, str], tuple[tuple[int, int], dict, int]]:
     """(date, mode) -> the published (tap-on, tap-off) totals of the ledger's draw (its stored noisy totals floored
-    at 0: post-processing) and the totals' parameters as its charge recorded them."""
+    at 0: post-processing), the totals' parameters as its charge recorded them, and the draw's id; refuses rows
+    whose draw is not a completed ledger draw of their date."""
     out = {}
-    for (day, mode), (_, draw, recorded) in sorted(_stored_draws(frames, ledger).items()):
+    for (day, mode), (draw_id, draw, recorded) in sorted(_stored_draws(frames, ledger).items()):
+        if draw is None or draw.status != "complete" or draw.date != day:
+            raise ValueError(f"{day} {mode}: the OD hierarchy's rows name draw {draw_id}, not a completed ledger draw "
+                             "of that date")
         on, off = (max(0, int(n)) for n in totals_of(pd.read_parquet(root / draw.release_ref)))
-        out[day, mode] = (on, off), recorded["totals"]
+        out[day, mode] = (on, off), recorded["totals"], draw_id
     return out
 
 
@@ -111,7 +115,7 @@ def totals_table(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root
     """``totals.csv`` of the gated dates (``hierarchy_gate``): per (date, mode, tap) the published total
     (``stored_totals``) and the 95% bound of its noise as the charge recorded it."""
     out = [(day.replace("-", ""), mode, tap, n, int(recorded["error_bound_95"]))
-           for (day, mode), (counts, recorded) in stored_totals(frames, ledger, root).items()
+           for (day, mode), (counts, recorded, _) in stored_totals(frames, ledger, root).items()
            for tap, n in zip(TAPS, counts)]
     return pd.DataFrame(out, columns=TOTALS_COLUMNS).astype({"count": "int64", "error_95": "int64"})
 

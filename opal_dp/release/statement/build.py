@@ -30,6 +30,7 @@ from opal_dp.release.statement.person import person_section
 from opal_dp.release.statement.runs import draws_section, partitions_section
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.network import MODES
+from opal_dp.release.marginals.time_loc_errors import fit_errors_of
 from opal_dp.release.options import Design
 
 SCHEMA_VERSION = 4  # 4: partitions, dates and draws stated as runs (``runs``); 3: the release design ("design")
@@ -301,7 +302,7 @@ def _marginal(name: str, table: str, tap: str, p: dict) -> dict:
         "release_probability": {str(n): tail.release_probability(n, scale, m) for n in _counts(tail, scale, m)},
         "published_surely_from": _published_from(tail, scale, m),
         "error_bound_95": tail.error_bound(scale, CONFIDENCE),
-        **{k: p[k] for k in ("fit_error_sd", "root") if k in p},  # the hierarchy design's fit
+        **({"root": p["root"], "fit_error_sd": fit_errors_of(p)} if "stations" in p else {}),  # the hierarchy's fit
     }
 
 

@@ -117,7 +117,8 @@ DESIGNS["hierarchy"] = {
         "15-minute cells are each measured with noise on every cell of the public domain, zeros included, then made "
         "consistent from the top down, so that every level adds up exactly to the one above; the three files are "
         "derived from that one fit, with remainder rows. Where totals.csv is published, the top of each tree is the "
-        "day's published total (each marginal's root: totals.csv), so every file adds up to totals.csv exactly."
+        "day's published total (each marginal's root: totals.csv): the tap-on rows add up to the tap-on total and the "
+        "tap-off rows of a known location to the tap-off total, exactly."
     ),
     "post_processing": (
         "The consistent fit (weighted least squares, rounded to non-negative integers with exact sums), the pin of "
