@@ -23,8 +23,8 @@ from opal_dp.prep.binning import location_labels
 from opal_dp.release.marginals.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
 from opal_dp.release.marginals.engine import partition_truths, release_partitions
 from opal_dp.release.marginals.tables import BY_NAME, MARGINALS
-from opal_dp.release.od.hierarchy_publish import stored_totals
 from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
+from opal_dp.release.od.hierarchy_publish import stored_totals
 from opal_dp.release.options import Design
 from opal_dp.release.periods import week_of
 from opal_dp.release.statement.person import person_account
@@ -202,10 +202,8 @@ def _published_totals(plan, od_hierarchy: PartitionFrames, keys: list[str], ledg
     totals of another noise than the plan's."""
     if plan.design is not Design.HIERARCHY or plan.hierarchy["on"].root_sd is None:
         return None, versions
-    days = sorted({date_and_mode(key)[0] for key in keys})
-    missing = [day for day in days if day not in od_hierarchy]
-    found = stored_totals({day: od_hierarchy[day] for day in days if day not in missing}, ledger,
-                          storage.private_dir) if len(missing) < len(days) else {}
+    present = {day: od_hierarchy[day] for day in sorted({date_and_mode(key)[0] for key in keys}) if day in od_hierarchy}
+    found = stored_totals(present, ledger, storage.private_dir) if present else {}
     missing = sorted({date_and_mode(key)[0] for key in keys if date_and_mode(key) not in found})
     if missing:
         raise dg.Failure(description="the hierarchy design pins its trees to the published daily totals, and none "
