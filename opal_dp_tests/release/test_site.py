@@ -157,6 +157,15 @@ def test_a_mode_with_nothing_published_gets_a_note_not_a_chart(tables, stated, s
     assert "No location count of this mode was published." in page
 
 
+def test_a_mode_whose_only_time_count_is_of_unknown_time_gets_a_note_not_an_empty_chart(tables, stated, stops):
+    time = tables["time"]
+    unknown = (time["mode"] == "bus") & (time["tap"] == "off") & (time["time"] == UNKNOWN_LABEL)
+    assert unknown.any(), "the fixture publishes bus tap-offs of unknown time"
+    page = render_index({**tables, "time": time[(time["mode"] != "bus") | unknown]}, stated, stops)
+    assert 'id="time-bus"' not in page
+    assert "No time-of-day count of this mode was published." in page
+
+
 def test_the_page_reads_on_a_phone_and_has_a_catalogue_entry(page, stated):
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
     assert "Creative Commons Attribution 4.0 International (CC BY 4.0)" in page and "CC-BY-4.0" in page

@@ -211,6 +211,7 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
     fitted cells whose error has no closed form, while an hour is the fitted station-hours' sum (``fit_error_sd``)."""
     on = marginal_of(statement, "time.csv", "on")
     fitted = "fit_error_sd" in on
+    time = time[time["time"].isin(WINDOW_INDEX)]  # a tap-off of unknown time (-1) has no place on the day's axis
     charts = []
     for mode in modes:
         averages = {tap: (_hourly if fitted else _windows)(rows_of(time, mode, tap), len(days[mode]),
