@@ -37,7 +37,7 @@ imports ``dp-accounting`` (with scipy, about 1.3 s in every process).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, dataclass
 from functools import lru_cache
 from typing import Literal
@@ -220,21 +220,48 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
 def zcdp_rho_for(epsilon: float, delta: float) -> float:
     """Largest rho (to 1e-12 relative) whose OpenDP conversion at ``delta`` stays within ``epsilon``: the bisection of
     [0, epsilon] until its width is 1e-12 of its top, each midpoint asked "does it fit?" (``_Fits``). Brent's method
-    first brackets the boundary with about ten OpenDP conversions, and the bisection then asks OpenDP only about the
+    first brackets the boundary with about ten OpenDP conversions (``_bracket``), and the bisection then asks OpenDP only about the
     midpoints near that bracket: the answer is the one of asking at all of its ~40 midpoints, in a quarter of the
     time. The result is checked by OpenDP itself; if it did not fit, the plain bisection answers."""
     fits = _Fits(epsilon, delta)
     low = (math.sqrt(math.log(1 / delta) + epsilon) - math.sqrt(math.log(1 / delta))) ** 2 if 0 < delta < 1 else 0.0
-    if 0 < low < epsilon and fits.excess(low) <= 0 < fits.excess(epsilon):  # the classic bound fits (CKS is tighter)
-        from scipy.optimize import brentq
-
-        brentq(fits.excess, low, epsilon, xtol=low * 1e-15, disp=False)  # not converged: the bisection still answers
+    if 0 < low < epsilon and (f_low := fits.excess(low)) <= 0 < (f_top := fits.excess(epsilon)):
+        _bracket(fits.excess, low, f_low, epsilon, f_top)  # the classic bound fits (CKS is tighter)
     lo = _bisect(fits, epsilon)
     if lo > 0 and fits.asked.get(lo, 1.0) > 0 and fits.excess(lo) > 0:  # the premise failed: ask at every step
         lo = _bisect(lambda rho: zcdp_epsilon(rho, delta) <= epsilon, epsilon)
     if lo == 0.0:
         raise ValueError(f"no rho > 0 reaches epsilon {epsilon!r} at delta {delta!r}")
     return lo
+
+
+def _bracket(excess: Callable[[float], float], lo: float, f_lo: float, hi: float, f_hi: float) -> None:
+    """Ask ``excess`` (increasing; ``f_lo`` = excess(lo) <= 0 < ``f_hi`` = excess(hi)) at points closing in on its sign
+    change until they are ``MONOTONE_BEYOND`` apart: regula falsi, Illinois variant (an end kept twice in a row has
+    its value halved), a bisection step where the secant leaves the bracket; scipy's ``brentq`` did the same at the
+    cost of importing ``scipy.optimize`` (0.3 s in every process that plans). Only the points asked matter (``_Fits``
+    remembers them): a bracket left wide costs the bisection more questions, never another answer."""
+    kept = 0  # -1: the last step moved lo (hi kept), +1: it moved hi
+    for _ in range(BRACKET_STEPS):
+        width = MONOTONE_BEYOND * hi
+        if hi - lo <= width:
+            return
+        root_lo, root_hi = math.sqrt(lo), math.sqrt(hi)  # the secant on sqrt(rho): epsilon is nearly linear there
+        x = (root_hi - f_hi * (root_hi - root_lo) / (f_hi - f_lo)) ** 2
+        if not lo <= x <= hi:  # not a number, or outside: halve
+            x = lo + (hi - lo) / 2
+        x = min(max(x, lo + width / 2), hi - width / 2)  # a point on an end (its excess exactly 0) closes nothing
+        f = excess(x)
+        if f <= 0:
+            lo, f_lo = x, f
+            f_hi, kept = (f_hi / 2 if kept == -1 else f_hi), -1
+        else:
+            hi, f_hi = x, f
+            f_lo, kept = (f_lo / 2 if kept == 1 else f_lo), 1
+
+
+BRACKET_STEPS = 60
+"""At most this many OpenDP conversions in ``_bracket`` (about ten suffice)."""
 
 
 def _bisect(fits, epsilon: float) -> float:

@@ -141,14 +141,14 @@ def test_on_zcdp_alone_the_rdp_route_never_states_less_than_openDP(delta) -> Non
 
 def test_a_release_of_zcdp_pieces_composes_without_dp_accounting_and_a_mixed_one_with_it() -> None:
     """The default card-level release (zCDP pieces only) never imports dp-accounting and scipy (about 1.3 s a
-    process); a composition with an (epsilon, delta) piece still takes its tighter routes."""
+    process), neither to compose nor to calibrate (``zcdp_rho_for``); a composition with an (epsilon, delta) piece still takes its tighter routes."""
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", """
 import sys
-from opal_dp.core.accounting import PrivacyCost, compose
-zcdp = compose([PrivacyCost.zcdp(0.12, 6.25e-8)] * 6, 1e-6)
+from opal_dp.core.accounting import PrivacyCost, compose, zcdp_rho_for
+zcdp = compose([PrivacyCost.zcdp(zcdp_rho_for(1.0, 6.25e-8), 6.25e-8)] * 6, 1e-6)  # a plan's calibration too
 alone = sorted({m.split(".")[0] for m in sys.modules} & {"dp_accounting", "scipy"})
 mixed = compose([PrivacyCost.approx_dp(1.0, 0.0)] * 14 + [PrivacyCost.zcdp(0.12, 6.25e-8)] * 6, 7.5e-7)
 print(zcdp.composition.split(":")[0], alone, mixed.composition.split(":")[0], "dp_accounting" in sys.modules)
