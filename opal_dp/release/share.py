@@ -16,12 +16,13 @@ Everything here is public: the cap, the horizon and the plan, never the data.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import pandas as pd
 
 from opal_dp.core import ContributionBounds, PrivacyCost, PrivacyUnit
-from opal_dp.core.accounting import within
+from opal_dp.core.accounting import compose, within
 from opal_dp.network import load_stops
 from opal_dp.release.marginals.plan import build_plan
 from opal_dp.release.marginals.tables import MARGINALS
@@ -29,6 +30,7 @@ from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import WEEK_DAYS, Periods
 
 REL_TOL = 1e-3  # the result is rounded down to 3 significant digits anyway
+SMALLEST = 2.0**-64  # a share below this fraction of the cap is no budget: the bisection stops
 
 
 def weeks_touching(horizon_days: int) -> int:
@@ -76,6 +78,45 @@ def scope_delta(cap_delta: float, scopes: int) -> float:
     return cap_delta / (2 * scopes)
 
 
+def bisection(fits: Callable[[float], bool], top: float, guess: float | None = None) -> tuple[float, float]:
+    """The bisection of [0, ``top``] until its width is ``REL_TOL`` of its top, each midpoint asked ``fits``
+    (monotone: true below some boundary, false above): its last (lo, hi). With ``guess`` (an estimate of that
+    boundary) the midpoints are compared with the guess instead, and ``fits`` is asked at the two ends reached: when
+    lo fits (or no midpoint did) and hi does not (or every midpoint did), every midpoint was answered as ``fits``
+    answers it -- one answered yes is at most lo, one answered no at least hi -- so the ends are those of asking
+    ``fits`` at every step; else that bisection answers. Two questions instead of about fifteen (with the guess's
+    own six margins: the default share 0.61 s -> 0.42 s in a fresh process)."""
+    ask = fits if guess is None else (lambda epsilon: epsilon <= guess)
+    lo, hi = 0.0, top
+    while hi - lo > REL_TOL * hi and hi > top * SMALLEST:  # below, nothing fits (``share_epsilon`` refuses lo 0)
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ask(mid) else (lo, mid)
+    if guess is not None and not ((lo == 0.0 or fits(lo)) and (hi == top or not fits(hi))):
+        return bisection(fits, top)
+    return lo, hi
+
+
+def boundary_estimate(margin: Callable[[float], float], start: float, steps: int = 8) -> float | None:
+    """Where ``margin`` (increasing, continuous: the composed epsilon less the cap) crosses 0, by the secant from
+    ``start`` and twice it, to a relative 1e-6; None where it does not settle (``bisection`` then asks at every
+    step). Only a guide: ``bisection`` checks what it gives."""
+    try:
+        a, b = start, 2 * start
+        f_a, f_b = margin(a), margin(b)
+        for _ in range(steps):
+            if not (math.isfinite(f_a) and math.isfinite(f_b)) or f_a == f_b:
+                return None
+            a, b, f_a = b, b - f_b * (b - a) / (f_b - f_a), f_b
+            if not b > 0:
+                return None
+            if abs(b - a) <= 1e-6 * b:
+                return b
+            f_b = margin(b)
+    except (ValueError, OverflowError, ZeroDivisionError):
+        return None
+    return None
+
+
 @lru_cache(maxsize=64)
 def share_epsilon(cap_epsilon: float, cap_delta: float, scopes: int, mechanism: Mechanism, design: Design,
                   unit: PrivacyUnit = PrivacyUnit.CARD_PERIOD, others: tuple[PrivacyCost, ...] = ()) -> float:
@@ -84,18 +125,19 @@ def share_epsilon(cap_epsilon: float, cap_delta: float, scopes: int, mechanism: 
     exhaust."""
     delta, stops = scope_delta(cap_delta, scopes), one_stop_per_mode()  # the stop list read once, not at each step
 
+    def costs(epsilon: float) -> list[PrivacyCost]:
+        return scope_costs(epsilon, delta, mechanism, design, unit, others, stops) * scopes
+
     def fits(epsilon: float) -> bool:
-        return within(scope_costs(epsilon, delta, mechanism, design, unit, others, stops) * scopes, cap_epsilon,
-                      cap_delta)
+        return within(costs(epsilon), cap_epsilon, cap_delta)
 
     if others and not within(list(others) * scopes, cap_epsilon, cap_delta):
         raise ValueError(f"the other products alone ({len(others)} charges a scope of {unit.value}, "
                          f"{scopes} scopes) exceed the person cap ({cap_epsilon}, {cap_delta}): lower their budgets "
                          "or turn them off")
-    lo, hi = 0.0, cap_epsilon
-    while hi - lo > REL_TOL * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    guide = None if mechanism.pure else boundary_estimate(  # Laplace: within's basic sums beat composing
+        lambda epsilon: compose(costs(epsilon), cap_delta).epsilon - cap_epsilon, cap_epsilon / scopes)
+    lo, _ = bisection(fits, cap_epsilon, guide)
     if lo <= 0:
         raise ValueError(f"no budget fits the person cap ({cap_epsilon}, {cap_delta}) over {scopes} scopes")
     quantum = 10.0 ** (math.floor(math.log10(lo)) - 2)

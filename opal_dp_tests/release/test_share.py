@@ -17,7 +17,7 @@ from opal_dp.release.options import Design, Mechanism
 from opal_dp.release.periods import Periods
 from opal_dp.release.settings import WEEKLY_OD_HIERARCHY_RHO, WEEKLY_OD_TOTALS_RHO, PrivacySettings
 from opal_dp.release.marginals.tables import MARGINALS
-from opal_dp.release.share import scope_costs, scope_delta, share_epsilon, weeks_touching
+from opal_dp.release.share import bisection, boundary_estimate, scope_costs, scope_delta, share_epsilon, weeks_touching
 from opal_dp_tests.core.test_ledger import release, request
 
 MONDAY = date(2016, 7, 25)
@@ -31,6 +31,31 @@ def test_a_window_touches_at_most_weeks_touching_weeks_and_some_window_all_of_th
     assert len(touched) <= weeks_touching(horizon)
     worst = MONDAY - timedelta(days=1)  # a window starting on a Sunday touches the most weeks
     assert len({Periods().of((worst + timedelta(days=i)).isoformat()) for i in range(horizon)}) == weeks_touching(horizon)
+
+
+@given(st.floats(0.01, 100.0), st.floats(0.0, 1.0), st.one_of(st.none(), st.floats(-1.0, 200.0)))
+@settings(max_examples=300, deadline=None)
+def test_a_guided_bisection_ends_where_asking_at_every_step_ends(top, at, guess):
+    """Whatever the guess (none, right, wrong, outside), the ends are those of the plain bisection of a monotone
+    ``fits``; a guess near the boundary asks ``fits`` twice at most."""
+    boundary = top * at
+    asked = []
+
+    def fits(epsilon: float) -> bool:
+        asked.append(epsilon)
+        return epsilon <= boundary
+
+    plain = bisection(fits, top)
+    asked.clear()
+    assert bisection(fits, top, guess) == plain
+    if guess is not None and guess == boundary:
+        assert len(asked) <= 2
+
+
+def test_the_boundary_estimate_finds_a_crossing_and_gives_up_on_none():
+    assert boundary_estimate(lambda e: e * e - 2.0, 0.5) == pytest.approx(2 ** 0.5, rel=1e-6)
+    assert boundary_estimate(lambda e: 1.0, 0.5) is None  # flat: no crossing
+    assert boundary_estimate(lambda e: float("inf"), 0.5) is None
 
 
 def test_the_weekly_share_fits_and_is_the_largest_to_three_digits():
