@@ -164,7 +164,8 @@ def audit_card_level(
     pairs = [neighbouring_histograms(s, bounds, bounding) for s in scenarios(bounds, released)]
     share = alpha if period_days is None else alpha / 2
     if period_days is None:
-        return audit_pairs(mechanism, pairs, epsilon=epsilon, delta=delta, runs=runs, alpha=share, workers=workers)
+        day = audit_pairs(mechanism, pairs, epsilon=epsilon, delta=delta, runs=runs, alpha=share, workers=workers)
+        return replace(day, seconds=time.perf_counter() - started)
 
     def period_audit() -> AuditReport:
         return audit_samples(_released_total(mechanism), [period_pair(bounds, released, period_days, bounding)],
@@ -174,9 +175,10 @@ def audit_card_level(
     def day_audit() -> AuditReport:
         return audit_pairs(mechanism, pairs, epsilon=epsilon, delta=delta, runs=runs, alpha=share, workers=workers)
 
-    if description["seeded"]:  # one seeded stream, drawn in order: the day pairs, then the period
+    if description.get("seeded", True):  # one seeded stream, drawn in order: the day pairs, then the period
         day, period = day_audit(), period_audit()
-    else:  # OS noise: the period draws in a thread of this process while the worker processes draw the day pairs
+    else:  # OS noise: the period draws in a thread of this process beside the day pairs (in the worker processes, or
+        # in this process when it has none), each draw from its own os.urandom call
         with ThreadPoolExecutor(1) as beside:
             pending = beside.submit(period_audit)
             day, period = day_audit(), pending.result()

@@ -219,10 +219,10 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
 @lru_cache(maxsize=1024)
 def zcdp_rho_for(epsilon: float, delta: float) -> float:
     """Largest rho (to 1e-12 relative) whose OpenDP conversion at ``delta`` stays within ``epsilon``: the bisection of
-    [0, epsilon] until its width is 1e-12 of its top, each midpoint asked "does it fit?" (``_Fits``). Brent's method
-    first brackets the boundary with about ten OpenDP conversions (``_bracket``), and the bisection then asks OpenDP only about the
-    midpoints near that bracket: the answer is the one of asking at all of its ~40 midpoints, in a quarter of the
-    time. The result is checked by OpenDP itself; if it did not fit, the plain bisection answers."""
+    [0, epsilon] until its width is 1e-12 of its top, each midpoint asked "does it fit?" (``_Fits``). A regula falsi
+    first brackets the boundary with about eight OpenDP conversions (``_bracket``), and the bisection then asks OpenDP
+    only about the midpoints near that bracket: the answer is the one of asking at all of its ~40 midpoints, in a
+    quarter of the time. The result is checked by OpenDP itself; if it did not fit, the plain bisection answers."""
     fits = _Fits(epsilon, delta)
     low = (math.sqrt(math.log(1 / delta) + epsilon) - math.sqrt(math.log(1 / delta))) ** 2 if 0 < delta < 1 else 0.0
     if 0 < low < epsilon and (f_low := fits.excess(low)) <= 0 < (f_top := fits.excess(epsilon)):
@@ -247,8 +247,8 @@ def _bracket(excess: Callable[[float], float], lo: float, f_lo: float, hi: float
         if hi - lo <= width:
             return
         root_lo, root_hi = math.sqrt(lo), math.sqrt(hi)  # the secant on sqrt(rho): epsilon is nearly linear there
-        x = (root_hi - f_hi * (root_hi - root_lo) / (f_hi - f_lo)) ** 2
-        if not lo <= x <= hi:  # not a number, or outside: halve
+        x = (root_hi - f_hi * (root_hi - root_lo) / (f_hi - f_lo)) ** 2 if f_hi > f_lo else math.nan
+        if not lo <= x <= hi:  # no secant (the values underflowed to equal), or outside: halve
             x = lo + (hi - lo) / 2
         x = min(max(x, lo + width / 2), hi - width / 2)  # a point on an end (its excess exactly 0) closes nothing
         f = excess(x)

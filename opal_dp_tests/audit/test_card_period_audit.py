@@ -59,3 +59,20 @@ def test_a_mechanism_calibrated_to_one_card_day_fails_the_period_audit(kind):
     report = audit_card_level(mech, BOUNDS, epsilon=epsilon, delta=delta, runs=RUNS, period_days=len(PERIOD))
     assert not report.passed
     assert report.worst.pair.name == "period spread"
+
+
+@pytest.mark.parametrize("calibrated_to", ["card_period", "card_day"])
+def test_with_os_noise_the_period_scenario_drawn_beside_the_day_pairs_still_judges(calibrated_to):
+    """The production path: OS noise, the period scenario drawn in a thread beside the day pairs in two worker
+    processes. The real mechanism passes and its report holds the period's events; the planted one-card-day
+    calibration fails on them (each at most alpha = 1e-6 of being wrong)."""
+    period = {"period_days": len(PERIOD)} if calibrated_to == "card_period" else {}
+    mech, epsilon, delta = audit_mechanism_for("gaussian", BOUNDS, unit=PrivacyUnit(calibrated_to), **period)
+    assert not mech.describe()["seeded"]
+    report = audit_card_level(mech, BOUNDS, epsilon=epsilon, delta=delta, runs=RUNS, period_days=len(PERIOD),
+                              workers=2)
+    assert "period spread" in {e.pair.name for e in report.events}
+    if calibrated_to == "card_period":
+        assert report.passed, report.worst
+    else:
+        assert not report.passed and report.worst.pair.name == "period spread"

@@ -145,8 +145,8 @@ def test_public_page_is_self_contained_and_shows_the_release(release: Path, brow
     statement = json.loads((release / "privacy.json").read_text(encoding="utf-8"))
     time = pd.read_csv(release / "time.csv", dtype=str)
     modes = sorted({k["mode"] for k in partition_keys(statement)})  # every released mode gets its section
-    counted = set(time.loc[time["time"] != "-1", "mode"])  # a small mode's 15-minute counts may all fall below the
-    # threshold while its tap-offs of unknown time (-1) are published: that mode has no chart
+    counted = set(time.loc[time["time"].str.fullmatch(r"\d{1,2}:\d{2}"), "mode"])  # a small mode's 15-minute counts
+    # may all fall below the threshold while its tap-offs of unknown time (-1) are published: that mode has no chart
     assert {"bus", "train"} <= counted, "a large mode published no time counts: raise SCALE"
     located = set(pd.read_csv(release / "loc.csv", dtype=str)["mode"])
     requests: list[str] = []

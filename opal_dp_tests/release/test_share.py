@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from opal_dp.core import PrivacyCost, PrivacyLedger, PrivacyUnit
@@ -34,6 +34,7 @@ def test_a_window_touches_at_most_weeks_touching_weeks_and_some_window_all_of_th
 
 
 @given(st.floats(0.01, 100.0), st.floats(0.0, 1.0), st.one_of(st.none(), st.floats(-1.0, 200.0)))
+@example(3.0, 0.5, 1.5)  # a guess on the boundary, inside: two questions
 @settings(max_examples=300, deadline=None)
 def test_a_guided_bisection_ends_where_asking_at_every_step_ends(top, at, guess):
     """Whatever the guess (none, right, wrong, outside), the ends are those of the plain bisection of a monotone
