@@ -4,9 +4,10 @@ nothing stored, each selected check passed), run with the run plan of a real rel
 tags (partition ranges, weeks), replayed in order on an instance of the same kind. What a release costs above it is
 opal_dp's own work (issue 48: "at most 2x the Dagster-only floor").
 
-``python -m benchmarks.dagster_floor PLAN RESULT`` replays a plan (``release_plan``, as JSON) on an ephemeral
-instance in a fresh process, as the pipeline's repeat ran its release (``benchmarks.pipeline``): its end to end is
-the pipeline's like for like, interpreter start, imports and definitions included."""
+``python -m benchmarks.dagster_floor PLAN RESULT [HOME]`` replays a plan (``release_plan``, as JSON) in a fresh
+process, on an ephemeral instance as the pipeline's repeat ran its release (``benchmarks.pipeline``), or on a new
+persistent Dagster home at HOME as the CLI runs it (``benchmarks.cli_release``): its end to end is the release's like
+for like, interpreter start, imports and definitions included."""
 
 from __future__ import annotations
 
@@ -128,20 +129,29 @@ def replay(plan: RunPlan, instance: dg.DagsterInstance) -> list[float]:
     return seconds
 
 
-def dagster_floor_run(plan: RunPlan, run_dir: Path, env: dict[str, str]) -> dict:
+def dagster_floor_run(plan: RunPlan, run_dir: Path, env: dict[str, str], home: Path | None = None) -> dict:
     """``plan`` replayed in a fresh ``python -m benchmarks.dagster_floor`` process: its end to end (``wall_s``), the
-    seconds of its runs and the events they stored."""
+    seconds of its runs and the events they stored. On an ephemeral instance, or with ``home`` on the persistent
+    instance of a new Dagster home there with opal_dp's settings (``ensure_dagster_home``, as the CLI makes one)."""
     plan_file, result_file = run_dir / "floor_plan.json", run_dir / "floor.json"
     plan_file.write_text(json.dumps(plan))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "benchmarks.dagster_floor", str(plan_file), str(result_file)], env=env,
+    subprocess.run([sys.executable, "-m", "benchmarks.dagster_floor", str(plan_file), str(result_file),
+                    *([str(home)] if home else [])], env=env,
                    cwd=Path(__file__).resolve().parent.parent, check=True, capture_output=True)
     return {"wall_s": time.perf_counter() - started, **json.loads(result_file.read_text())}
 
 
-def main(plan_path: Path, result_path: Path) -> None:
-    """Replay the plan at ``plan_path`` on an ephemeral instance; the seconds and events to ``result_path``."""
-    with dg.DagsterInstance.ephemeral() as instance:
+def main(plan_path: Path, result_path: Path, home: Path | None = None) -> None:
+    """Replay the plan at ``plan_path`` on an ephemeral instance (or on a new persistent Dagster home at ``home``);
+    the seconds and events to ``result_path``."""
+    if home is None:
+        opened = dg.DagsterInstance.ephemeral()
+    else:
+        from opal_dp.defs.shared.instance import ensure_dagster_home
+
+        opened = dg.DagsterInstance.from_config(str(ensure_dagster_home(home)))
+    with opened as instance:
         runs = replay([(job, tags, tuple(checks)) for job, tags, checks in json.loads(plan_path.read_text())], instance)
         events = sum(len(instance.all_logs(run.run_id)) for run in instance.get_runs())
     result_path.write_text(json.dumps({"runs_s": sum(runs), "per_run_s": runs, "events": events}) + "\n")
@@ -150,4 +160,4 @@ def main(plan_path: Path, result_path: Path) -> None:
 if __name__ == "__main__":
     from benchmarks.dagster_floor import main as main_of_module  # the module Dagster reconstructs the jobs from
 
-    main_of_module(*map(Path, sys.argv[1:3]))
+    main_of_module(*map(Path, sys.argv[1:4]))

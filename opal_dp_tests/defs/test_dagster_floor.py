@@ -2,15 +2,18 @@
 same asset graph with steps that do nothing stores the same Dagster events by type as the release, but those of
 the values the real steps store and load and the steps' outputs (the real day step reports its partitions as
 materialisation events, the floor's steps as one output per asset), so that the floor measures Dagster's own cost
-of this graph and plan."""
+of this graph and plan; on an ephemeral instance (the benchmark's headline) and on a persistent home with opal_dp's
+settings (``benchmarks.cli_release``: the CLI's kind of instance)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import dagster as dg
+import pytest
 
 from benchmarks.dagster_floor import CHECKS_TAG, release_plan, replay
+from opal_dp.defs.shared.instance import ensure_dagster_home
 from opal_dp.defs.shared.tags import RELEASE_ID_TAG
 
 VALUES = {dg.DagsterEventType.HANDLED_OUTPUT, dg.DagsterEventType.LOADED_INPUT, dg.DagsterEventType.STEP_INPUT,
@@ -25,12 +28,15 @@ def _events(instance: dg.DagsterInstance, release_id: str | None = None) -> Coun
                    if e.is_dagster_event and e.dagster_event_type not in VALUES)
 
 
-def test_the_floor_replays_the_release_plan_with_the_same_events_but_the_values(released):
+@pytest.mark.parametrize("kind", ["ephemeral", "persistent"])
+def test_the_floor_replays_the_release_plan_with_the_same_events_but_the_values(released, kind, tmp_path):
     instance, results = released  # the session's instance: other tests may have added runs of other jobs to it
     plan = [run for run in release_plan(instance) if run[1].get(RELEASE_ID_TAG) == results.release_id]
     assert [job for job, _, _ in plan].count("rollup") == 1 and len(plan) == results.launched
     assert any(checks for _, _, checks in plan), "the release's checks are evaluated by the floor too"
-    with dg.DagsterInstance.ephemeral() as floor:
+    opened = (dg.DagsterInstance.ephemeral() if kind == "ephemeral"
+              else dg.DagsterInstance.from_config(str(ensure_dagster_home(tmp_path / "home"))))
+    with opened as floor:
         seconds = replay(plan, floor)
         assert len(seconds) == len(plan) and all(s > 0 for s in seconds)
         runs = [(r.job_name, r.tags) for r in reversed(floor.get_runs())]
