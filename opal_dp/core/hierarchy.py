@@ -103,6 +103,24 @@ def pile_up(items: int, cap: int) -> int:
     return (items // cap) * cap**2 + (items % cap) ** 2
 
 
+def first_per_row(values: np.ndarray, cap: int, empty: int) -> np.ndarray:
+    """Which slots of ``values`` (units x slots, in order) a unit keeps when it keeps at most ``cap`` items of one
+    value, the first ones, and none equal to ``empty``: the per-cell (or per-mode) cap of the sensitivity bounds, a
+    rule on each unit's own items only. Slot by slot against the earlier ones (``slots²/2`` comparisons of one
+    column each, no ``units x slots`` temporaries), boolean, the shape of ``values``."""
+    values = np.asarray(values)
+    if values.ndim != 2:
+        raise ValueError(f"values must be units x slots, got shape {values.shape}")
+    columns = list(np.ascontiguousarray(values.T))
+    kept = np.empty(values.shape[::-1], dtype=bool)
+    for j, column in enumerate(columns):
+        before = np.zeros(len(column), dtype=np.int64 if j >= 255 else np.uint8)  # earlier slots of the same value
+        for earlier in columns[:j]:
+            before += earlier == column
+        np.logical_and(column != empty, before < cap, out=kept[j])
+    return kept.T
+
+
 def level_l2_squared(max_items: int, max_per_cell: int, levels: int, coarse_caps: tuple[int, ...] | None = None,
                      groups: int = 1) -> tuple[int, ...]:
     """``sum d²`` bounds of one unit's change to each of ``levels`` levels, the root first (module docstring,

@@ -32,6 +32,7 @@ import numpy as np
 from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.discrete_gaussian import MAX_SIGMA, DiscreteGaussian, error_bound
 from opal_dp.core.gaussian_threshold import sigma_for
+from opal_dp.core.hierarchy import first_per_row
 
 TAPS = ("on", "off")
 TOTALS_PER_MODE = 2
@@ -96,16 +97,14 @@ def card_day_totals(modes: np.ndarray, tapped_off: np.ndarray, max_per_mode: int
     """The true (mode, tap) counts of card-days' trips, shape ``(n_modes, 2)``: ``modes`` (card-days x slots, a mode
     index per trip, ``-1`` for an empty slot, in tap-on order) and ``tapped_off`` (same shape, whether the trip's
     tap-off is recorded); each card-day counts only its first ``max_per_mode`` trips of a mode."""
-    modes = np.asarray(modes, dtype=np.int64)
+    modes = np.asarray(modes)
     if modes.ndim != 2:
         raise ValueError(f"modes must be card-days x slots, got shape {modes.shape}")
-    before = np.zeros(modes.shape, dtype=np.int64)  # earlier trips of the same mode in the card-day
-    for j in range(1, modes.shape[1]):
-        before[:, j] = (modes[:, :j] == modes[:, j:j + 1]).sum(axis=1)
-    kept = (modes >= 0) & (before < max_per_mode)
-    on = np.bincount(modes[kept], minlength=n_modes)
-    off = np.bincount(modes[kept & np.asarray(tapped_off, dtype=bool)], minlength=n_modes)
-    return np.stack([on, off], axis=1).astype(np.int64)
+    kept = first_per_row(modes, max_per_mode, -1) & (modes >= 0)
+    kept_off = kept & np.asarray(tapped_off, dtype=bool)
+    of_mode = [modes == k for k in range(n_modes)]  # a count per mode: no index array of every kept trip
+    return np.array([[np.count_nonzero(kept & m), np.count_nonzero(kept_off & m)] for m in of_mode],
+                    dtype=np.int64).reshape(n_modes, 2)
 
 
 def measure_totals(truth: np.ndarray, budget: TotalsBudget, noise: DiscreteGaussian | None = None) -> np.ndarray:

@@ -17,6 +17,7 @@ from opal_dp.audit.hierarchy import audit_measurement, tail_share
 from opal_dp.core import PrivacyCost, SeededBits
 from opal_dp.core.discrete_gaussian import DiscreteGaussian, tail_upper_bound
 from opal_dp.core.hierarchy import (
+    first_per_row,
     HierarchyBudget,
     Measurement,
     Tree,
@@ -311,3 +312,21 @@ def test_pins_that_cannot_hold_are_refused():
         fit(tree, measured, BUDGET.sigmas, 1, {0: ([0], [10]), 1: ([0], [11])})
     with pytest.raises(ValueError, match="above the finest"):
         fit(tree, measured, BUDGET.sigmas, 1, {2: ([0], [1])})
+
+
+@given(st.integers(0, 20).flatmap(lambda slots: st.lists(st.lists(st.integers(-1, 3), min_size=slots, max_size=slots),
+                                                         max_size=12)),
+       st.integers(1, 5), st.sampled_from([np.int8, np.int32, np.int64]))
+@settings(max_examples=300, deadline=None)
+def test_a_unit_keeps_its_first_items_of_a_value_up_to_the_cap_and_no_empty_slot(rows, cap, dtype):
+    values = np.array(rows, dtype=dtype).reshape(len(rows), -1 if rows and rows[0] else 0)
+    kept = first_per_row(values, cap, -1)
+    expected = [[v != -1 and list(row[:j]).count(v) < cap for j, v in enumerate(row)] for row in values.tolist()]
+    assert kept.dtype == bool and kept.shape == values.shape and kept.tolist() == expected
+
+
+def test_first_per_row_counts_past_255_earlier_slots_and_refuses_a_flat_array():
+    values = np.zeros((2, 300), dtype=np.int32)
+    assert first_per_row(values, 280, -1).sum(axis=1).tolist() == [280, 280]  # an 8-bit count would wrap at 256
+    with pytest.raises(ValueError, match="units x slots"):
+        first_per_row(values.ravel(), 1, -1)

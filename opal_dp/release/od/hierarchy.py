@@ -43,7 +43,8 @@ import pandas as pd
 from opal_dp.core import PrivacyLedger, PrivacyUnit
 from opal_dp.core.bits import BitSource
 from opal_dp.core.discrete_gaussian import DiscreteGaussian
-from opal_dp.core.hierarchy import Fitted, HierarchyBudget, Measurement, Tree, fit, listing_threshold, measure
+from opal_dp.core.hierarchy import (Fitted, HierarchyBudget, Measurement, Tree, first_per_row, fit, listing_threshold,
+                                     measure)
 from opal_dp.core.input_version import stand_ins
 from opal_dp.core.accounting import PrivacyCost
 from opal_dp.core.totals import TOTALS_PER_MODE, TotalsBudget, card_day_totals, date_cost, measure_totals
@@ -148,13 +149,10 @@ class OdDomain:
     def counts(self, sequences: np.ndarray, max_per_cell: int) -> dict[str, np.ndarray]:
         """Per mode, the finest cells' counts of the sequences' trips, each card-day keeping at most
         ``max_per_cell`` trips of one symbol (the first, in tap-on order)."""
-        sequences = np.asarray(sequences, dtype=np.int64)
-        if sequences.size and ((sequences < PAD) | (sequences >= len(self.symbol_cell))).any():
+        sequences = np.asarray(sequences)
+        if sequences.size and (sequences.min() < PAD or sequences.max() >= len(self.symbol_cell)):
             raise ValueError("a sequence holds a symbol outside the public OD alphabet")
-        before = np.zeros(sequences.shape, dtype=np.int64)  # earlier trips of the same symbol in the card-day
-        for j in range(1, sequences.shape[1]):
-            before[:, j] = (sequences[:, :j] == sequences[:, j:j + 1]).sum(axis=1)
-        kept = sequences[(sequences != PAD) & (before < max_per_cell)]
+        kept = sequences[first_per_row(sequences, max_per_cell, PAD)]
         per_symbol = np.bincount(kept, minlength=len(self.symbol_cell))
         out = {}
         for m, dom in self.modes.items():
@@ -166,10 +164,9 @@ class OdDomain:
     def totals(self, sequences: np.ndarray, max_per_mode: int) -> dict[str, np.ndarray]:
         """Per mode, its ``[tap-on, tap-off]`` trips of the sequences, each card-day counting at most
         ``max_per_mode`` trips of one mode (the first, in tap-on order; ``core.totals``)."""
-        sequences = np.asarray(sequences, dtype=np.int64)  # card-days x slots, as ``counts`` reads them
-        slot = sequences != PAD
-        modes = np.where(slot, self.symbol_mode[np.where(slot, sequences, 0)], -1)
-        off = slot & self.symbol_off[np.where(slot, sequences, 0)]
+        sequences = np.asarray(sequences)  # card-days x slots, as ``counts`` reads them; PAD (-1) reads the last
+        modes = np.append(self.symbol_mode, -1).astype(np.int8)[sequences]  # entry of these look-ups: no mode, no off
+        off = np.append(self.symbol_off, False)[sequences]
         counts = card_day_totals(modes, off, max_per_mode, len(MODES))
         return {m: counts[MODES.index(m)] for m in self.modes}
 
