@@ -62,13 +62,16 @@ def bound_day(
     bounds: ContributionBounds,
     key: bytes,
     kept_cards: np.ndarray | None = None,
+    card_codes: np.ndarray | None = None,
 ) -> BoundedDay:
     """Bound one day's binned trips (``BinnedTrips`` plus ``card_id``) for ``unit``.
 
     ``kept_cards``: for ``card_period`` with a day cap, the sorted card ids whose day this is one of
-    their kept days (``select_card_days``); trips of other cards are over the bound.
+    their kept days (``select_card_days``); trips of other cards are over the bound. ``card_codes``: each trip's
+    card as a code (``binning.card_codes``), when the caller has it: which trips are kept does not depend on the
+    codes, only on which trips share a card.
     """
-    keep = keep_mask(trips, day, unit, bounds, key, kept_cards)
+    keep = keep_mask(trips, day, unit, bounds, key, kept_cards, card_codes)
     binned = trips.drop(columns=[CARD])
     return BoundedDay(_shuffled(binned.loc[keep]), _shuffled(binned.loc[~keep]))
 
@@ -80,6 +83,7 @@ def keep_mask(
     bounds: ContributionBounds,
     key: bytes,
     kept_cards: np.ndarray | None = None,
+    card_codes: np.ndarray | None = None,
 ) -> np.ndarray:
     """Which rows of one day's ``trips`` (with ``card_id``) the bounds keep, as ``bound_day`` keeps them; for
     callers that still need the card id of the kept trips (the synthetic data's card-day queries)."""
@@ -88,7 +92,8 @@ def keep_mask(
         card = trips[CARD].to_numpy(np.int64)
         if kept_cards is not None:
             keep &= _member(card, kept_cards)
-        keep[keep] = _greedy_keep(trips.loc[keep], day, bounds, key)
+        codes = None if card_codes is None else np.asarray(card_codes)[keep]
+        keep[keep] = _greedy_keep(trips.loc[keep], day, bounds, key, codes)
     return keep
 
 
@@ -104,15 +109,17 @@ def select_card_days(card_days: pd.DataFrame, max_days: int, key: bytes) -> pd.D
     return card_days.iloc[np.sort(order[rank < max_days])].reset_index(drop=True)
 
 
-def _greedy_keep(trips: pd.DataFrame, day: date, bounds: ContributionBounds, key: bytes) -> np.ndarray:
+def _greedy_keep(trips: pd.DataFrame, day: date, bounds: ContributionBounds, key: bytes,
+                 card_codes: np.ndarray | None = None) -> np.ndarray:
     """Keep mask: per card, trips in priority order while the card-day and per-bin bounds hold.
 
     Rows are sorted by (card, priority); slot s of a card-day is its s-th trip in that order. The first
     trip of a card-day always fits. A later trip is compared with the at most m trips already kept of its
-    card-day (``kept_pos``), so the work is O(trips x m) whatever the data.
+    card-day (``kept_pos``), so the work is O(trips x m) whatever the data. ``card_codes``: the cards as codes
+    below 2^32 (else factorized here); only which trips share a card matters.
     """
     n = len(trips)
-    card, _ = pd.factorize(trips[CARD].to_numpy(np.int64))
+    card = pd.factorize(trips[CARD].to_numpy(np.int64))[0] if card_codes is None else card_codes
     priority = _prf(key, trips[CARD].to_numpy(np.int64), _pack(trips, day))
     order = np.argsort((card.astype(np.uint64) << np.uint64(32)) | (priority >> np.uint64(32)), kind="stable")
     rank = _rank_in_groups(card[order])

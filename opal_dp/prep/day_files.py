@@ -136,7 +136,7 @@ def day_pass(raw_dir: Path, day: str, stops: pd.DataFrame, bounding: Bounding, c
     _store(cards, paths.cards)
     sequences = card_day_sequences(binned, trip_alphabet(stops), cut.od_height, codes)
     _store(to_frame(sequences), paths.sequences)
-    bound = _bound_and_store(binned, day, bounding, paths.kept, paths.over_bound)
+    bound = _bound_and_store(binned, day, bounding, paths.kept, paths.over_bound, codes)
     write_record(private_dir, DayRecord(day, INGESTED, read.raw, input_version=read.version, cut=cut,
                                         rows=(summary.rows_read, summary.rows_accepted, summary.rows_rejected)))
     return DaySummary(summary, len(binned), len(cards), len(sequences), bound)
@@ -157,8 +157,10 @@ class BoundSummary:
     share_dropped: float
 
 
-def _bound_and_store(binned: pd.DataFrame, day: str, bounding: Bounding, kept: Path, over_bound: Path) -> BoundSummary:
-    result = bound_day(binned, date.fromisoformat(day), bounding.unit, bounding.bounds, bounding.key)
+def _bound_and_store(binned: pd.DataFrame, day: str, bounding: Bounding, kept: Path, over_bound: Path,
+                     card_codes: np.ndarray) -> BoundSummary:
+    result = bound_day(binned, date.fromisoformat(day), bounding.unit, bounding.bounds, bounding.key,
+                       card_codes=card_codes)
     _store(result.kept, kept, grouped_by="mode")  # each mode's rows read alone by ``split_day``
     _store(result.over_bound, over_bound)
     return BoundSummary(len(result.kept), len(result.over_bound), result.share_dropped)

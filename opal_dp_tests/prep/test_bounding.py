@@ -87,6 +87,20 @@ def _kept_rows(data: pd.DataFrame, bounds: ContributionBounds, key: bytes) -> np
 
 
 @settings(max_examples=150, deadline=None)
+@given(rows=trip_rows, bounds=bounds_st, kept_cards=st.none() | st.sets(st.integers(1, 7)), seed=st.integers(0, 99))
+def test_the_trips_kept_do_not_depend_on_the_card_codes_given(rows, bounds, kept_cards, seed):
+    """``card_codes`` (the day pass's, from ``card_codes``) only says which trips share a card: any injective codes
+    keep the same rows as the codes factorized inside."""
+    from opal_dp.prep.bounding import keep_mask
+
+    data, key = trips(rows), b"\x03" * 32
+    cards = None if kept_cards is None else np.array(sorted(kept_cards), dtype=np.int64)
+    codes = np.random.default_rng(seed).permutation(8)[data["card_id"].to_numpy() - 1] * 1000 + 7
+    chosen = keep_mask(data, DAY, PrivacyUnit.CARD_PERIOD, bounds, key, cards)
+    assert keep_mask(data, DAY, PrivacyUnit.CARD_PERIOD, bounds, key, cards, codes).tolist() == chosen.tolist()
+
+
+@settings(max_examples=150, deadline=None)
 @given(rows=trip_rows, bounds=bounds_st, removed=st.integers(1, 7))
 def test_removing_a_card_removes_exactly_its_kept_trips(rows, bounds, removed):
     """The stability the sensitivity argument needs: every other card's kept trips are unchanged."""
