@@ -26,6 +26,7 @@ import dagster as dg
 from benchmarks import report
 from benchmarks.dagster_floor import dagster_floor_run, release_plan
 from benchmarks.dataset import ensure_fortnight
+from opal_dp import settings
 from opal_dp.defs.shared.storage import OpalStorage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def one_repeat(raw_dir: Path, run_dir: Path) -> dict:
     data = run_dir / "data"
     data.mkdir(parents=True)
     (data / "raw").symlink_to(raw_dir.resolve(), target_is_directory=True)
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}  # the CLI makes its own home
     started = time.perf_counter()
     with open(run_dir / "cli.log", "wb") as log:
         subprocess.run([sys.executable, "-m", "opal_dp.cli", "release", "--data-dir", str(data)], env=env, cwd=REPO,
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if os.environ.get(settings.LEDGER_URL_ENV):  # one shared ledger would return the first repeat's stored release
+        parser.error(f"unset {settings.LEDGER_URL_ENV}: each repeat releases into a fresh data folder and its ledger")
     fortnight = ensure_fortnight(args.out / "cache", args.scale, args.seed)
     repeats = []
     for i in range(args.repeat):
@@ -69,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     cli, floor = (report.median(values) for values in zip(*[(r["wall_s"], r["dagster_floor"]["wall_s"])
                                                              for r in repeats]))
     result = {"command": "python -m benchmarks.cli_release " + " ".join(sys.argv[1:] if argv is None else argv),
-              "machine": report.machine(), "scale": args.scale, "trips": fortnight.rows, "repeats": repeats,
+              "machine": report.machine(), "environment": {k: v for k, v in os.environ.items() if k.startswith("OPAL_DP_")},
+              "scale": args.scale, "trips": fortnight.rows, "repeats": repeats,
               "cli_median_s": cli, "dagster_floor_median_s": floor, "ratio": cli / floor}
     (args.out / "cli_release.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"scale {args.scale:g}, {fortnight.rows:,} trips: the CLI's release {cli:.1f} s against Dagster's floor "

@@ -36,7 +36,8 @@ class _NothingStored(dg.IOManager):
 
 
 def _noop_assets(assets_def: dg.AssetsDefinition, rank: dict[dg.AssetKey, int]):
-    """A step of ``assets_def``'s shape that computes nothing and evaluates, of its selected checks, those its run's
+    """A step of ``assets_def``'s shape and concurrency pool (on a persistent home it claims its slot, as the release's
+    steps that charge the ledger do) that computes nothing and evaluates, of its selected checks, those its run's
     ``CHECKS_TAG`` names (the real step evaluates only its design's); its assets in the graph's topological order
     (``rank``), as Dagster requires."""
     def evaluated(context) -> list[dg.AssetCheckKey]:
@@ -45,7 +46,7 @@ def _noop_assets(assets_def: dg.AssetsDefinition, rank: dict[dg.AssetKey, int]):
 
     if not assets_def.keys:  # checks only
         @dg.multi_asset_check(specs=list(assets_def.check_specs), name=assets_def.node_def.name,
-                              can_subset=assets_def.can_subset)
+                              can_subset=assets_def.can_subset, pool=assets_def.op.pool)
         def checks_only(context):
             for key in evaluated(context):
                 yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=True)
@@ -53,7 +54,7 @@ def _noop_assets(assets_def: dg.AssetsDefinition, rank: dict[dg.AssetKey, int]):
 
     @dg.multi_asset(specs=list(assets_def.specs), check_specs=list(assets_def.check_specs),
                     name=assets_def.node_def.name, can_subset=assets_def.can_subset,
-                    backfill_policy=assets_def.backfill_policy)
+                    backfill_policy=assets_def.backfill_policy, pool=assets_def.op.pool)
     def assets(context):
         for key in sorted(context.selected_asset_keys, key=rank.__getitem__):
             yield dg.MaterializeResult(asset_key=key)
@@ -81,8 +82,8 @@ def floor_definitions(real: dg.Definitions) -> dg.Definitions:
             continue
         selection = dg.AssetSelection.assets(*layer.executable_asset_keys).without_checks() | \
             dg.AssetSelection.checks(*layer.asset_graph.asset_check_keys)
-        jobs.append(dg.define_asset_job(job.name, selection=selection, partitions_def=job.partitions_def,
-                                        executor_def=job.executor_def))
+        jobs.append(dg.define_asset_job(job.name, selection=selection, executor_def=job.executor_def))  # partitions:
+        # the selected assets' (``test_dagster_floor``)
     io_managers = {spec.metadata.get(IO_MANAGER_KEY, "io_manager") for spec in real.resolve_all_asset_specs()}
     return dg.Definitions(assets=assets, jobs=jobs, resources={key: _NothingStored() for key in io_managers})
 

@@ -12,7 +12,9 @@ from collections import Counter
 import dagster as dg
 import pytest
 
-from benchmarks.dagster_floor import CHECKS_TAG, release_plan, replay
+from benchmarks.dagster_floor import CHECKS_TAG, floor_definitions, release_plan, replay
+from opal_dp.definitions import defs
+from opal_dp.defs.shared.metadata import LEDGER_POOL
 from opal_dp.defs.shared.instance import ensure_dagster_home
 from opal_dp.defs.shared.tags import RELEASE_ID_TAG
 
@@ -43,3 +45,12 @@ def test_the_floor_replays_the_release_plan_with_the_same_events_but_the_values(
         assert runs == [(job, {**tags, CHECKS_TAG: ",".join(checks)}) for job, tags, checks in plan]
         real, replayed = _events(instance, results.release_id), _events(floor)
     assert replayed == real and replayed[dg.DagsterEventType.ASSET_CHECK_EVALUATION] > 0
+
+
+def test_the_floor_s_steps_claim_the_release_s_concurrency_pools_and_its_jobs_partitions():
+    real, floor = defs(), floor_definitions(defs())
+    pools = {a.node_def.name: a.op.pool for a in real.resolve_asset_graph().assets_defs if a.is_executable}
+    assert LEDGER_POOL in pools.values()
+    assert {a.node_def.name: a.op.pool for a in floor.resolve_asset_graph().assets_defs if a.is_executable} == pools
+    partitions = {job.name: job.partitions_def for job in real.resolve_all_job_defs() if not job.name.startswith("__")}
+    assert {job.name: job.partitions_def for job in floor.resolve_all_job_defs() if job.name in partitions} == partitions
