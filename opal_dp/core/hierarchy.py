@@ -106,8 +106,8 @@ def pile_up(items: int, cap: int) -> int:
 def first_per_row(values: np.ndarray, cap: int, empty: int) -> np.ndarray:
     """Which slots of ``values`` (units x slots, in order) a unit keeps when it keeps at most ``cap`` items of one
     value, the first ones, and none equal to ``empty``: the per-cell (or per-mode) cap of the sensitivity bounds, a
-    rule on each unit's own items only. Slot by slot against the earlier ones (``slots²/2`` comparisons of one
-    column each, no ``units x slots`` temporaries), boolean, the shape of ``values``."""
+    rule on each unit's own items only. Slot by slot against the earlier ones on a column-major copy
+    (``slots²/2`` comparisons of one column each), boolean, the shape of ``values``."""
     values = np.asarray(values)
     if values.ndim != 2:
         raise ValueError(f"values must be units x slots, got shape {values.shape}")

@@ -68,8 +68,8 @@ def bound_day(
 
     ``kept_cards``: for ``card_period`` with a day cap, the sorted card ids whose day this is one of
     their kept days (``select_card_days``); trips of other cards are over the bound. ``card_codes``: each trip's
-    card as a code (``binning.card_codes``), when the caller has it: which trips are kept does not depend on the
-    codes, only on which trips share a card.
+    card as a code below 2^32 (``binning.card_codes``), when the caller has it: which trips are kept does not
+    depend on the codes, only on which trips share a card (one code per card, one card per code).
     """
     keep = keep_mask(trips, day, unit, bounds, key, kept_cards, card_codes)
     binned = trips.drop(columns=[CARD])
@@ -92,9 +92,20 @@ def keep_mask(
         card = trips[CARD].to_numpy(np.int64)
         if kept_cards is not None:
             keep &= _member(card, kept_cards)
-        codes = None if card_codes is None else np.asarray(card_codes)[keep]
+        codes = None if card_codes is None else _checked_codes(card_codes, len(trips))[keep]
         keep[keep] = _greedy_keep(trips.loc[keep], day, bounds, key, codes)
     return keep
+
+
+def _checked_codes(card_codes: np.ndarray, trips: int) -> np.ndarray:
+    """``card_codes`` if they are integers in [0, 2^32), one per trip: the greedy bound's sort key holds a code in 32
+    bits, and two codes that agree there would be bounded as one card."""
+    codes = np.asarray(card_codes)
+    if codes.shape != (trips,) or not np.issubdtype(codes.dtype, np.integer):
+        raise ValueError(f"card_codes must be {trips} integers, one per trip; got {codes.dtype} of shape {codes.shape}")
+    if trips and (codes.min() < 0 or codes.max() >= 1 << 32):
+        raise ValueError("card_codes must lie in [0, 2^32)")
+    return codes
 
 
 def select_card_days(card_days: pd.DataFrame, max_days: int, key: bytes) -> pd.DataFrame:

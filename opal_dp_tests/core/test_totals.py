@@ -52,6 +52,9 @@ def test_a_card_day_counts_its_first_trips_of_a_mode_only():
     assert card_day_totals(np.zeros((0, 4), dtype=int), np.zeros((0, 4), dtype=bool), 2, MODES).tolist() == [[0, 0]] * 3
     with pytest.raises(ValueError, match="card-days x slots"):
         card_day_totals(modes.ravel(), off.ravel(), 2, MODES)
+    for bad in (MODES, -2):  # a mode index past the domain, or below the empty slot's -1
+        with pytest.raises(ValueError, match="mode indices below"):
+            card_day_totals(np.where(modes == 1, bad, modes), off, 2, MODES)
 
 
 @given(st.lists(st.lists(st.integers(-1, MODES - 1), min_size=4, max_size=4), min_size=1, max_size=30),

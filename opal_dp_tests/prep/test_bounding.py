@@ -100,6 +100,18 @@ def test_the_trips_kept_do_not_depend_on_the_card_codes_given(rows, bounds, kept
     assert keep_mask(data, DAY, PrivacyUnit.CARD_PERIOD, bounds, key, cards, codes).tolist() == chosen.tolist()
 
 
+def test_card_codes_that_would_merge_cards_in_the_sort_key_are_refused():
+    """The greedy bound keeps a code in 32 bits: codes 0 and 2^32 would be one card, its bound broken."""
+    from opal_dp.prep.bounding import keep_mask
+
+    data, bounds = trips([(c, 0, w, w, w, w) for c in (0, 1) for w in range(6)]), ContributionBounds(2, 1)  # bins apart
+    ok = np.repeat([0, 1], 6)
+    assert keep_mask(data, DAY, PrivacyUnit.CARD_PERIOD, bounds, b"\x04" * 32, card_codes=ok).sum() == 4
+    for bad in (np.repeat([0, 1 << 32], 6), np.repeat([-1, 0], 6), ok[:-1], ok.astype(float)):
+        with pytest.raises(ValueError, match="card_codes"):
+            keep_mask(data, DAY, PrivacyUnit.CARD_PERIOD, bounds, b"\x04" * 32, card_codes=bad)
+
+
 @settings(max_examples=150, deadline=None)
 @given(rows=trip_rows, bounds=bounds_st, removed=st.integers(1, 7))
 def test_removing_a_card_removes_exactly_its_kept_trips(rows, bounds, removed):

@@ -13,7 +13,7 @@ from opal_dp.core import BudgetExceeded, PrivacyLedger, SeededBits
 from opal_dp.core.totals import TotalsBudget
 from opal_dp.core.hierarchy import HierarchyBudget
 from opal_dp.core.units import PrivacyUnit
-from opal_dp.network import load_stops
+from opal_dp.network import MODES, load_stops
 from opal_dp.prep.sequences import TripAlphabet, to_frame
 from opal_dp.private_files import write_parquet_atomic
 from opal_dp.release.od.hierarchy import (
@@ -56,6 +56,28 @@ def test_a_card_day_keeps_at_most_max_per_cell_trips_of_one_pair(domain, alphabe
     assert one[cell] == 2 and two[cell] == 3 and one.sum() == 3 and two.sum() == 4
     with pytest.raises(ValueError, match="outside the public OD alphabet"):
         domain.counts(np.array([[alphabet.size]]), 1)
+
+
+@given(st.lists(st.lists(st.integers(0, 34), min_size=4, max_size=4), max_size=25), st.integers(1, 3))
+@settings(max_examples=100, deadline=None)
+def test_the_totals_count_each_card_day_s_first_trips_of_a_mode_and_no_padding(domain, rows, max_per_mode):
+    """``OdDomain.totals`` against a count trip by trip: padding is no trip and no tap-off, of no mode."""
+    symbols = np.array([-1, *range(0, 40, 3), *range(domain.symbol_mode.size - 20, domain.symbol_mode.size)])
+    seqs = symbols[np.array(rows, dtype=np.int64).reshape(-1, 4)]  # PAD, and symbols of every mode and both taps
+    expected = {m: [0, 0] for m in domain.modes}
+    for row in seqs.tolist():
+        seen = {}
+        for symbol in row:
+            if symbol == -1:
+                continue
+            mode = MODES[domain.symbol_mode[symbol]]
+            seen[mode] = seen.get(mode, 0) + 1
+            if seen[mode] <= max_per_mode:
+                expected[mode][0] += 1
+                expected[mode][1] += bool(domain.symbol_off[symbol])
+    assert {m: c.tolist() for m, c in domain.totals(seqs, max_per_mode).items()} == expected
+    with pytest.raises(ValueError, match="outside the public OD alphabet"):
+        domain.totals(np.array([[domain.symbol_mode.size]]), max_per_mode)
 
 
 def _store(seqs, day, root):

@@ -146,12 +146,17 @@ class OdDomain:
                            for m, d in self.modes.items()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def counts(self, sequences: np.ndarray, max_per_cell: int) -> dict[str, np.ndarray]:
-        """Per mode, the finest cells' counts of the sequences' trips, each card-day keeping at most
-        ``max_per_cell`` trips of one symbol (the first, in tap-on order)."""
+    def _checked(self, sequences: np.ndarray) -> np.ndarray:
+        """Card-days x slots of symbol ids of the public OD alphabet or ``PAD``, else refused."""
         sequences = np.asarray(sequences)
         if sequences.size and (sequences.min() < PAD or sequences.max() >= len(self.symbol_cell)):
             raise ValueError("a sequence holds a symbol outside the public OD alphabet")
+        return sequences
+
+    def counts(self, sequences: np.ndarray, max_per_cell: int) -> dict[str, np.ndarray]:
+        """Per mode, the finest cells' counts of the sequences' trips, each card-day keeping at most
+        ``max_per_cell`` trips of one symbol (the first, in tap-on order)."""
+        sequences = self._checked(sequences)
         kept = sequences[first_per_row(sequences, max_per_cell, PAD)]
         per_symbol = np.bincount(kept, minlength=len(self.symbol_cell))
         out = {}
@@ -164,8 +169,8 @@ class OdDomain:
     def totals(self, sequences: np.ndarray, max_per_mode: int) -> dict[str, np.ndarray]:
         """Per mode, its ``[tap-on, tap-off]`` trips of the sequences, each card-day counting at most
         ``max_per_mode`` trips of one mode (the first, in tap-on order; ``core.totals``)."""
-        sequences = np.asarray(sequences)  # card-days x slots, as ``counts`` reads them; PAD (-1) reads the last
-        modes = np.append(self.symbol_mode, -1).astype(np.int8)[sequences]  # entry of these look-ups: no mode, no off
+        sequences = self._checked(sequences)  # PAD (-1) reads the last entry of these look-ups: no mode, no tap-off
+        modes = np.append(self.symbol_mode, -1).astype(np.int8)[sequences]
         off = np.append(self.symbol_off, False)[sequences]
         counts = card_day_totals(modes, off, max_per_mode, len(MODES))
         return {m: counts[MODES.index(m)] for m in self.modes}
