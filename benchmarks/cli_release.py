@@ -48,8 +48,8 @@ def one_repeat(raw_dir: Path, run_dir: Path) -> dict:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         plan = release_plan(instance)
         events = sum(len(instance.all_logs(run.run_id)) for run in instance.get_runs())
+    shutil.rmtree(data / "private", ignore_errors=True)  # the microdata and the CLI's home: its plan is read
     floor = dagster_floor_run(plan, run_dir, env, home=run_dir / "floor_home")
-    shutil.rmtree(data / "private" / "trips", ignore_errors=True)
     return {"wall_s": wall, "runs": len(plan), "events": events, "dagster_floor": floor}
 
 

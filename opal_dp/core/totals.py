@@ -102,7 +102,7 @@ def card_day_totals(modes: np.ndarray, tapped_off: np.ndarray, max_per_mode: int
         raise ValueError(f"modes must be card-days x slots, got shape {modes.shape}")
     if modes.size and (modes.min() < -1 or modes.max() >= n_modes):
         raise ValueError(f"modes must be mode indices below {n_modes} or -1 (an empty slot)")
-    kept = first_per_row(modes, max_per_mode, -1) & (modes >= 0)
+    kept = first_per_row(modes, max_per_mode, -1)
     kept_off = kept & np.asarray(tapped_off, dtype=bool)
     of_mode = [modes == k for k in range(n_modes)]  # a count per mode: no index array of every kept trip
     return np.array([[np.count_nonzero(kept & m), np.count_nonzero(kept_off & m)] for m in of_mode],
