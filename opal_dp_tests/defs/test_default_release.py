@@ -142,7 +142,10 @@ def test_each_file_states_the_share_of_the_trips_its_rows_cover(weekly):
     od = pd.read_csv(folder / "od.csv", dtype=str)
     listed = od[(od["level"] == "location") & (od["origin"] != "other")]["count"].astype(int).sum()
     assert coverage["files"]["od.csv"] == round(listed / trips["on"], 4) and coverage["files"]["totals.csv"] == 1.0
-    assert 0 <= coverage["files"]["time-loc.csv"] <= coverage["files"]["time.csv"] <= 1.05  # finer tables cover less
+    # each table within [0, 1.05] (noise can lift a share past 1). No order between the tables: they are noised and
+    # thresholded independently, so on this tiny week one time x location cell through its threshold (p ~1.4e-6)
+    # covers more than a time table with none
+    assert all(0 <= coverage["files"][f"{name}.csv"] <= 1.05 for name in ("time-loc", "time", "loc"))
     page = (folder / "index.html").read_text(encoding="utf-8")
     for name, share in coverage["files"].items():
         assert f'<a href="{name}">{name}</a>' in page and f"- {name}: {share:.0%}" in markdown
