@@ -119,6 +119,18 @@ def test_plausibility_flags_only_implausible_gaps():
     assert not bad
 
 
+def test_plausibility_allows_the_true_mass_a_release_suppressed():
+    """A bin the time release left out moves its true count (500) into the allowed gap, a released one does not."""
+    time_truth = pd.DataFrame({"time_window": np.array([30, 31], "int16"), "count": np.array([500, 500])})
+    loc_truth = pd.DataFrame({"loc": pd.Categorical(["2000", "2010"], categories=LABELS), "count": np.array([990, 10])})
+    time_release = time_truth.iloc[:1].assign(count=[503])
+    loc_release = loc_truth.iloc[:1].assign(count=[992])
+    ok, figures = plausibility(time_release, loc_release, time_truth, loc_truth, LAPLACE_2, LAPLACE_2)
+    noise = noise_sum_bound(1, LAPLACE_2)
+    assert ok and figures["released_total_gap"] == 489
+    assert figures["allowed_gap"] == 500 + 10 + 2 * noise
+
+
 def test_batched_schema_check_names_the_failing_partition():
     good = under_check()
     bad = under_check(GOOD.assign(count=GOOD["count"].astype("float64")), partition="2016-07-26|bus")

@@ -23,7 +23,9 @@ from opal_dp.prep.binning import location_labels
 from opal_dp.release.marginals.checks import BLOCKING_CHECKS, DESIGN_CHECKS, ReleaseUnderCheck, blocking_problems, plausibility
 from opal_dp.release.marginals.engine import partition_truths, release_partitions
 from opal_dp.release.marginals.tables import BY_NAME, MARGINALS
-from opal_dp.release.marginals.schemas import LedgerSummary, ReleaseDraws, TrueCells, schema_for
+from opal_dp.release.marginals.schemas import (
+    LedgerSummary, ReleaseDraws, ReleaseDrawsByPartition, TrueCells, schema_for,
+)
 from opal_dp.release.od.hierarchy_publish import stored_totals
 from opal_dp.release.options import Design
 from opal_dp.release.periods import week_of
@@ -146,14 +148,15 @@ def release_marginals(
         raise dg.Failure(description=str(err)) from err
     cap = ledger.cap(plan.unit)
     spend = {row.scope: row.guarantee for row in ledger.summary(plan.unit)}
-    frames, draws = {m.name: {} for m in MARGINALS}, {}
+    frames = {m.name: {} for m in MARGINALS}
     cells = {key: made[key][1] for key in released_by_key}
+    draws = ReleaseDrawsByPartition.split(pd.DataFrame(
+        [{"partition": key, "marginal": name, "draw_id": r.draw.id, "charge_id": r.charge.id}
+         for key, released in released_by_key.items() for name, r in released.items()],
+        columns=["partition", "marginal", "draw_id", "charge_id"]))
     under_check, plausible = [], {time: [] for time in PLAUSIBLE_PAIRS}
     for key, released in released_by_key.items():
         day, mode = date_and_mode(key)
-        draws[key] = ReleaseDraws.validate(pd.DataFrame(
-            {"marginal": list(released), "draw_id": [r.draw.id for r in released.values()],
-             "charge_id": [r.charge.id for r in released.values()]}))
         scope_spend = spend[plan.scope(day, mode)]
         for name, result in released.items():
             frames[name][key] = result.frame
