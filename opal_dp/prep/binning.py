@@ -73,14 +73,14 @@ def bin_trips(trips: pd.DataFrame, stops: pd.DataFrame) -> pd.DataFrame:
             "tap_off_loc": pd.Categorical.from_codes(off_code, categories),
         }
     )
-    return CardBinnedTrips.validate(binned[list(CardBinnedTrips.to_schema().columns)])
+    return CardBinnedTrips.validate(binned[list(CardBinnedTrips.to_schema().columns)], inplace=True)
 
 
 def card_codes(binned: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """Each trip's card as a code, and the distinct card ids of one day's binned trips (``CardDays``, in first-seen
     order: the code is a card's place in it), from one hash pass over the card ids."""
     codes, cards = pd.factorize(binned["card_id"].to_numpy(np.int64))
-    return codes, CardDays.validate(pd.DataFrame({"card_id": cards}))
+    return codes, CardDays.validate(pd.DataFrame({"card_id": cards}), inplace=True)
 
 
 def _label_codes(stops: pd.DataFrame, categories: list[str]) -> np.ndarray:
@@ -94,4 +94,4 @@ def _label_codes(stops: pd.DataFrame, categories: list[str]) -> np.ndarray:
 def split_by_mode(binned: pd.DataFrame, mode: str) -> pd.DataFrame:
     """One (date, mode) partition: the mode's rows, without the now-constant mode column."""
     part = binned.loc[binned["mode"] == mode].drop(columns=["mode"]).reset_index(drop=True)
-    return PartitionTrips.validate(part)
+    return PartitionTrips.validate(part, inplace=True)

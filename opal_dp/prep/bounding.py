@@ -230,4 +230,4 @@ def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 def _shuffled(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows in a uniformly random order from the OS CSPRNG (ties of 64-bit keys: probability < n²/2^65)."""
     order = np.argsort(SecureBits().words(len(frame)))
-    return BinnedTrips.validate(frame.take(order).reset_index(drop=True))
+    return BinnedTrips.validate(frame.take(order).reset_index(drop=True), inplace=True)

@@ -117,8 +117,8 @@ def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
     ).sort_values("line", ignore_index=True)
     return IngestResult(
         source_file=str(path),
-        accepted=IngestedTrips.validate(_accepted(columns, ~bad)),
-        rejected=RejectedTrips.validate(rejected),
+        accepted=IngestedTrips.validate(_accepted(columns, ~bad), inplace=True),
+        rejected=RejectedTrips.validate(rejected, inplace=True),
         ignored_columns=ignored,
     )
 
@@ -241,7 +241,8 @@ def _accepted(columns: dict[str, _Column], keep: np.ndarray) -> pd.DataFrame:
             "tap_off_stop": pd.arrays.IntegerArray(
                 columns["tap_off_stop"].values[keep].astype(np.int32), ~has_off
             ),
-        }
+        },
+        copy=False,  # fresh arrays: neither copied nor consolidated into 2-D blocks (0.24 s of a 2 M-trip day)
     )
 
 

@@ -123,7 +123,7 @@ class TripAlphabet:
                 else pd.Categorical(np.asarray(values, dtype=object))
             lookup = np.append(labels.get_indexer(cat.categories.astype(str)), -1)
             codes.append(lookup[cat.codes])  # a missing value (code -1) maps to -1
-        known = np.min(codes, axis=0) >= 0
+        known = (codes[0] >= 0) & (codes[1] >= 0) & (codes[2] >= 0)  # not np.min(codes, axis=0): a strided pass
         ids = np.full(len(known), -1, dtype=np.int32)
         ids[known] = table[(codes[0][known] * len(locs) + codes[1][known]) * len(locs) + codes[2][known]]
         return ids
