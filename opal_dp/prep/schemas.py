@@ -3,8 +3,9 @@
 The raw contract is what ingest promises downstream after coercion; the later schemas are
 ``strict`` so that no identifier (or any other column) can ride along unnoticed.
 
-None coerces, so the day pass validates its fresh frames in place (``validate(..., inplace=True)``): the same checks
-without Pandera's copy of the frame, which also consolidated its columns (0.2 s of a 2 M-trip day).
+None changes a frame (no coercion, default, parser or added column), so the day pass validates its fresh frames in
+place (``validate(..., inplace=True)``): the same checks without Pandera's copy of the frame, which also consolidated
+its columns (0.2 s of a 2 M-trip day).
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ class ReleaseDrawsByPartition(ReleaseDraws):
 
     @classmethod
     def split(cls, rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-        """``rows`` validated, as one ``ReleaseDraws`` frame per partition (in the order the partitions come)."""
+        """``rows`` validated, as one ``ReleaseDraws`` frame per partition (in the order the partitions come); no rows
+        (no partition released) is no partition, unchecked."""
         if rows.empty:
             return {}
         rows = cls.validate(rows)
