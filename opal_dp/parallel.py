@@ -73,15 +73,20 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
     """A pool shut down as its process exits, before ``multiprocessing`` joins that process's children: a Dagster
     step's own process (the multiprocess executor's, a UI launch) ends through ``multiprocessing``'s exit function,
     which joins every child before the pool's own exit hook runs, and would wait on the idle workers forever."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(_preload())
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_exit_with_parent)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=forkserver(), initializer=exit_with_parent)
     # before the queues' own exit finalizers (priority 10), which stop the thread that feeds the workers
     multiprocessing.util.Finalize(pool, pool.shutdown, kwargs={"cancel_futures": True}, exitpriority=100)
     return pool
 
 
-def _exit_with_parent() -> None:
+def forkserver() -> multiprocessing.context.ForkServerContext:
+    """The context of the worker processes: forked from a server that imported ``_preload()`` once."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_preload())
+    return context
+
+
+def exit_with_parent() -> None:
     """In a worker: end the worker when the process that started the pool ends, however it ends (a SIGKILL
     included), so that no worker outlives it, idle, holding its pipes and files."""
     parent = multiprocessing.parent_process()

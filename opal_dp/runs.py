@@ -10,7 +10,9 @@ other. With nothing new it launches nothing.
 The runs are runs of the code location's jobs: created with the origin of ``workspace.yaml``'s location
 (``LOCATION``), so the UI lists them on the jobs' pages and the overview, tagged with their weeks, the privacy unit
 and the release id (``defs.shared.tags``), and executed from here by the jobs' executor (``defs.shared.executor``:
-in this process on one machine, the Celery workers of ``deploy/`` when ``distributed``).
+in this process on one machine, the Celery workers of ``deploy/`` when ``distributed``). In this process, the roll-up's
+card-level audit, which depends on the plan only, starts with the first week released and runs beside the weeks'
+steps (``audit.early``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from pathlib import Path
 import dagster as dg
 
 from opal_dp import settings
+from opal_dp.audit import early
+from opal_dp.audit.card_level import audit_plan
 from opal_dp.defs.shared.jobs import OD_ASSETS, run_plan
 from opal_dp.defs.shared.logs import STEP_LISTENERS
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, service_dates
@@ -40,6 +44,7 @@ from opal_dp.prep.day_files import raw_file_stamp
 from opal_dp.prep.day_records import DayCut, DayRecord, read_records
 from opal_dp.prep.ingest import scan_raw_files
 from opal_dp.release.period_input import RECORDS, PeriodNotReady, period_input, released_period_input
+from opal_dp.release.audit_call import card_audit_call
 from opal_dp.release.periods import name, week_days, week_of
 from opal_dp.release.published_folder import LATEST, read_index
 from opal_dp.release.statement.build import STATEMENT_JSON
@@ -128,6 +133,19 @@ def run_release(
     out.failed_days = {d: r.reason for d, r in records.items() if d in days and not r.ingested}
     if new and set(new) <= set(out.failed_days) and not any(r.ingested for r in records.values()):
         raise SystemExit("no day could be ingested:\n" + "\n".join(f"{d}: {why}" for d, why in out.failed_days.items()))
+    try:
+        _release_weeks(launcher, out, instance, location, chosen, days, cut, without, synthetic, distributed)
+    finally:
+        early.discard()  # an audit started for a roll-up that did not run
+    out.runs, out.launched = launcher.results, launcher.launched
+    return out
+
+
+def _release_weeks(launcher: _Launcher, out: ReleaseRuns, instance: dg.DagsterInstance, location: DataLocation,
+                   chosen: PrivacySettings, days: list[str], cut: DayCut, without: Collection[str], synthetic: bool,
+                   distributed: bool) -> None:
+    """Release each week that is ready and new, then roll up and publish (``run_release``). In this process, the
+    card-level audit starts with the first week released, beside its steps (``audit.early``)."""
     for week in sorted({week_of(d) for d in days}):
         try:
             wanted = period_input(location.private_dir, week, cut, without)
@@ -139,6 +157,8 @@ def run_release(
                 and (last.days, last.without, last.versions) == (wanted.days, wanted.without, wanted.versions)
                 and _week_released(instance, location, week, synthetic)):
             continue  # released already, from this input with these settings
+        if not distributed and (call := card_audit_call(chosen, chosen.plan())) is not None:
+            early.start(audit_plan, *call)  # the same call the roll-up's privacy_audit step makes
         tags = {WITHOUT_TAG: ",".join(wanted.without)} if wanted.without else {}
         plan = [(job, span) for job, span in run_plan([], [week]) if job != "rollup"]
         for job, span in plan + ([("synthetic", (week, week))] if synthetic else []):
@@ -156,8 +176,6 @@ def run_release(
             result = launcher.run("synthetic_publish", None, [])
             if not result.success:
                 raise SystemExit(failure_message("synthetic_publish", result))
-    out.runs, out.launched = launcher.results, launcher.launched
-    return out
 
 
 def _needs_ingest(record: DayRecord | None, stamp: tuple | None, cut: DayCut) -> bool:

@@ -188,6 +188,16 @@ def audit_card_level(
                    passed=day.passed and period.passed, seconds=time.perf_counter() - started)
 
 
+def audit_plan(kind: Mechanism | str, bounds: ContributionBounds, unit: PrivacyUnit, period_days: int | None, runs: int,
+               alpha: float, workers: int | None = None) -> AuditReport:
+    """``audit_card_level`` of a card unit's plan (its mechanism family ``kind``, ``bounds``, ``unit`` and period) at
+    the audit's claim (``audit_mechanism_for``), with production noise: a call of public parameters only, which
+    ``audit.early`` can start before the step that publishes on it."""
+    mechanism, epsilon, delta = audit_mechanism_for(kind, bounds, unit=unit, period_days=period_days)
+    return audit_card_level(mechanism, bounds, epsilon=epsilon, delta=delta, runs=runs, alpha=alpha,
+                            period_days=period_days, workers=workers)
+
+
 PERIOD_RUNS_DIVISOR = 10
 """The ``period spread`` scenario runs this many times fewer releases than the day scenarios (module docstring)."""
 

@@ -5,6 +5,7 @@ release that would pass the person cap is refused before any noise is drawn, wit
 from __future__ import annotations
 
 import json
+import multiprocessing
 from datetime import date, timedelta
 
 import dagster as dg
@@ -57,7 +58,8 @@ def weekly(tmp_path_factory):
         env.setenv(settings.DATA_DIR_ENV, str(root))
         instance = dg.DagsterInstance.ephemeral()
         run_release(instance, dates=WEEKS[0], budget=budget)
-        first = published()
+        first, audit = published(), _audit_metadata(instance)
+        assert not early_processes()  # the audit started early was taken, or stopped with the release
         run_release(instance, dates=WEEKS[1], budget=budget)
         second = published()
         ledger = PrivacyBudget(**budget).ledger(default_storage())
@@ -66,7 +68,28 @@ def weekly(tmp_path_factory):
         assert list(refused) == [f"{WEEKS[0][0]}..{WEEKS[0][-1]}"]  # the week's runs fail, and nothing else ran
         yield {"first": first, "second": second, "third": published(), "refused": refused[list(refused)[0]],
                "folder": default_storage().published_dir / LATEST,
-               "ledger": ledger, "draws": (before, draws_in(ledger)), "cap": budget["person_cap_epsilon"]}
+               "ledger": ledger, "draws": (before, draws_in(ledger)), "cap": budget["person_cap_epsilon"],
+               "audit": audit}
+        assert not early_processes()
+
+
+def _audit_metadata(instance: dg.DagsterInstance) -> dict:
+    record = instance.fetch_materializations(dg.AssetKey("privacy_audit"), limit=1).records[0]
+    return {key: value.value for key, value in record.asset_materialization.metadata.items()}
+
+
+def early_processes() -> list:
+    return [p for p in multiprocessing.active_children() if p.name == "opal_dp-early-audit"]
+
+
+@pytest.mark.slow
+def test_the_card_level_audit_started_beside_the_weeks_steps_and_the_roll_up_took_its_report(weekly):
+    """The command line's release starts the roll-up's card-level audit with the week's release (``audit.early``):
+    the step reports that call, at the plan's period, passed."""
+    audit = weekly["audit"]
+    assert audit["started_early"] is True and audit["privacy_unit"] == "card_period"
+    assert audit["runs_per_input"] == settings.audit_runs_from_env()
+    assert audit["card_level_bounds"] == PrivacyBudget().bounds.describe()
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from opal_dp.audit import audit_mechanism, membership_game
-from opal_dp.audit.card_level import audit_card_level, audit_mechanism_for
+from opal_dp.audit import audit_mechanism, early, membership_game
+from opal_dp.audit.card_level import audit_plan
 from opal_dp.audit.privacy_loss import trip_sensitivity
 from opal_dp.audit.public_domain import audit_table
 from opal_dp.core import PrivacyUnit, Relation, StabilityHistogram
@@ -18,9 +18,9 @@ from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.marginals import public_domain as pd_design
 from opal_dp.release.marginals.hierarchy_design import audit_taps
+from opal_dp.release.audit_call import audit_alpha, card_audit_call, product_audits
 from opal_dp.release.options import Design
-from opal_dp.release.products import PRODUCTS
-from opal_dp.settings import audit_false_alarm_from_env, audit_runs_from_env
+from opal_dp.settings import audit_runs_from_env
 
 
 def _product_audits(audits: list[Callable], privacy_budget: PrivacyBudget, storage: OpalStorage,
@@ -47,13 +47,14 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference
     audits it runs: a correct release fails with probability at most alpha. Runs at relaxed (eps, delta) (the
     audit's own, e.g. (1, 0.01)); the formulas, bounding and samplers are those of the release. With the OD
     hierarchy on (``od.csv``), its measurement per level against each of its ledger charges (``audit.hierarchy``):
-    alpha is split evenly between the marginals' audit and each product's. The neighbouring pairs are audited a pair
-    per worker process (``workers``).
+    alpha is split evenly between the marginals' audit and each product's (``release.audit_call``). The neighbouring
+    pairs are audited a pair per worker process (``workers``). A card unit's audit is a call of the plan's public
+    parameters only: when the command line's release started that same call beside the week's steps
+    (``audit.early``), its report is taken here (metadata ``started_early``), else the call is made here.
     """
     plan = privacy_budget.plan()
-    alpha, runs = audit_false_alarm_from_env(), audit_runs_from_env()
-    audits = [audit for product in PRODUCTS if (audit := product.audit(privacy_budget)) is not None]
-    alpha /= 1 + len(audits)
+    alpha, runs = audit_alpha(privacy_budget), audit_runs_from_env()
+    audits = product_audits(privacy_budget)
     products_passed, products = _product_audits(audits, privacy_budget, storage, reference, alpha)
     if plan.design is Design.HIERARCHY:  # the measurement of each tap against its charges (audit.hierarchy)
         started = time.perf_counter()
@@ -84,12 +85,10 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference
         extra = {"membership_release_rate": membership.rate, "membership_upper_bound": membership.upper,
                  "membership_allowed": membership.bound, "membership_exact": membership.exact}
         passed, seconds = report.passed and membership.passed, report.seconds + membership.seconds
-    else:
-        period_days = plan.periods.days if plan.periods else None  # card_period: audited at the plan's sensitivity, with its period
-        mech, epsilon, delta = audit_mechanism_for(plan.mechanism, plan.bounds, unit=plan.unit, period_days=period_days)
-        report = audit_card_level(mech, plan.bounds, epsilon=epsilon, delta=delta, runs=runs, alpha=alpha,
-                                  period_days=period_days, workers=workers.count)
-        extra, passed, seconds = {"card_level_bounds": dg.MetadataValue.json(plan.bounds.describe())}, report.passed, report.seconds
+    else:  # a card unit: at the plan's sensitivity, with its period; the report of the call started early if any
+        report, started_early = early.result(audit_plan, *card_audit_call(privacy_budget, plan), workers=workers.count)
+        extra = {"card_level_bounds": dg.MetadataValue.json(plan.bounds.describe()), "started_early": started_early}
+        passed, seconds = report.passed, report.seconds
     metadata = {
         "privacy_unit": plan.unit.value,
         "mechanism": report.mechanism["mechanism"],
