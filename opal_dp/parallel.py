@@ -87,8 +87,8 @@ def forkserver() -> multiprocessing.context.ForkServerContext:
 
 
 def exit_with_parent() -> None:
-    """In a worker: end the worker when the process that started the pool ends, however it ends (a SIGKILL
-    included), so that no worker outlives it, idle, holding its pipes and files."""
+    """In a worker (or the process of an audit started early, ``audit.early``): end it when the process that started
+    it ends, however it ends (a SIGKILL included), so that none outlives it, idle, holding its pipes and files."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return

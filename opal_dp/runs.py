@@ -12,7 +12,7 @@ The runs are runs of the code location's jobs: created with the origin of ``work
 and the release id (``defs.shared.tags``), and executed from here by the jobs' executor (``defs.shared.executor``:
 in this process on one machine, the Celery workers of ``deploy/`` when ``distributed``). In this process, the roll-up's
 card-level audit, which depends on the plan only, starts with the first week released and runs beside the weeks'
-steps (``audit.early``).
+steps (``audit.early``), when the roll-up runs in this process and may use more than one.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import dagster as dg
 from opal_dp import settings
 from opal_dp.audit import early
 from opal_dp.audit.card_level import audit_plan
+from opal_dp.defs.shared.executor import in_process
 from opal_dp.defs.shared.jobs import OD_ASSETS, run_plan
 from opal_dp.defs.shared.logs import STEP_LISTENERS
 from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, service_dates
@@ -157,8 +158,8 @@ def _release_weeks(launcher: _Launcher, out: ReleaseRuns, instance: dg.DagsterIn
                 and (last.days, last.without, last.versions) == (wanted.days, wanted.without, wanted.versions)
                 and _week_released(instance, location, week, synthetic)):
             continue  # released already, from this input with these settings
-        if not distributed and (call := card_audit_call(chosen, chosen.plan())) is not None:
-            early.start(audit_plan, *call)  # the same call the roll-up's privacy_audit step makes
+        if not distributed:
+            _start_audit(chosen, launcher.workers)
         tags = {WITHOUT_TAG: ",".join(wanted.without)} if wanted.without else {}
         plan = [(job, span) for job, span in run_plan([], [week]) if job != "rollup"]
         for job, span in plan + ([("synthetic", (week, week))] if synthetic else []):
@@ -176,6 +177,21 @@ def _release_weeks(launcher: _Launcher, out: ReleaseRuns, instance: dg.DagsterIn
             result = launcher.run("synthetic_publish", None, [])
             if not result.success:
                 raise SystemExit(failure_message("synthetic_publish", result))
+
+
+def _start_audit(chosen: PrivacySettings, workers: int | None) -> None:
+    """Start the roll-up's card-level audit, the same call its ``privacy_audit`` step makes (``audit.early``), when
+    that step runs in this process (the in-process executor) and the release may use more than one process
+    (``workers``). Best effort: a plan that cannot be built, or an audit setting refused, is left for the steps to
+    report as they always did."""
+    try:
+        if not in_process() or (workers or settings.workers_from_env()) <= 1:
+            return
+        call = card_audit_call(chosen, chosen.plan())
+    except Exception:  # noqa: BLE001 - the definitions and the step that builds this plan say what is wrong with it
+        return
+    if call is not None:
+        early.start(audit_plan, *call)
 
 
 def _needs_ingest(record: DayRecord | None, stamp: tuple | None, cut: DayCut) -> bool:

@@ -40,8 +40,8 @@ def nothing_left_started():
 
 def test_a_started_call_is_made_in_its_own_process_and_taken_once():
     early.start(where, "a")
-    early.start(where, "a")  # the same call again: still one process
-    assert len(early_processes()) == 1
+    early.start(where, "a")  # the same call again: still one
+    assert len(early._STARTED) == 1
     (pid, tag), started = early.result(where, "a", workers=2)  # the worker count is no part of the call
     assert started and tag == "a" and pid != os.getpid()
     (pid, _), started = early.result(where, "a")  # taken: asked again, the call is made here
@@ -51,7 +51,7 @@ def test_a_started_call_is_made_in_its_own_process_and_taken_once():
 def test_another_call_is_made_here_and_the_started_one_is_stopped_by_discard():
     early.start(sleeps, 60.0)
     assert early.result(sleeps, 0.0) == (0.0, False)
-    assert len(early_processes()) == 1
+    assert early._STARTED[next(iter(early._STARTED))].running() and len(early_processes()) == 1
     begun = time.monotonic()
     early.discard()
     assert not early_processes() and time.monotonic() - begun < 30
@@ -72,3 +72,27 @@ def test_a_started_call_whose_process_dies_is_an_error_not_a_report():
 def test_arguments_must_be_hashable_because_they_are_the_key():
     with pytest.raises(TypeError, match="hashable"):
         early.start(where, ["a"])
+
+
+class Unpicklable(Exception):
+    def __init__(self, tag: str, extra: object) -> None:
+        super().__init__(tag)
+        self.extra = extra
+
+
+def fails_unpicklably(tag: str, workers: int | None = None) -> None:
+    raise Unpicklable(tag, lambda: None)  # a lambda in the error: it cannot be sent back
+
+
+def test_an_error_that_cannot_be_sent_back_still_fails_the_step_with_its_text():
+    early.start(fails_unpicklably, "y")
+    with pytest.raises(RuntimeError, match="Unpicklable"):
+        early.result(fails_unpicklably, "y")
+
+
+def test_a_daemonic_process_starts_nothing_and_the_call_is_made_where_asked(monkeypatch):
+    monkeypatch.setattr(multiprocessing.current_process(), "daemon", True, raising=False)
+    early.start(where, "b")
+    monkeypatch.undo()
+    assert not early._STARTED
+    assert early.result(where, "b")[1] is False

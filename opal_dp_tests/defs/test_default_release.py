@@ -12,6 +12,7 @@ import dagster as dg
 import pytest
 
 from opal_dp import settings
+from opal_dp.audit import early
 from opal_dp.cli import run_release
 from opal_dp.core import PrivacyUnit
 from opal_dp.core.accounting import compose
@@ -57,20 +58,20 @@ def weekly(tmp_path_factory):
     with pytest.MonkeyPatch.context() as env:
         env.setenv(settings.DATA_DIR_ENV, str(root))
         instance = dg.DagsterInstance.ephemeral()
-        run_release(instance, dates=WEEKS[0], budget=budget)
+        run_release(instance, dates=WEEKS[0], budget=budget, workers=2)  # the suite's one worker starts no early audit
         first, audit = published(), _audit_metadata(instance)
-        assert not early_processes()  # the audit started early was taken, or stopped with the release
+        assert not early._STARTED and not early_processes()  # the audit started early was taken
         run_release(instance, dates=WEEKS[1], budget=budget)
         second = published()
         ledger = PrivacyBudget(**budget).ledger(default_storage())
         before = draws_in(ledger)
-        refused = run_release(instance, dates=WEEKS[0], budget=budget | {"fresh_draw": True}).refused
+        refused = run_release(instance, dates=WEEKS[0], budget=budget | {"fresh_draw": True}, workers=2).refused
         assert list(refused) == [f"{WEEKS[0][0]}..{WEEKS[0][-1]}"]  # the week's runs fail, and nothing else ran
         yield {"first": first, "second": second, "third": published(), "refused": refused[list(refused)[0]],
                "folder": default_storage().published_dir / LATEST,
                "ledger": ledger, "draws": (before, draws_in(ledger)), "cap": budget["person_cap_epsilon"],
                "audit": audit}
-        assert not early_processes()
+        assert not early._STARTED and not early_processes()  # the refused week's: taken, or stopped
 
 
 def _audit_metadata(instance: dg.DagsterInstance) -> dict:
@@ -84,8 +85,8 @@ def early_processes() -> list:
 
 @pytest.mark.slow
 def test_the_card_level_audit_started_beside_the_weeks_steps_and_the_roll_up_took_its_report(weekly):
-    """The command line's release starts the roll-up's card-level audit with the week's release (``audit.early``):
-    the step reports that call, at the plan's period, passed."""
+    """The command line's release (with more than one process) starts the roll-up's card-level audit with the week's
+    release (``audit.early``): the step stores that call's report, of the plan's unit, runs and bounds."""
     audit = weekly["audit"]
     assert audit["started_early"] is True and audit["privacy_unit"] == "card_period"
     assert audit["runs_per_input"] == settings.audit_runs_from_env()

@@ -50,7 +50,8 @@ def privacy_audit(privacy_budget: PrivacyBudget, storage: OpalStorage, reference
     alpha is split evenly between the marginals' audit and each product's (``release.audit_call``). The neighbouring
     pairs are audited a pair per worker process (``workers``). A card unit's audit is a call of the plan's public
     parameters only: when the command line's release started that same call beside the week's steps
-    (``audit.early``), its report is taken here (metadata ``started_early``), else the call is made here.
+    (``audit.early``), its report is taken here (metadata ``started_early``; ``seconds`` is then the audit's own time
+    in its process), else the call is made here.
     """
     plan = privacy_budget.plan()
     alpha, runs = audit_alpha(privacy_budget), audit_runs_from_env()

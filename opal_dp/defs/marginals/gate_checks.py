@@ -17,8 +17,9 @@ GATE_CHECKS = {
     "statement_from_the_ledger": "privacy.json, PRIVACY.md and the page state what the ledger records of the draws "
                                  "of every published file, and the person account from the ledger, never the "
                                  "publishing run's configuration.",
-    "audit_passed": "The privacy audit passed after the latest release was drawn: its latest materialisation (a "
-                    "failed audit stores none) is not older than the latest release_draws.",
+    "audit_passed": "The privacy audit of the release's plan passed: its latest materialisation (a failed audit "
+                    "stores none) is not older than the latest release_draws (the audit depends on the plan only, "
+                    "so the command line may start it beside the week's steps; its report is stored after them).",
     "folder_valid": "The new release folder is well formed: each date written, the combined files, the statement and "
                     "the page validated before the folder is made the latest.",
 }

@@ -25,13 +25,23 @@ definitions once (``opal_dp.step_server``), instead of a fresh interpreter that 
 every step (Dagster's default, ``spawn``)."""
 
 
-@dg.definitions
-def executor() -> dg.Definitions:
+def _choice() -> str:
     choice = os.environ.get(EXECUTOR_ENV, "").strip()
     if choice not in EXECUTORS:
         raise ValueError(f"{EXECUTOR_ENV} must be one of {EXECUTORS[1:]} (unset: in_process), got {choice!r}")
-    if choice in ("", "in_process"):
+    return choice
+
+
+def in_process() -> bool:
+    """Whether a run's steps execute in the process that executes the run (the one-machine default)."""
+    return _choice() in ("", "in_process")
+
+
+@dg.definitions
+def executor() -> dg.Definitions:
+    if in_process():
         return dg.Definitions(executor=dg.in_process_executor)
+    choice = _choice()
     if choice == "multiprocess":
         return dg.Definitions(executor=MULTIPROCESS)
     from dagster_celery import celery_executor  # the `cluster` extra
