@@ -12,7 +12,7 @@ The runs are runs of the code location's jobs: created with the origin of ``work
 and the release id (``defs.shared.tags``), and executed from here by the jobs' executor (``defs.shared.executor``:
 in this process on one machine, the Celery workers of ``deploy/`` when ``distributed``). In this process, the roll-up's
 card-level audit, which depends on the plan only, starts with the first week released and runs beside the weeks'
-steps (``audit.early``), when the roll-up runs in this process and may use more than one.
+steps (``audit.early``), when the roll-up runs in this process and the release may use more than one process.
 """
 
 from __future__ import annotations
