@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import uuid
 from collections.abc import Collection, Mapping
@@ -329,16 +330,32 @@ def job_origin(job: str):
 
 
 def failure_message(job: str, result) -> str:
-    """What failed in a run, for a person: each failed step's own description (a ``dg.Failure``), else the step
-    and the kind of error; never Dagster's class path or a traceback (the run's log has them)."""
+    """What failed in a run, for a person: each failed step's own description (a ``dg.Failure``), else the step,
+    the kind of error and the line of opal_dp that raised it; never the error's message (it may quote a value of the
+    data), Dagster's class path or a traceback (the run's log has them)."""
     lines = []
     for event in result.all_events:
         if event.is_step_failure:
             data = event.step_failure_data
             described = data.user_failure_data and data.user_failure_data.description
-            lines.append(described.strip() if described else f"step {event.step_key}: {data.error.cls_name} "
+            lines.append(described.strip() if described else f"step {event.step_key}: {_raised(data.error)} "
                                                                "(the run's event log has the details)")
     return f"run {result.run_id} of job {job} failed:\n" + "\n".join(lines)
+
+
+def _raised(error) -> str:
+    """The innermost cause of a step's error (Dagster wraps the step's own): its class and the last frame of
+    opal_dp's code in its stack, as ``KeyError at opal_dp/reports/utility.py:57 in utility_rows``."""
+    while error.cause is not None:
+        error = error.cause
+    frames = [m for m in map(_FRAME.search, error.stack) if m and f"{os.sep}opal_dp{os.sep}" in m["file"]]
+    if not frames:
+        return error.cls_name
+    file, line, function = frames[-1]["file"], frames[-1]["line"], frames[-1]["function"]
+    return f"{error.cls_name} at opal_dp{file.rsplit(f'{os.sep}opal_dp', 1)[1]}:{line} in {function}"
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 
 
 @contextmanager
