@@ -16,6 +16,8 @@ from opal_dp.release.od.hierarchy_publish import (
     hierarchy_draw_ids,
     hierarchy_statement,
     hierarchy_table,
+    stored_totals,
+    totals_table,
     validate_hierarchy_csv,
 )
 from opal_dp.network import load_stops
@@ -39,18 +41,21 @@ def released(tmp_path):
 
 def test_the_gate_passes_the_fit_of_the_stored_draw_and_refuses_anything_else(released, tmp_path):
     ledger, plan, frames = released
-    assert hierarchy_gate(frames, ledger, tmp_path, plan.domain, plan.tau) == []
+    problems, totals = hierarchy_gate(frames, ledger, tmp_path, plan.domain, plan.tau)
+    assert problems == []
+    assert totals.equals(totals_table(stored_totals(frames, ledger, tmp_path)))  # the same reads of the draws
+    assert list(totals["mode"]) == [m for m in sorted(plan.domain.modes) for _ in ("on", "off")]
     listed = frames[DAY].index[(frames[DAY]["level"] == "location") & (frames[DAY]["origin"] != "other")][0]
     moved = {DAY: frames[DAY].copy()}
     moved[DAY].loc[listed, "count"] += 1  # one trip more in a listed pair: no longer the fit, no longer exact
-    problems = hierarchy_gate(moved, ledger, tmp_path, plan.domain, plan.tau)
+    problems, _ = hierarchy_gate(moved, ledger, tmp_path, plan.domain, plan.tau)
     assert any("not the fit of the ledger's stored draw" in p for p in problems)
     assert any("do not sum to its district row" in p for p in problems)
-    other_tau = hierarchy_gate(frames, ledger, tmp_path, plan.domain, plan.tau + 1)  # a threshold not recorded
+    other_tau, _ = hierarchy_gate(frames, ledger, tmp_path, plan.domain, plan.tau + 1)  # a threshold not recorded
     assert other_tau and all("not the fit" in p for p in other_tau)
     unknown = {DAY: frames[DAY].assign(draw_id=10_000)}
     assert all("no completed ledger draw" in p for p in hierarchy_gate(unknown, ledger, tmp_path, plan.domain,
-                                                                       plan.tau))
+                                                                       plan.tau)[0])
 
 
 def test_od_csv_holds_every_level_exactly_and_validates(released, tmp_path):

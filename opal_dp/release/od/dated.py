@@ -16,7 +16,7 @@ import pandas as pd
 from opal_dp.core import PrivacyLedger
 from opal_dp.prep.sequences import trip_alphabet
 from opal_dp.release.od.hierarchy import hierarchy_plan, od_domain
-from opal_dp.release.od.hierarchy_publish import hierarchy_gate, totals_table
+from opal_dp.release.od.hierarchy_publish import hierarchy_gate
 from opal_dp.release.od.publish import od_gate, od_statement, od_tables
 
 TREE, HIERARCHY = "od_prefix_tree", "od_hierarchy"
@@ -54,12 +54,13 @@ class OdDated:
             tree = {day: frames[TREE]} if TREE in frames else {}
             rows = {day: frames[HIERARCHY]} if HIERARCHY in frames else {}
             problems = od_gate(tree, ledger, private_dir, alphabet) if tree else []
+            totals = None
             if rows:
-                problems += hierarchy_gate(rows, ledger, private_dir, plan.domain, plan.tau)
+                found, totals = hierarchy_gate(rows, ledger, private_dir, plan.domain, plan.tau)
+                problems += found
             if problems:
                 return problems, {}
-            return [], od_tables(tree, alphabet, settings.od_top_sequences, rows,
-                                 totals_table(rows, ledger, private_dir) if rows else None)
+            return [], od_tables(tree, alphabet, settings.od_top_sequences, rows, totals)
 
         return gate
 

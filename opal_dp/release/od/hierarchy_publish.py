@@ -63,12 +63,13 @@ def hierarchy_draw_ids(frames: Mapping[str, pd.DataFrame]) -> dict[tuple[str, st
 
 
 def hierarchy_gate(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path, domain: OdDomain,
-                   tau: int) -> list[str]:
+                   tau: int) -> tuple[list[str], pd.DataFrame]:
     """Problems with the hierarchy rows about to be published (``{date: rows with draw_id}``): each (date, mode)
     must come from a completed ledger draw of that date whose stored measurement fits to exactly these rows, add up
-    level by level, and hold only labels of the public domain."""
-    problems = []
-    for (day, mode), (draw_id, draw, recorded) in _stored_draws(frames, ledger).items():
+    level by level, and hold only labels of the public domain; and ``totals.csv`` of those dates, made from the same
+    reads of the stored draws (``totals_table``; to publish only where there is no problem)."""
+    problems, totals = [], {}
+    for (day, mode), (draw_id, draw, recorded) in sorted(_stored_draws(frames, ledger).items()):
         if draw is None or draw.status != "complete" or draw.date != day:
             problems.append(f"{day} {mode} od: no completed ledger draw {draw_id} of that date")
             continue
@@ -79,12 +80,12 @@ def hierarchy_gate(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, ro
         if recorded["tau"] != tau or not rows(dom, fitted, day).astype(str).equals(part.astype(str)):
             problems.append(f"{day} {mode} od: the rows are not the fit of the ledger's stored draw {draw_id}")
         try:
-            totals_of(stored)
+            totals[day, mode] = _published_totals(stored), recorded["totals"], draw_id
         except ValueError as err:
             problems.append(f"{day} {mode} od: {err} (draw {draw_id})")
     for frame in frames.values():
         problems += sum_problems(frame) + domain_problems(frame, domain)
-    return problems
+    return problems, totals_table(totals)
 
 
 def _stored_draws(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> dict[tuple[str, str], tuple]:
@@ -106,16 +107,22 @@ def stored_totals(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, roo
         if draw is None or draw.status != "complete" or draw.date != day:
             raise ValueError(f"{day} {mode}: the OD hierarchy's rows name draw {draw_id}, not a completed ledger draw "
                              "of that date")
-        on, off = (max(0, int(n)) for n in totals_of(pd.read_parquet(root / draw.release_ref)))
-        out[day, mode] = (on, off), recorded["totals"], draw_id
+        out[day, mode] = _published_totals(pd.read_parquet(root / draw.release_ref)), recorded["totals"], draw_id
     return out
 
 
-def totals_table(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path) -> pd.DataFrame:
-    """``totals.csv`` of the gated dates (``hierarchy_gate``): per (date, mode, tap) the published total
-    (``stored_totals``) and the 95% bound of its noise as the charge recorded it."""
+def _published_totals(stored: pd.DataFrame) -> tuple[int, int]:
+    """The (tap-on, tap-off) totals published of a stored draw: its noisy totals floored at 0 (post-processing)."""
+    on, off = (max(0, int(n)) for n in totals_of(stored))
+    return on, off
+
+
+def totals_table(totals: Mapping[tuple[str, str], tuple[tuple[int, int], dict, int]]) -> pd.DataFrame:
+    """``totals.csv`` of the gated dates: per (date, mode, tap) the published total and the 95% bound of its noise
+    as the charge recorded it, from ``stored_totals``' (date, mode) -> (totals, parameters, draw id), in date and
+    mode order."""
     out = [(day.replace("-", ""), mode, tap, n, int(recorded["error_bound_95"]))
-           for (day, mode), (counts, recorded, _) in stored_totals(frames, ledger, root).items()
+           for (day, mode), (counts, recorded, _) in sorted(totals.items())
            for tap, n in zip(TAPS, counts)]
     return pd.DataFrame(out, columns=TOTALS_COLUMNS).astype({"count": "int64", "error_95": "int64"})
 
