@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import cache
@@ -129,17 +129,22 @@ def _arrive(folder: str, workers: int, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def map_calls(fn: Callable[..., R], calls: Sequence[tuple], workers: int | None = None) -> Iterator[R]:
+def map_calls(fn: Callable[..., R], calls: Iterable[tuple], workers: int | None = None,
+              count: int | None = None) -> Iterator[R]:
     """``fn(*call)`` for every call, yielded in the calls' order; an exception in a call is raised here, after the
     calls not yet started are cancelled and those running have ended (so that no call still writes when the caller
-    cleans up). ``fn`` must be a module-level function (it is pickled by name)."""
-    workers = min(_workers(workers), len(calls))
+    cleans up). ``fn`` must be a module-level function (it is pickled by name). ``calls`` may be an iterator that
+    makes each call as it is asked for (``count``: how many it makes), so that the workers start on the first calls
+    while the caller makes the others; an exception in making one is raised here likewise."""
+    workers = min(_workers(workers), len(calls) if count is None else count)
     if workers <= 1 or multiprocessing.current_process().daemon:  # a daemonic process may not have children
         yield from (fn(*call) for call in calls)
         return
     pool = _pool(workers)
-    futures = [pool.submit(fn, *call) for call in calls]
+    futures = []
     try:
+        for call in calls:  # one by one: if making a call fails, those submitted are in ``futures``
+            futures.append(pool.submit(fn, *call))
         for future in futures:
             yield future.result()
     except BrokenProcessPool:

@@ -132,6 +132,43 @@ def test_an_error_is_raised_only_once_the_calls_running_beside_it_have_ended(tmp
     assert (tmp_path / "started").exists() and (tmp_path / "late").read_text() == "written"
 
 
+def write_started(folder: str, name: str) -> str:
+    Path(folder, name).write_text("started")
+    time.sleep(0.5)
+    Path(folder, name).write_text("written")
+    return name
+
+
+def test_calls_made_as_asked_for_start_before_the_last_is_made(tmp_path):
+    """The publish step gates each date here while the workers stage the dates gated before it."""
+    seen_before_last = []
+
+    def calls():
+        for name in ("a", "b", "c"):
+            if name == "c":  # by now the first call has started in a worker
+                deadline = time.monotonic() + 60
+                while not (tmp_path / "a").exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                seen_before_last.append((tmp_path / "a").exists())
+            yield str(tmp_path), name
+
+    assert list(map_calls(write_started, calls(), workers=2, count=3)) == ["a", "b", "c"]
+    assert seen_before_last == [True]
+
+
+def test_a_failure_in_making_a_call_is_raised_once_the_calls_made_have_ended(tmp_path):
+    def calls():
+        yield str(tmp_path), "a"
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "a").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise ValueError("refused while making the second call")
+
+    with pytest.raises(ValueError, match="refused while making"):
+        list(map_calls(write_started, calls(), workers=2, count=2))
+    assert (tmp_path / "a").read_text() == "written"
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_a_bad_worker_count_is_refused(monkeypatch, value):
     monkeypatch.setenv(WORKERS_ENV, value)

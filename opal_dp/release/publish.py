@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,9 +79,9 @@ def given(day: DateFiles) -> DateFiles:
 
 
 def publish(
-    published_dir: Path, changed: Sequence[T], statement_of: Callable[[PageSummary], dict],
+    published_dir: Path, changed: Iterable[T], statement_of: Callable[[PageSummary], dict],
     stops: pd.DataFrame, state_dir: Path, page: PageSettings = PageSettings(),
-    prepare: Callable[[T], DateFiles] = given, workers: int | None = None,
+    prepare: Callable[[T], DateFiles] = given, workers: int | None = None, count: int | None = None,
 ) -> Path:
     """Publish the ``changed`` dates (new, or re-released: a correction) into ``<published>/latest`` and rebuild
     what covers them all; nothing else is rewritten.
@@ -89,8 +89,10 @@ def publish(
     Every changed date is made (``prepare`` of its item of ``changed``: the caller's gate, which raises to refuse
     it; ``given`` when the items are already ``DateFiles``), written, validated and fsynced in a staging folder
     first, the dates side by side in ``workers`` per-day worker processes (``opal_dp.parallel``; ``prepare`` is pickled
-    by name);
-    any failure there publishes nothing, and every date is staged or abandoned before the error is raised. Only
+    by name); ``changed`` may be an iterator that makes each item as it is asked for (``count`` of them), so that
+    the first dates are staged while it makes the others;
+    any failure there (in making an item too) publishes nothing, and every date is staged or abandoned before the
+    error is raised. Only
     then is each renamed to ``dates/<date>``; each combined CSV is appended to in place when every
     changed date is new and follows the dates it holds (else rebuilt by streaming the date files in date order
     into a new file renamed over it); then ``privacy.json`` (``statement_of`` the publication's
@@ -109,9 +111,10 @@ def publish(
         removed: list[PageSummary] = []
         touched: list[str] = []
         try:
-            if changed:
+            count = len(changed) if count is None else count
+            if count:
                 make_dirs(staging, PUBLIC_DIR)
-            for day in map_calls(stage_date, [(staging, prepare, item) for item in changed], workers):
+            for day in map_calls(stage_date, ((staging, prepare, item) for item in changed), workers, count):
                 if day.date in index["dates"]:
                     removed.append(state.of_date(folder, day.date, index["dates"][day.date]))
                 index["dates"][day.date] = day.entry

@@ -127,12 +127,12 @@ def _dates(draw_ids: dict[tuple[str, str], int], stored: dict[str, PartitionFram
 
 def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, PartitionFrames],
                 cells: PartitionFrames, stored: dict[str, PartitionFrames], privacy_budget: PrivacyBudget,
-                ledger: PrivacyLedger, reference: ReferenceNetwork, storage: OpalStorage) -> list[DateGate]:
+                ledger: PrivacyLedger, reference: ReferenceNetwork, storage: OpalStorage) -> Iterator[DateGate]:
     """Each changed date's gate (``gate_date``), with the ledger's evidence of its draws; each other product's part
-    of the date gated here, against the ledger, and its published tables made from the frames checked."""
+    of the date gated here, against the ledger, and its published tables made from the frames checked. Made one date
+    at a time, as ``publish`` asks: the per-day workers stage the first dates while the others are gated here."""
     stops = reference.stops()
     part_gates = [(part, part.gate(privacy_budget, stops, ledger, storage.private_dir)) for part in DATED_PARTS]
-    gates = []
     for day in changed:
         entry = dates[day]
         try:
@@ -149,11 +149,10 @@ def _date_gates(changed: list[str], dates: dict[str, dict], releases: dict[str, 
                                          + "\n".join(problems[:10]))
                 tables |= made
         keys = sorted({key for key, _ in entry["draws"]})
-        gates.append(DateGate(
+        yield DateGate(
             day, evidence, {u: ledger.cap(u) for u in {c.unit for c in evidence.charges.values()}},
             {m.name: {key: releases[m.name].path(key) for key in keys} for m in MARGINALS},
-            {key: cells.path(key) for key in keys}, storage.private_dir, stops, tables, tuple(_draws_of(entry))))
-    return gates
+            {key: cells.path(key) for key in keys}, storage.private_dir, stops, tables, tuple(_draws_of(entry)))
 
 
 def _person_metadata(ledger: PrivacyLedger) -> dict:
@@ -279,7 +278,7 @@ def _publish_release(
     gates = _date_gates(changed, dates, releases, true_cells, stored, privacy_budget, ledger, reference, storage)
     try:
         folder = publish(storage.published_dir, gates, statement_of, reference.stops(), state, PageSettings.from_env(),
-                         prepare=gate_date, workers=workers)
+                         prepare=gate_date, workers=workers, count=len(changed))
     except PublishRefused as gate:
         raise refused(DATES, gate.description, {"failed_checks": dg.MetadataValue.json(gate.failed_checks)}) from None
     except PublishedFormatError as err:
