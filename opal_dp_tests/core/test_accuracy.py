@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from opal_dp.core import discrete_gaussian, sbh
-from opal_dp.core.accuracy import KEPT_SDS, SumErrorBounds, error_bound_of_sum
+from opal_dp.core.accuracy import KEPT_SDS, SumErrorBounds, error_bound_of_sum, fast_length
 
 
 def smallest_bound(mass: np.ndarray, confidence: float) -> int:
@@ -79,3 +81,18 @@ def test_a_sum_is_kept_within_kept_sds_of_its_standard_deviation():
     bounds = SumErrorBounds(one)
     bounds(100)
     assert len(bounds._sum) == 2 * math.ceil(KEPT_SDS * math.sqrt(one @ (z * z)) * 10) + 1 < 100 * (len(one) - 1)
+
+
+def test_fast_lengths_are_scipys_without_importing_scipy():
+    """The FFT lengths are scipy's ``next_fast_len(n, real=True)`` (so the bounds are what they were with it), and a
+    process that draws the bounds no longer imports scipy for them."""
+    from scipy.fft import next_fast_len
+
+    assert [fast_length(n) for n in range(1, 20_001)] == [next_fast_len(n, real=True) for n in range(1, 20_001)]
+    assert all(fast_length(n) == next_fast_len(n, real=True) for n in (2**20 + 1, 3**11 + 7, 5**8 - 1, 10**7 + 19))
+    with pytest.raises(ValueError, match="positive"):
+        fast_length(0)
+    code = ("import sys, numpy as np; from opal_dp.core.accuracy import SumErrorBounds; "
+            "SumErrorBounds(np.array([0.25, 0.5, 0.25]))(30); print(any(m.startswith('scipy') for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
