@@ -134,11 +134,15 @@ def map_calls(fn: Callable[..., R], calls: Iterable[tuple], workers: int | None 
     """``fn(*call)`` for every call, yielded in the calls' order; an exception in a call is raised here, after the
     calls not yet started are cancelled and those running have ended (so that no call still writes when the caller
     cleans up). ``fn`` must be a module-level function (it is pickled by name). ``calls`` may be an iterator that
-    makes each call as it is asked for (``count``: how many it makes), so that the workers start on the first calls
-    while the caller makes the others; an exception in making one is raised here likewise."""
+    makes each call as it is asked for (``count``: how many it makes, else an error once they are made), so that the
+    workers start on the first calls while the caller makes the others; an exception in making one is raised here
+    likewise. In one process every call is made before any runs, as with workers a failure in making one is
+    raised before any result."""
+    if count is not None:
+        calls = _counted(calls, count)
     workers = min(_workers(workers), len(calls) if count is None else count)
     if workers <= 1 or multiprocessing.current_process().daemon:  # a daemonic process may not have children
-        yield from (fn(*call) for call in calls)
+        yield from (fn(*call) for call in list(calls))
         return
     pool = _pool(workers)
     futures = []
@@ -154,3 +158,15 @@ def map_calls(fn: Callable[..., R], calls: Iterable[tuple], workers: int | None 
         for future in futures:
             future.cancel()
         wait(futures)
+
+
+def _counted(calls: Iterable[tuple], count: int) -> Iterator[tuple]:
+    """``calls``, refused once they are more or fewer than ``count``."""
+    made = 0
+    for call in calls:
+        made += 1
+        if made > count:
+            raise ValueError(f"more calls were made than the {count} announced")
+        yield call
+    if made != count:
+        raise ValueError(f"{made} calls were made, not the {count} announced")

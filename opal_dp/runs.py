@@ -344,18 +344,53 @@ def failure_message(job: str, result) -> str:
 
 
 def _raised(error) -> str:
-    """The innermost cause of a step's error (Dagster wraps the step's own): its class and the last frame of
-    opal_dp's code in its stack, as ``KeyError at opal_dp/reports/utility.py:57 in utility_rows``."""
-    while error.cause is not None:
-        error = error.cause
-    frames = [m for m in map(_FRAME.search, error.stack) if m and f"{os.sep}opal_dp{os.sep}" in m["file"]]
-    if not frames:
-        return error.cls_name
-    file, line, function = frames[-1]["file"], frames[-1]["line"], frames[-1]["function"]
-    return f"{error.cls_name} at opal_dp{file.rsplit(f'{os.sep}opal_dp', 1)[1]}:{line} in {function}"
+    """The class of the innermost error of a step's failure (Dagster wraps the step's own; ``raise ... from``
+    chains more) and the deepest frame of opal_dp's code that the chain records, as ``KeyError at
+    opal_dp/reports/utility.py:57 in utility_rows``. A per-day worker's error comes back with the worker's traceback
+    as text (``concurrent.futures``' ``_RemoteTraceback``, a cause of its own): its frames are the deepest."""
+    chain = [error]
+    while chain[-1].cause is not None:
+        chain.append(chain[-1].cause)
+    errors = [e for e in chain if e.cls_name != _REMOTE]
+    stacks = [block for e in reversed(chain) if e.cls_name == _REMOTE for block in _text_blocks(e.message)]
+    stacks += [[_FRAME.match(entry.split("\n", 1)[0]) for entry in e.stack] for e in reversed(errors)]
+    name = errors[-1].cls_name if errors else error.cls_name
+    for frames in stacks:  # the innermost first; in each, its last frame of opal_dp
+        ours = [where for where in map(_ours, filter(None, frames)) if where]
+        if ours:
+            return f"{name} at {ours[-1]}"
+    return name
 
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+_REMOTE = "_RemoteTraceback"
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>[\w<>.]+)\s*$')
+_PACKAGE = os.path.realpath(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _text_blocks(text: str) -> list[list[re.Match]]:
+    """The frame lines of each traceback block of a traceback's text, the innermost cause's block first (as Python
+    prints a chain): after each ``Traceback (most recent call last):`` line, the indented lines up to the first that
+    is not, where the error's message begins (a message is never read)."""
+    blocks: list[list[re.Match]] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            blocks.append([])
+            inside = True
+        elif inside and line.startswith(" "):
+            blocks[-1].append(_FRAME.match(line))
+        else:
+            inside = False
+    return blocks
+
+
+def _ours(frame: re.Match) -> str | None:
+    """``opal_dp/<file>:<line> in <function>`` for a frame of a file of this package, else None: a path merely
+    containing ``opal_dp`` (a checkout named so, its virtual environment) is not ours."""
+    path = os.path.realpath(frame["file"])
+    if not path.startswith(_PACKAGE) or not os.path.isfile(path):
+        return None
+    return f"opal_dp/{Path(path[len(_PACKAGE):]).as_posix()}:{frame['line']} in {frame['function']}"
 
 
 @contextmanager

@@ -169,6 +169,28 @@ def test_a_failure_in_making_a_call_is_raised_once_the_calls_made_have_ended(tmp
     assert (tmp_path / "a").read_text() == "written"
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(("made", "count"), [(3, 2), (1, 2), (2, 0)])
+def test_calls_made_other_than_announced_are_refused(made, count, workers):
+    with pytest.raises(ValueError, match="announced"):
+        list(map_calls(square_and_pid, ((x,) for x in range(made)), workers=workers, count=count))
+
+
+def test_in_one_process_every_call_is_made_before_any_runs():
+    """As with workers (all submitted before any result is read), so that a failure in making a call is raised
+    before any call has run, whatever the worker count."""
+    events = []
+
+    def calls():
+        for x in range(3):
+            events.append(f"made {x}")
+            yield (x,)
+
+    for result, _ in map_calls(square_and_pid, calls(), workers=1, count=3):
+        events.append(f"ran {result}")
+    assert events == ["made 0", "made 1", "made 2", "ran 0", "ran 1", "ran 4"]
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_a_bad_worker_count_is_refused(monkeypatch, value):
     monkeypatch.setenv(WORKERS_ENV, value)

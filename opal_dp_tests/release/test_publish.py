@@ -309,6 +309,33 @@ def test_a_date_refused_in_a_worker_publishes_nothing_and_leaves_nothing(tmp_pat
     assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
 
 
+def slow_stage(day: DateFiles) -> DateFiles:
+    """A ``prepare`` that takes a moment: the first date's worker is still staging when the second is refused."""
+    time.sleep(0.5)
+    return day
+
+
+def test_a_date_refused_while_the_first_is_staged_publishes_nothing_and_leaves_nothing(tmp_path, monkeypatch):
+    """The step gates each date as ``publish`` asks for it, while the workers stage the dates gated before: a
+    refusal in gating a later date leaves the publication as it was, once the first date's worker has ended."""
+    root = tmp_path / "published"
+    first, second = date_files()
+    publish_release(root, "r1", [first])
+    before = {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
+    monkeypatch.setenv(WORKERS_ENV, "2")
+
+    def gated():
+        yield first
+        time.sleep(0.2)  # the first date is being staged in a worker
+        raise ValueError(f"{second.date} refused by its gate")
+
+    with pytest.raises(ValueError, match="refused by its gate"):
+        publish(root, gated(), lambda summary: statement(release_id="r2"), STOPS, root.parent / f"{root.name}-state",
+                prepare=slow_stage, count=2)
+    time.sleep(0.6)  # a worker still writing would show now
+    assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
+
+
 def test_a_date_not_in_the_published_form_is_refused_before_any_of_its_files(tmp_path):
     """A date names a folder under ``dates/``: only ``YYYYMMDD`` (no separators, nothing that climbs the tree)."""
     root = tmp_path / "published"

@@ -63,11 +63,11 @@ def hierarchy_draw_ids(frames: Mapping[str, pd.DataFrame]) -> dict[tuple[str, st
 
 
 def hierarchy_gate(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, root: Path, domain: OdDomain,
-                   tau: int) -> tuple[list[str], pd.DataFrame]:
+                   tau: int) -> tuple[list[str], pd.DataFrame | None]:
     """Problems with the hierarchy rows about to be published (``{date: rows with draw_id}``): each (date, mode)
     must come from a completed ledger draw of that date whose stored measurement fits to exactly these rows, add up
-    level by level, and hold only labels of the public domain; and ``totals.csv`` of those dates, made from the same
-    reads of the stored draws (``totals_table``; to publish only where there is no problem)."""
+    level by level, and hold only labels of the public domain; and, where there is no problem, ``totals.csv`` of
+    those dates, made from the same reads of the stored draws (``totals_table``; else None)."""
     problems, totals = [], {}
     for (day, mode), (draw_id, draw, recorded) in sorted(_stored_draws(frames, ledger).items()):
         if draw is None or draw.status != "complete" or draw.date != day:
@@ -85,7 +85,7 @@ def hierarchy_gate(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger, ro
             problems.append(f"{day} {mode} od: {err} (draw {draw_id})")
     for frame in frames.values():
         problems += sum_problems(frame) + domain_problems(frame, domain)
-    return problems, totals_table(totals)
+    return problems, None if problems else totals_table(totals)
 
 
 def _stored_draws(frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger) -> dict[tuple[str, str], tuple]:
