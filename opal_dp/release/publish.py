@@ -90,9 +90,8 @@ def publish(
     it; ``given`` when the items are already ``DateFiles``), written, validated and fsynced in a staging folder
     first, the dates side by side in ``workers`` per-day worker processes (``opal_dp.parallel``; ``prepare`` is pickled
     by name); ``changed`` may be an iterator that makes each item as it is asked for (``count`` of them), so that
-    the first dates are staged while it makes the others;
-    any failure there (in making an item too) publishes nothing, and every date is staged or abandoned before the
-    error is raised. Only
+    the first dates are staged while it makes the others. Any failure there (in making an item too) publishes
+    nothing, and every date is staged or abandoned before the error is raised. Only
     then is each renamed to ``dates/<date>``; each combined CSV is appended to in place when every
     changed date is new and follows the dates it holds (else rebuilt by streaming the date files in date order
     into a new file renamed over it); then ``privacy.json`` (``statement_of`` the publication's
