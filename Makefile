@@ -75,11 +75,11 @@ cluster-test: $(STAMP) $(POSTGRES) $(REDIS)
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
 # umask 077: what Dagster writes into its home (event log, compute logs) stays private. `dg dev` serves the project
-# of pyproject.toml ([tool.dg]: the code location opal_dp, as workspace.yaml). It stops on SIGTERM through its SIGINT
-# handler, and a shell starts background jobs with SIGINT ignored: SIGINT is set back to its default first.
-DEFAULT_SIGINT := $(PY) -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])'
+# of pyproject.toml ([tool.dg]: the code location opal_dp, as workspace.yaml). opal_dp.supervise runs it in its own
+# session and passes SIGTERM or Ctrl-C on as one SIGINT to `dg dev` alone: a signal to every process at once lets `dg
+# dev` restart its code server while it shuts down, and that code server then lingers 45 s (the module says more).
 ui: $(STAMP) | $(DAGSTER_HOME)
-	umask 077 && VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(DEFAULT_SIGINT) dg dev --host $(UI_HOST) --port $(UI_PORT)
+	umask 077 && VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m opal_dp.supervise dg dev --host $(UI_HOST) --port $(UI_PORT)
 
 # For people who look but must not launch or wipe anything (it still shows the internal figures: see docs/operating.md).
 ui-readonly: $(STAMP) | $(DAGSTER_HOME)
