@@ -47,24 +47,28 @@ def _in_the_child() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
 
 
-def _reap() -> None:
-    """Wait for every ended process this supervisor is parent of (as subreaper, the command's orphans too)."""
+def _reap(child: subprocess.Popen) -> None:
+    """Wait for every ended process this supervisor is parent of: the command (its exit status into
+    ``child.returncode``) and, as subreaper, whatever it started that outlived it (else zombies under a PID 1 that
+    does not reap would look alive)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if pid == child.pid:
+            child.returncode = os.waitstatus_to_exitcode(wait_status)
 
 
-def _group_ended(pgid: int, seconds: float) -> bool:
-    """Whether every process of the group has ended within ``seconds``."""
+def _group_ended(child: subprocess.Popen, seconds: float) -> bool:
+    """Whether every process of the command's group has ended within ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
-        _reap()
+        _reap(child)
         try:
-            os.killpg(pgid, 0)
+            os.killpg(child.pid, 0)
         except ProcessLookupError:
             return True
         if time.monotonic() >= deadline:
@@ -93,17 +97,15 @@ def supervise(command: list[str], grace_s: float = GRACE_S, stop_s: float = STOP
 
     for signo in STOP_SIGNALS:
         signal.signal(signo, stop)
-    while True:
-        try:
-            status = child.wait(timeout=0.2)
-            break
-        except subprocess.TimeoutExpired:
-            if asked_at and time.monotonic() - asked_at[0] > stop_s:
-                _kill_group(child.pid)
-    if not _group_ended(child.pid, grace_s):
+    while child.returncode is None:
+        _reap(child)
+        if asked_at and time.monotonic() - asked_at[0] > stop_s:
+            _kill_group(child.pid)
+        time.sleep(0.1)
+    if not _group_ended(child, grace_s):
         _kill_group(child.pid)
-        _group_ended(child.pid, grace_s)
-    return status if status >= 0 else 128 - status
+        _group_ended(child, grace_s)
+    return child.returncode if child.returncode >= 0 else 128 - child.returncode
 
 
 if __name__ == "__main__":
