@@ -78,8 +78,9 @@ UI_PORT ?= 3000
 # of pyproject.toml ([tool.dg]: the code location opal_dp, as workspace.yaml). opal_dp.supervise runs it in its own
 # session and passes SIGTERM or Ctrl-C on as one SIGINT to `dg dev` alone: a signal to every process at once lets `dg
 # dev` restart its code server while it shuts down, and that code server then lingers 45 s (the module says more).
+# `exec`: make's own SIGTERM, which make passes on to its recipe, reaches the supervisor, not a shell.
 ui: $(STAMP) | $(DAGSTER_HOME)
-	umask 077 && VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m opal_dp.supervise dg dev --host $(UI_HOST) --port $(UI_PORT)
+	umask 077 && VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec $(PY) -m opal_dp.supervise dg dev --host $(UI_HOST) --port $(UI_PORT)
 
 # For people who look but must not launch or wipe anything (it still shows the internal figures: see docs/operating.md).
 ui-readonly: $(STAMP) | $(DAGSTER_HOME)

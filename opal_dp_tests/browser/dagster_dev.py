@@ -103,17 +103,45 @@ def _write_handmade_day(raw_dir: Path, day: date, per_mode: int = 25) -> Path:
     return path
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """The fields after the command name in /proc/PID/stat (state, ppid, pgid, ...); [] once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
 def running_in_group(pgid: int) -> list[int]:
     """The processes of a process group that still run (a zombie has ended: only its parent's wait is missing)."""
+    return [pid for pid in _pids() if (fields := _stat_fields(pid)) and int(fields[2]) == pgid and fields[0] != "Z"]
+
+
+def running_with_home(home: Path) -> list[int]:
+    """The processes that still run with ``DAGSTER_HOME=home`` in their environment, whatever their process group
+    (``make ui`` starts ``dg dev`` in a session of its own)."""
+    marker = b"\0DAGSTER_HOME=" + os.fsencode(home) + b"\0"
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in _pids():
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            environ = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
+        if marker in environ and (fields := _stat_fields(pid)) and fields[0] != "Z":
+            found.append(pid)
     return found
+
+
+def kill_on_home(home: Path) -> None:
+    """SIGKILL to every process still running on ``home`` (none may outlive the test)."""
+    for pid in running_with_home(home):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -189,22 +217,25 @@ class DagsterDev:
 
     def terminate(self, timeout: float = 60.0) -> float:
         """SIGTERM to the UI's process group, as a service manager or ``kill`` stops it: the seconds until every
-        process of the group has exited (``timeout`` if some have not; then they are killed)."""
+        process of the group and every process on this Dagster home has exited (``timeout`` if some have not; then
+        they are killed)."""
         proc, self.proc = self.proc, None
         start = time.monotonic()
         os.killpg(proc.pid, signal.SIGTERM)
         while time.monotonic() - start < timeout:
             proc.poll()
-            if not running_in_group(proc.pid):
+            if not running_in_group(proc.pid) and not running_with_home(self.home):
                 return time.monotonic() - start
             time.sleep(0.2)
         stop_group(proc)
+        kill_on_home(self.home)
         return timeout
 
     def stop(self, timeout: float = 30.0) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
             stop_group(proc, timeout)
+        kill_on_home(self.home)
 
     def log_tail(self, chars: int = 6000) -> str:
         try:
