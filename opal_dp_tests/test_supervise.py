@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from opal_dp_tests.browser.dagster_dev import alive, proc_stat
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (the supervisor's prctls)")
 
 COMMAND = """
@@ -43,19 +45,6 @@ def _supervised(*command: str, grace_s=1.0, stop_s=30.0, term_s=0.5, started_by=
     return subprocess.Popen([*started_by, sys.executable, "-c", runner, *command], start_new_session=True, **popen)
 
 
-def _stat(pid: int) -> list[str]:
-    """The fields after the command name in /proc/PID/stat (state, ppid, ...); [] once the process is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return bool(fields) and fields[0] != "Z"
-
-
 def _until(condition, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -77,11 +66,11 @@ def test_a_signal_to_the_whole_group_reaches_the_command_as_one_sigint_and_nothi
     os.killpg(supervisor.pid, signal.SIGTERM)  # as `kill -- -PGID` or a terminal's Ctrl-C (SIGINT) reaches everyone
     os.kill(supervisor.pid, signal.SIGTERM)  # and again, as make passes its own SIGTERM on to its recipe
 
-    _until(lambda: not _alive(command), "the command did not stop")
-    assert _alive(lingering) and int(_stat(lingering)[1]) == supervisor.pid  # the subreaper has the orphan
+    _until(lambda: not alive(command), "the command did not stop")
+    assert alive(lingering) and int(proc_stat(lingering)[1]) == supervisor.pid  # the subreaper has the orphan
     assert supervisor.wait(timeout=30) == 0  # the command's own status: it ended through its SIGINT handler
     assert record.read_text() == "SIGINT\n"  # one SIGINT, no SIGTERM: the group's signal did not reach it
-    assert not _stat(lingering)  # stopped after the grace period and reaped, although it ignores SIGINT
+    assert not proc_stat(lingering)  # stopped after the grace period and reaped, although it ignores SIGINT
 
 
 def test_the_command_gets_sigint_when_the_supervisor_dies(tmp_path):
@@ -89,7 +78,7 @@ def test_the_command_gets_sigint_when_the_supervisor_dies(tmp_path):
     try:
         supervisor.kill()
         _until(lambda: record.read_text() == "SIGINT\n", "the command never heard of its supervisor's death")
-        _until(lambda: not _alive(command), "the command did not stop")
+        _until(lambda: not alive(command), "the command did not stop")
     finally:
         os.kill(lingering, signal.SIGKILL)
 
@@ -100,7 +89,7 @@ def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
                                                    stderr=subprocess.DEVNULL)
     os.killpg(supervisor.pid, signal.SIGHUP)
     time.sleep(0.5)
-    assert supervisor.poll() is None and _alive(command) and record.read_text() == ""
+    assert supervisor.poll() is None and alive(command) and record.read_text() == ""
     os.killpg(supervisor.pid, signal.SIGTERM)
     assert supervisor.wait(timeout=30) == 0 and record.read_text() == "SIGINT\n"
 

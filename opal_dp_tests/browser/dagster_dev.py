@@ -103,7 +103,7 @@ def _write_handmade_day(raw_dir: Path, day: date, per_mode: int = 25) -> Path:
     return path
 
 
-def _stat_fields(pid: int) -> list[str]:
+def proc_stat(pid: int) -> list[str]:
     """The fields after the command name in /proc/PID/stat (state, ppid, pgid, ...); [] once the process is gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -111,13 +111,19 @@ def _stat_fields(pid: int) -> list[str]:
         return []
 
 
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie has ended: only its parent's wait is missing)."""
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
 def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
 def running_in_group(pgid: int) -> list[int]:
-    """The processes of a process group that still run (a zombie has ended: only its parent's wait is missing)."""
-    return [pid for pid in _pids() if (fields := _stat_fields(pid)) and int(fields[2]) == pgid and fields[0] != "Z"]
+    """The processes of a process group that still run."""
+    return [pid for pid in _pids() if (fields := proc_stat(pid)) and int(fields[2]) == pgid and alive(pid)]
 
 
 def running_with_home(home: Path) -> list[int]:
@@ -130,7 +136,7 @@ def running_with_home(home: Path) -> list[int]:
             environ = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if marker in environ and (fields := _stat_fields(pid)) and fields[0] != "Z":
+        if marker in environ and alive(pid):
             found.append(pid)
     return found
 
