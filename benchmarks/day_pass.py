@@ -9,7 +9,7 @@ argsort). This times, on one day of the cached fortnight, each best of ``--repea
 
 - the floor on that day alone (``run_floor``, its set-up included);
 - those primitives, each on the day's trips;
-- the whole ``day_pass`` (``card_period`` bounds, every partition written), and from one profiled run its parts.
+- the whole ``day_pass`` as the default release runs it (its unit, bounds and cut; every partition written), and from one profiled run its parts.
 
     python -m benchmarks.day_pass --scale 1.0 --out OUT
 """
@@ -32,13 +32,12 @@ from benchmarks.dataset import ensure_fortnight
 from benchmarks.floor import run_floor
 from benchmarks.samplers import best_of
 from opal_dp.core import SecureBits
-from opal_dp.core.units import ContributionBounds, PrivacyUnit
 from opal_dp.network import load_stops
 from opal_dp.prep import bounding
 from opal_dp.prep.binning import bin_trips, card_codes
 from opal_dp.prep.day_files import Bounding, DayPaths, day_pass
-from opal_dp.prep.day_records import DayCut
 from opal_dp.prep.ingest import ingest_file
+from opal_dp.release.settings import PrivacySettings
 
 KEY = b"\x07" * 32  # a benchmark's key: the timings do not depend on it
 PARTS = {  # the day pass's parts, by the function that does each (cumulative time in the profiled run)
@@ -70,8 +69,9 @@ def whole_pass(raw_dir: Path, day: str, repeat: int) -> tuple[float, dict[str, f
     with tempfile.TemporaryDirectory() as tmp:
         paths = DayPaths(*(Path(tmp) / f"{name}.parquet" for name in
                            ("accepted", "rejected", "binned", "cards", "sequences", "kept", "over_bound")))
-        args = (raw_dir, day, stops, Bounding(PrivacyUnit.CARD_PERIOD, ContributionBounds(), KEY),
-                DayCut(None, 3, "benchmark"), KEY, paths, Path(tmp) / "private")
+        settings = PrivacySettings()  # the default release's unit, bounds and cut
+        args = (raw_dir, day, stops, Bounding(settings.unit, settings.bounds, KEY), settings.day_cut(stops), KEY,
+                paths, Path(tmp) / "private")
         day_pass(*args)
         seconds = best_of(lambda: day_pass(*args), repeat)
         profile = cProfile.Profile()
