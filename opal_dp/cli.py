@@ -113,7 +113,7 @@ def summary(results: ReleaseRuns, storage: DataLocation) -> list[str]:
     if person["bounded"]:
         cap, spent = person["cap"], person["spent"]
         whole = (f"one person over any {person['horizon_days']} days: epsilon = {spent['epsilon']:.4g} used of "
-                 f"{cap['epsilon']:g} (a bound that fails with probability at most {cap['delta']:g})")
+                 f"{cap['epsilon']:g}, at delta = {cap['delta']:g} (per card)")
     else:
         whole = "no person-level bound (a card's trips are not bounded)"
     return lines + [

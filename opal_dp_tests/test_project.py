@@ -64,7 +64,9 @@ def test_make_release_on_a_fresh_clone_is_short_and_ends_with_the_summary(tmp_pa
                                                                            "published as "), again.stdout
     assert again.stderr == "", again.stderr  # nor a traceback of the workers started for nothing
     latest = clone / "data" / "published" / "latest"
-    drawn = page_daily_totals((latest / "index.html").read_text(encoding="utf-8"))
+    page = (latest / "index.html").read_text(encoding="utf-8")
+    drawn = page_daily_totals(page)
+    assert "a card counts with its first 4 trips of a day, at most 2 of them in one mode" in page  # what it leaves out
     truth, dropped = true_daily_totals(clone / "data" / "raw")
     assert set(drawn) == set(truth)  # every mode, date and tap of the sample has its point on the page
     # The page's daily totals against the truth: noise of the stated sigma (44.7), each within 5.8 sigma (a false

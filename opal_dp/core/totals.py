@@ -19,7 +19,8 @@ cell of the public domain is measured, zero or not, so no event depends on which
 
 Why a measurement of its own and not sums of published marginal cells: a sum of the bins that survived a threshold
 is biased low by every suppressed bin (threefold and more for the small modes), and no error bar covers a bias; a
-total measured on its own public cell is unbiased, with a known error.
+total measured on its own public cell has a known error and only the bias of its own bound (a card-day's trips past
+``m`` or past ``c`` of a mode are not counted), which the page and the statement name.
 """
 
 from __future__ import annotations

@@ -102,7 +102,8 @@ def test_the_default_release_is_card_level_and_opens_with_the_person_sentence(we
     assert person["bounded"] and person["horizon_days"] == 365
     assert (person["cap"]["epsilon"], person["cap"]["delta"]) == (weekly["cap"], 1e-6)
     assert markdown.splitlines()[2] == f"**{person['sentence']}**" == render_markdown(statement).splitlines()[2]
-    assert person["sentence"].startswith("Whatever one person does, everything published about any 365 consecutive days")
+    assert person["sentence"].startswith("Whatever one person does with their card, everything published about any 365 "
+                                          "consecutive days")
     od = statement["od"]  # od.csv from the OD hierarchy; no trees (their share goes to the marginals)
     assert od["files"] == ["od.csv", "totals.csv"] and "epsilon_per_tree" not in od
     assert od["hierarchy"]["rho_per_date"] == 0.004 and od["hierarchy"]["totals"]["rho"] == 0.004

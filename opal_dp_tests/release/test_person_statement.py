@@ -53,7 +53,8 @@ def test_the_person_section_is_what_the_ledger_charges_give(tmp_path) -> None:
     assert (section["horizon_days"], section["cap"]["epsilon"], section["cap"]["delta"]) == (60, 40.0, 1e-5)
     assert ints_of(section["trip_unit_charges"]) == [c.id for c in ledger.charges("trip")]
     assert section["sentence"].startswith(
-        person_sentence(60, 40.0, 1e-5, spent.epsilon, section["this_release"]["epsilon"]) + " Trip-level files were")
+        person_sentence(60, 40.0, 1e-5, (section["window"]["first"], section["window"]["last"]), spent.epsilon,
+                        section["this_release"]["epsilon"]) + " Trip-level files were")
 
 
 def test_privacy_md_opens_with_the_person_sentence(tmp_path) -> None:
@@ -66,10 +67,11 @@ def test_privacy_md_opens_with_the_person_sentence(tmp_path) -> None:
 
 
 SENTENCE = re.compile(
-    r"Whatever one person does, everything published about any (\d+) consecutive days changes the probability of any "
-    r"conclusion about them by at most a factor of e\^([\d.e+-]+) \(epsilon = ([\d.e+-]+), a bound that fails with "
-    r"probability at most ([\d.e+-]+)\); the \1 days around this release used epsilon = ([\d.e+-]+) of it, this "
-    r"release epsilon = ([\d.e+-]+)\.")
+    r"Whatever one person does with their card, everything published about any (\d+) consecutive days changes the "
+    r"probability of any conclusion about them by at most a factor of e\^([\d.e+-]+), plus ([\d.e+-]+) \(epsilon = "
+    r"([\d.e+-]+), delta = \3\); the \1 days from (\d{4}-\d\d-\d\d) to (\d{4}-\d\d-\d\d), the costliest such "
+    r"stretch overlapping this release, used epsilon = ([\d.e+-]+) of it, this release epsilon = ([\d.e+-]+)\. Someone "
+    r"who travels on several cards has this protection for each card, not for all of them together\.")
 
 
 @pytest.mark.parametrize("unit", ["trip", "card_day", "card_period"])
@@ -92,8 +94,11 @@ def test_the_first_sentence_states_one_epsilon_for_the_person_and_never_delta_sp
     window, _ = worst_window(ledger, days[0], days[-1])
     mine = compose([c.cost for c in ledger.charges()], delta_target=cap.delta)
     assert (int(found[1]), float(found[2]), float(found[3]), float(found[4])) == (
-        cap.horizon_days, cap.epsilon, cap.epsilon, cap.delta)
-    assert float(found[5]) == float(f"{window.epsilon:.3g}") and float(found[6]) == float(f"{mine.epsilon:.3g}")
+        cap.horizon_days, cap.epsilon, cap.delta, cap.epsilon)
+    assert (found[5], found[6]) == (stated["person"]["window"]["first"], stated["person"]["window"]["last"])
+    assert (date.fromisoformat(found[6]) - date.fromisoformat(found[5])).days == cap.horizon_days - 1
+    assert found[5] <= days[-1] and days[0] <= found[6]  # the stretch overlaps the release's dates
+    assert float(found[7]) == float(f"{window.epsilon:.3g}") and float(found[8]) == float(f"{mine.epsilon:.3g}")
 
 
 def test_the_marginals_engine_charges_a_part_of_a_replaced_raw_file_anew(tmp_path) -> None:

@@ -8,6 +8,7 @@ import io
 import re
 from datetime import date, timedelta
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -115,6 +116,69 @@ def test_map_and_top_locations(page):
     assert re.findall(r"<tr><td>([^<]*)</td>", top) == ["Central", "2010", "2000"]
     assert re.search(r'<svg class="map" id="map".*?class="scale-bar".*?</svg>', page)
     assert ">Central</text>" in whole  # the busiest place is labelled
+
+
+def _without(tables: dict[str, pd.DataFrame], table: str, **row: str) -> dict[str, pd.DataFrame]:
+    """The tables with the one row of ``table`` matching ``row`` left out, as if its noisy count missed the
+    threshold that day."""
+    frame = tables[table]
+    hit = np.logical_and.reduce([frame[k].astype(str) == v for k, v in row.items()])
+    assert hit.sum() == 1, row
+    return {**tables, table: frame[~hit]}
+
+
+def test_a_suppressing_design_averages_only_what_was_published_every_day(tables, stated, stops):
+    """SBH leaves out counts under its threshold: train Central's tap-ons and the 2:30 tap-ons of train published on
+    one of train's two days have no average (half of one day's count would understate them), are named as such, and
+    are neither listed, drawn, nor given a bar; what was published on both days is unchanged."""
+    partial = _without(_without(tables, "loc", mode="train", date="20160726", tap="on", loc="Central"),
+                       "time", mode="train", date="20160726", tap="on", time="2:30")
+    page = render_index(partial, stated, stops)
+    top = re.search(r'<table class="top-locations" id="top-train">.*?</table>', page, re.S)[0]
+    assert re.findall(r"<tr><td>([^<]*)</td>", top) == ["2010", "2000"]
+    assert "1 other location of this mode was published on some days only (in loc.csv)." in page
+    whole = re.search(r'<svg class="map" id="map".*?</svg>', page)[0]
+    assert not re.findall(r"<title>Train, Central", whole) and "1 location published on some days only is not drawn" in page
+    train = re.search(r'<svg class="chart time-chart" id="time-train".*?</svg>', page)[0]
+    assert "2:30, tap-ons" not in train and "<title>13:30, tap-ons: 169.0 ± " in train
+    assert "<title>2:30, tap-offs: 219.0 ± " in train  # its tap-offs were published on both days
+    assert "A window has a bar only if its count was published on every day of its mode" in page
+    assert "Only locations published on every day of their mode are listed" in page
+    time = partial["time"]
+    no_window = {**partial, "time": time[(time["mode"] != "train") | (time["date"] != "20160726")
+                                         | (time["time"] == UNKNOWN_LABEL)]}
+    assert "No 15-minute window of this mode was published on every one of its 2 days." in render_index(
+        no_window, stated, stops)
+    loc = partial["loc"]
+    no_place = {**partial, "loc": loc[(loc["mode"] != "train") | (loc["date"] != "20160726")]}
+    assert "No location of this mode was published on every one of its 2 days." in render_index(no_place, stated, stops)
+
+
+def test_a_consistent_design_counts_a_missing_count_as_0(tables, stated, stops):
+    """The consistent designs list every one-way count that rounds to 1 or more: a missing one is an estimate of 0."""
+    partial = _without(tables, "loc", mode="train", date="20160726", tap="on", loc="Central")
+    consistent = copy.deepcopy(stated) | {"design": {"name": "public_domain", "tau": 5,
+                                                     "expected_false_cells_per_day": 1.0}}
+    page = render_index(partial, consistent, stops)
+    top = re.search(r'<table class="top-locations" id="top-train">.*?</table>', page, re.S)[0]
+    assert re.findall(r"<tr><td>([^<]*)</td>", top) == ["2010", "2000", "Central"]
+    assert "<tr><td>Central</td><td class=\"num\">60.0 ± " in top  # 120 on one of two days
+    assert "published on some days only" not in page and "(estimates under 1) count as 0" in page
+
+
+def test_the_measured_trend_names_what_its_bound_leaves_out(tables, stated, stops):
+    """totals.csv counts a card's first trips of a day only: the page says which, from the statement, and that the ±
+    does not cover the trips left out."""
+    time = tables["time"]
+    totals = (time[time["time"] != "-1"].groupby(["mode", "date", "tap"], observed=True)["count"].sum()
+              .reset_index().assign(error_95=9))
+    measured = copy.deepcopy(stated) | {"od": {"files": ["totals.csv"], "hierarchy": {"totals": {
+        "sigma": 4.5, "max_items": 3, "max_per_mode": 1, "error_bound_95": 9}}}}
+    page = render_index(PageSummary.of_tables({**tables, "totals": totals}), measured, stops)
+    trend = re.search(r'<section id="trend".*?</section>', page, re.S)[0]
+    assert ("from totals.csv, where each is measured on its own and never suppressed; a card counts with its first 3 "
+            "trips of a day, at most 1 of them in one mode, so a card's further trips that day are not counted and the "
+            "figures run low by those few trips, which the ± does not cover") in trend
 
 
 def test_labels_are_escaped(tables, stated, stops):

@@ -16,7 +16,7 @@ truncated to the public ``od_height`` trips), the prefix tree's input, bounded o
 
 Totals: the same charge measures the date's trips per (mode, tap) (``core.totals``: every card-day counts at most
 ``TOTALS_PER_MODE`` trips of a mode, each cell measured, never suppressed), stored with the levels as level 3 (cell 0
-tap-on, 1 tap-off) and published as ``totals.csv``: unbiased daily totals the page's trend reads.
+tap-on, 1 tap-off) and published as ``totals.csv``: daily totals without the thresholds' bias, the page's trend.
 
 Ledger: one request per (date, mode), all of a date's modes under one charge (parts of one histogram per level over
 (mode, cell): ``core.hierarchy``; the totals likewise), cost ``HierarchyPlan.cost()`` (the sum of the three levels'

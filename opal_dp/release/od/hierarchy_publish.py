@@ -171,14 +171,16 @@ def hierarchy_markdown(section: Mapping) -> list[str]:
     return ["### od.csv: hierarchical OD counts with exact totals", "", section["description"], "",
             f"- rho per date (zCDP, delta {section['delta']}): {section['rho_per_date']}, split over the levels "
             f"{', '.join(section['levels'])} as {', '.join(f'{r:.4g}' for r in section['level_rho'])}",
-            f"- location pairs listed from a noisy count of {section['listing_threshold']} (a public threshold "
-            "from the noise scale); the others are in their district pair's `other` row",
+            f"- location pairs listed where their noisy count reached {section['listing_threshold']} (a public "
+            "threshold from the noise scale), then fitted so that the levels add up: a listed pair's published count "
+            "can be lower; the others are in their district pair's `other` row",
             f"- columns: {', '.join(section['columns'])}", "",
             *([] if totals is None else [
                 "### totals.csv: trips per date, mode and tap", "", totals["description"], "",
                 f"- rho per date (zCDP, delta 0, in the same charge as od.csv): {totals['rho']:.4g}; noise standard "
                 f"deviation {totals['sigma']:.4g}; 95% of totals within ±{totals['error_bound_95']} of their count",
-                f"- bounds: at most {totals['max_items']} trips of a card-day, {totals['max_per_mode']} of one mode",
+                f"- bounds: at most {totals['max_items']} trips of a card-day, {totals['max_per_mode']} of one mode; a "
+                "card-day's further trips are not counted, so the totals run low by those trips (no ± covers them)",
                 f"- columns: {', '.join(totals['columns'])}", ""])]
 
 

@@ -48,7 +48,8 @@ OD_NOTES = {  # published file -> what a row counts (the page's file list)
           "up to the one above (a noisy prefix tree's pairs in a release without the hierarchy)",
     "od-sequences": "the most frequent card-day trip chains of each date, from the same trees",
     "totals": "trips per date, mode and tap, each measured on its own and never suppressed, with the 95% bound of its "
-              "noise: the figures to quote for how many trips a mode carried",
+              "noise: the figures to quote for how many trips a mode carried (a card's trips past its per-day bound, "
+              "in privacy.json, are not counted)",
 }
 OD_DICTIONARY = (  # column, the files (stems) that have it, meaning (added to that of the marginals' same column)
     ("mode", ("od", "totals"), ""),

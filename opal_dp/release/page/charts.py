@@ -12,8 +12,9 @@ element, and each chart has a title for screen readers and axis titles.
 
 Tap-off totals count trips with a recorded tap-off, so tap-on minus tap-off shows how many trips had none. Each
 figure is a sum of published counts; its ± is the 95% bound on the noise of that sum (``page.common.per_day``).
-The totals of ``totals.csv`` are unbiased (each measured on its own, never suppressed); sums of ``time.csv``'s
-counts leave out the suppressed ones, which no ± covers.
+The totals of ``totals.csv`` carry no suppression's bias (each measured on its own, never suppressed), only that of
+their per-card-day bound, which the trend's text states; sums of ``time.csv``'s counts leave out the suppressed ones,
+which no ± covers.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from opal_dp.release.page.common import (
     nice_axis,
     per_day,
     rows_of,
+    suppresses,
 )
 
 WINDOW_INDEX = {window_label(w): w for w in range(WINDOWS_PER_DAY)}
@@ -100,7 +102,7 @@ def trend_section(summary: PageSummary, days: Mapping[str, list[str]], modes: li
         blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{_trend_chart(mode, totals, calendar)}{_trend_table(mode, totals)}"
                       f"{_weekly_table(mode, weekly, days[mode])}")
     since = "" if start == first else f", the latest {TREND_DAYS // 7} weeks"
-    source = ("totals.csv, where each is measured on its own and never suppressed" if measured else
+    source = (_measured_source(statement["od"]["hierarchy"]["totals"]) if measured else
               "time.csv, summing the counts that were published (suppressed counts count as 0: the figures are lower "
               "bounds, most of all for the small modes)")
     return (
@@ -113,6 +115,15 @@ def trend_section(summary: PageSummary, days: Mapping[str, list[str]], modes: li
         "(the bound of the sum of the noise of the counts it adds up). A date without a point has no published "
         "figure.</p>\n</section>\n"
     )
+
+
+def _measured_source(totals: Mapping) -> str:
+    """Where the measured trend comes from and what its counts leave out: the trips past the per-card-day bound,
+    a bias no ± covers (``core.totals``)."""
+    return (f"totals.csv, where each is measured on its own and never suppressed; a card counts with its first "
+            f"{totals['max_items']} trips of a day, at most {totals['max_per_mode']} of them in one mode, so a card's "
+            "further trips that day are not counted and the figures run low by those few trips, which the ± does not "
+            "cover")
 
 
 def week_of_date(text: str) -> str:
@@ -212,14 +223,19 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
     on = marginal_of(statement, "time.csv", "on")
     fitted = "fit_error_sd" in on
     time = time[time["time"].isin(WINDOW_INDEX)]  # a tap-off of unknown time (-1) has no place on the day's axis
+    whole = suppresses(statement)
     charts = []
     for mode in modes:
-        averages = {tap: (_hourly if fitted else _windows)(rows_of(time, mode, tap), len(days[mode]),
-                                                            marginal_of(statement, "time.csv", tap), mode)
+        n = len(days[mode])
+        averages = {tap: _hourly(rows_of(time, mode, tap), n, marginal_of(statement, "time.csv", tap), mode) if fitted
+                    else _windows(rows_of(time, mode, tap), n, marginal_of(statement, "time.csv", tap), whole)
                     for tap in ("on", "off")}
-        body = (_time_chart(mode, averages, HOURS if fitted else WINDOWS_PER_DAY)
-                if len(rows_of(time, mode, "on")) + len(rows_of(time, mode, "off")) else
-                '<p class="note">No time-of-day count of this mode was published.</p>\n')
+        if not len(rows_of(time, mode, "on")) + len(rows_of(time, mode, "off")):
+            body = '<p class="note">No time-of-day count of this mode was published.</p>\n'
+        elif not any((a["average"] > 0).any() for a in averages.values()):
+            body = f'<p class="note">No 15-minute window of this mode was published on every one of its {n} days.</p>\n'
+        else:
+            body = _time_chart(mode, averages, HOURS if fitted else WINDOWS_PER_DAY)
         charts.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
     if fitted:
         lead = ("Average trips per day in each hour, from time.csv (the four 15-minute windows of the hour summed, "
@@ -234,8 +250,12 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
         lead = "Average trips per day in each 15-minute window, from time.csv"
         source = (f"Each published count in time.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
                   f"{on['scale']:.4g} (privacy.json); for one count the bound is ±{on['error_bound_95']}, and for an "
-                  "average over days it is the bound of the sum of the counts' noise, divided by the days. Counts "
-                  "that were not published count as 0: the bars do not cover them.")
+                  "average over days it is the bound of the sum of the counts' noise, divided by the days. "
+                  + (f"A window has a bar only if its count was published on every day of its mode: on a day it was "
+                     f"not, the count was only below the threshold ({on['min_released_count']} for one count), so an "
+                     "average that counted it as 0 would understate the window by more than its bar. time.csv has "
+                     "every published count." if whole else "Counts that were not published (estimates under 1) "
+                     "count as 0."))
     return (
         '<section id="time-of-day" aria-labelledby="time-of-day-title">\n<h2 id="time-of-day-title">Trips by time of '
         f"day</h2>\n<p>{lead}: tap-ons (dark bars) and tap-offs (light bars), each with its error bar.</p>\n"
@@ -245,9 +265,10 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
     )
 
 
-def _windows(rows: pd.DataFrame, days: int, marginal: Mapping, mode: str) -> pd.DataFrame:
-    """Per 15-minute window, each published count with its own noise."""
-    return per_day(rows.assign(window=rows["time"].map(WINDOW_INDEX)), "window", days, marginal).reindex(
+def _windows(rows: pd.DataFrame, days: int, marginal: Mapping, whole: bool) -> pd.DataFrame:
+    """Per 15-minute window, each published count with its own noise; ``whole``: only windows published on every
+    day (``per_day``)."""
+    return per_day(rows.assign(window=rows["time"].map(WINDOW_INDEX)), "window", days, marginal, whole).reindex(
         range(WINDOWS_PER_DAY), fill_value=0.0)
 
 
@@ -263,7 +284,7 @@ def _time_chart(mode: str, averages: Mapping[str, pd.DataFrame], slots: int = WI
     """Bars per 15-minute window (``slots`` 96) or per hour (24)."""
     f = FRAME
     width, height = f["width"] - f["left"] - f["right"], f["height"] - f["top"] - f["bottom"]
-    peak = max(float((a["average"] + a["error"]).max()) for a in averages.values())
+    peak = max(float((a["average"] + a["error"]).fillna(0.0).max()) for a in averages.values())  # NaN: no bar
     step, top = nice_axis(max(peak, 4.0))
     slot = width / slots
     bar = slot / 2

@@ -18,7 +18,7 @@ import pandas as pd
 
 from opal_dp.core.accuracy import SumErrorBounds
 from opal_dp.prep.schemas import UNKNOWN_LABEL
-from opal_dp.release.statement.build import CONFIDENCE, TAILS
+from opal_dp.release.statement.build import CONFIDENCE, TAILS, stated_design
 
 MODE_NAMES = {"bus": "Bus", "ferry": "Ferry", "light_rail": "Light rail", "train": "Train"}
 COLOURS = {"bus": "#b03a2e", "ferry": "#117a65", "light_rail": "#7d3c98", "train": "#9c640c"}
@@ -66,14 +66,30 @@ def sum_error_bounds(noise: str, scale: float) -> SumErrorBounds:
     return SumErrorBounds(TAILS[noise].pmf(scale)[1], CONFIDENCE)
 
 
-def per_day(rows: pd.DataFrame, key: str | list[str], days: int, marginal: Mapping) -> pd.DataFrame:
+def per_day(rows: pd.DataFrame, key: str | list[str], days: int, marginal: Mapping, whole: bool = False
+            ) -> pd.DataFrame:
     """Average per day of the counts of ``rows`` by ``key``, with the 95% noise bound of that average; ``rows`` are
-    published counts (one count each) or sums of ``n`` published counts (``page.summary``)."""
+    published counts (one count each) or sums of ``n`` published counts (``page.summary``).
+
+    ``whole``: the table suppresses small noisy counts (``suppresses``) and a key has one count a day, so a key with
+    fewer than ``days`` published counts gets no average (NaN): on a day its count was not published it is only known
+    to be below the threshold, and counting it as 0 would understate the average far beyond its bound (a place under
+    the threshold on most days shows a tenth of its trips). A key published on every day was above the threshold on
+    each; that selection raises its average only where it sat near the threshold every day."""
     counted = rows if "n" in rows else rows.assign(n=1)
     grouped = counted.groupby(key, sort=False)[["count", "n"]].sum().rename(columns={"count": "sum", "n": "size"})
     bounds = sum_error_bounds(marginal["noise"], marginal["scale"])
     bound = {n: bounds(n) for n in sorted(set(grouped["size"]))}
-    return pd.DataFrame({"average": grouped["sum"] / days, "error": grouped["size"].map(bound) / days})
+    average = grouped["sum"] / days
+    return pd.DataFrame({"average": average.where(grouped["size"] >= days) if whole else average,
+                         "error": grouped["size"].map(bound) / days})
+
+
+def suppresses(statement: Mapping) -> bool:
+    """Whether the release's design leaves out the counts whose noisy value is under a threshold (SBH), so that a
+    count missing from ``time.csv`` or ``loc.csv`` is unknown, not 0; the consistent designs list every count of
+    those tables that rounds to 1 or more (``stated_design``)."""
+    return not stated_design(statement).consistent
 
 
 def nice_axis(top: float, intervals: int = 5) -> tuple[float, float]:

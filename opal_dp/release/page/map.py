@@ -56,14 +56,23 @@ class View:
                 f'fill="none"/><text x="{x + length + 6:.1f}" y="{y + 1}" class="halo">{km:g} km</text></g>')
 
 
-def map_section(loc: pd.DataFrame, days: Mapping[str, list[str]], stops: pd.DataFrame) -> str:
-    on = loc[loc["tap"] == "on"].groupby(["mode", "loc"], sort=True)["count"].sum().reset_index()
-    on["average"] = on["count"] / on["mode"].map(lambda m: len(days[m]))
+def map_section(loc: pd.DataFrame, days: Mapping[str, list[str]], stops: pd.DataFrame, whole: bool = False) -> str:
+    """Average tap-ons per day at each published location; ``whole``: of the locations published on every day of
+    their mode only (``common.per_day``: under a design that suppresses small counts any other average is unknown)."""
+    counted = loc if "n" in loc else loc.assign(n=1)
+    on = counted[counted["tap"] == "on"].groupby(["mode", "loc"], sort=True)[["count", "n"]].sum().reset_index()
+    days_of = on["mode"].map(lambda m: len(days[m]))
+    on["average"] = on["count"] / days_of
+    partial = int((on["n"] < days_of).sum()) if whole else 0
+    if partial:
+        on = on[on["n"] >= days_of]
     placed = on.merge(location_points(stops), on=["mode", "loc"], how="inner")
     unplaced = len(on) - len(placed)
+    left_out = (f" {partial} location{'s' * (partial > 1)} published on some days only {'are' if partial > 1 else 'is'}"
+                " not drawn: their average per day is unknown (Busiest locations)." if partial else "")
     if placed.empty:
         return ('<section id="map" aria-labelledby="map-title">\n<h2 id="map-title">Map</h2>\n<p class="note">No '
-                "published location has coordinates in the stop list.</p>\n</section>\n")
+                f"published location has coordinates in the stop list.{left_out}</p>\n</section>\n")
     placed = placed.assign(r=MIN_RADIUS + (MAX_RADIUS - MIN_RADIUS) * np.sqrt(placed["average"] / placed["average"].max()))
     placed = placed.sort_values(["average", "mode", "loc"], ascending=[False, True, True], ignore_index=True)
     whole = View.of(placed["lon"].min(), placed["lon"].max(), placed["lat"].min(), placed["lat"].max())
@@ -85,7 +94,7 @@ def map_section(loc: pd.DataFrame, days: Mapping[str, list[str]], stops: pd.Data
         '<p class="note">North is up. Circle area is proportional to the average tap-ons per day at a location, from '
         "loc.csv; hover over a circle for its figure. The busiest places are labelled. Grey dots are the stops of "
         "the public stop list; a bus postcode is drawn at the mean position of its bus stops (longitude scaled by "
-        f"the cosine of the latitude).{missing}</p>\n</section>\n"
+        f"the cosine of the latitude).{missing}{left_out}</p>\n</section>\n"
     )
 
 

@@ -32,7 +32,7 @@ from opal_dp.release.page.catalogue import (
 )
 from opal_dp.release.page.charts import time_of_day_section, trend_section
 from opal_dp.release.page.common import (COLOURS, MODE_NAMES, e, iso, marginal_of, per_day, place, rows_of,
-                                      stacked_table)
+                                      stacked_table, suppresses)
 from opal_dp.release.page.map import map_section
 from opal_dp.release.page.summary import PageSummary
 from opal_dp.release.statement.build import CONFIDENCE, STATEMENT_JSON, STATEMENT_MD, stated_design
@@ -120,7 +120,7 @@ def render_index(published: PageSummary | Mapping[str, pd.DataFrame], statement:
         trend_section(published, days, modes, statement),
         time_of_day_section(published.time, days, modes, statement),
         _top_locations(published.loc, days, modes, statement),
-        map_section(published.loc, days, stops),
+        map_section(published.loc, days, stops, suppresses(statement)),
         _guarantee(statement),
         dictionary_section(statement),
         files_section(published.rows, statement, sizes or {}),
@@ -230,8 +230,8 @@ def _guarantee(statement: Mapping) -> str:
         f'<span class="epsilon" data-value="{g["epsilon"]!r}">{g["epsilon"]:.4g}</span>, delta = '
         f'<span class="delta" data-value="{g["delta"]!r}">{g["delta"]:.3g}</span></strong> per '
         f"<span class=\"per\">{e(g['per'])}</span>. {e(unit['meaning'])} Whatever else anyone knows, such a change "
-        "alters the probability of any published result by at most a factor e<sup>epsilon</sup>, except with "
-        f"probability delta. The figures are those the privacy ledger recorded for this release.{bounding}</p>\n"
+        "alters the probability of any published result by at most a factor e<sup>epsilon</sup>, plus delta. The "
+        f"figures are those the privacy ledger recorded for this release.{bounding}</p>\n"
         f"<p>{e(g['composition'])}</p>\n<p>People travel more than once, so they are protected less than one "
         f"unit is:</p>\n<ul>\n{examples}</ul>\n"
         f'<p>The full statement, with what is not protected: <a href="{STATEMENT_MD}">{STATEMENT_MD}</a> '
@@ -240,12 +240,15 @@ def _guarantee(statement: Mapping) -> str:
 
 
 def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
-    """The busiest locations of each mode by average tap-ons per day, with their tap-offs per day."""
+    """The busiest locations of each mode by average tap-ons per day, with their tap-offs per day; under a design that
+    suppresses small counts, of the locations published on every day of the mode only (``per_day``'s ``whole``)."""
+    whole = suppresses(statement)
     blocks = []
     for mode in modes:
-        on, off = (per_day(rows_of(loc, mode, tap), "loc", len(days[mode]), _station_noise(statement, tap, mode))
-                   for tap in ("on", "off"))
-        top = on.reset_index().sort_values(["average", "loc"], ascending=[False, True]).head(TOP_LOCATIONS)
+        on, off = (per_day(rows_of(loc, mode, tap), "loc", len(days[mode]), _station_noise(statement, tap, mode),
+                           whole) for tap in ("on", "off"))
+        partial = int(on["average"].isna().sum())
+        top = on.dropna().reset_index().sort_values(["average", "loc"], ascending=[False, True]).head(TOP_LOCATIONS)
         peak = top["average"].max() if len(top) else 0.0
         rows = "".join(
             f'<tr><td>{e(place(mode, r.loc))}</td><td class="num">{r.average:,.1f} ± {r.error:,.1f}</td>'
@@ -255,8 +258,12 @@ def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list
         )
         body = (f'<table class="top-locations" id="top-{mode}">\n<tr><th>location</th><th class="num">tap-ons per day'
                 f'</th><th class="num">tap-offs per day</th><th class="bar"><span class="visually-hidden">tap-ons, '
-                f"as a bar</span></th></tr>\n{rows}</table>\n") if rows else \
-            '<p class="note">No location count of this mode was published.</p>\n'
+                f"as a bar</span></th></tr>\n{rows}</table>\n") if rows else (
+            f'<p class="note">No location of this mode was published on every one of its {len(days[mode])} days.</p>\n'
+            if partial else '<p class="note">No location count of this mode was published.</p>\n')
+        if partial:
+            body += (f'<p class="note">{partial} other location{"s" * (partial > 1)} of this mode '
+                     f"{'were' if partial > 1 else 'was'} published on some days only (in loc.csv).</p>\n")
         blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
     on = marginal_of(statement, "loc.csv", "on")
     if "fit_error_sd" in on:
@@ -268,13 +275,16 @@ def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list
     else:
         source = (f"each published count in loc.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
                   f"{on['scale']:.4g} (privacy.json), ±{on['error_bound_95']} for one count")
+    listed = (f"Only locations published on every day of their mode are listed: on a day a count was not published it "
+              f"was only below the threshold ({on['min_released_count']} for one count), so an average that counted it "
+              "as 0 would understate the location by more than its ±." if whole else
+              "Counts that were not published (estimates under 1) count as 0.")
     return (
         '<section id="locations" aria-labelledby="locations-title">\n<h2 id="locations-title">Busiest locations</h2>\n'
         f"<p>The {TOP_LOCATIONS} locations of each mode with the most tap-ons per day on average, with their tap-offs "
         f"per day, from loc.csv.</p>\n{''.join(blocks)}"
         f'<p class="note">± is the {CONFIDENCE:.0%} bound on the noise in the average: {source}; an average over days '
-        "has the bound of the sum of its counts' noise, divided by the days. Counts that were not published count as "
-        "0.</p>\n</section>\n"
+        f"has the bound of the sum of its counts' noise, divided by the days. {listed}</p>\n</section>\n"
     )
 
 
@@ -288,7 +298,7 @@ def _station_noise(statement: Mapping, tap: str, mode: str) -> Mapping:
 
 
 def _off(off: pd.DataFrame, label: str) -> str:
-    if label not in off.index:
+    if label not in off.index or pd.isna(off.at[label, "average"]):  # none, or not on every day
         return "-"
     return f"{off.at[label, 'average']:,.1f} ± {off.at[label, 'error']:,.1f}"
 

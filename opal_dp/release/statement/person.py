@@ -7,9 +7,11 @@ own share (the composition of its card-level charges). A trip-unit release has n
 charges are outside the person account, and the section says so first.
 
 The sentence (``sentence``) is what a reader repeats: one epsilon for the person over the horizon, in plain words
-(a factor on the probability of any conclusion), delta stated once as the probability that the bound fails (it is
-a property of the bound, not a quantity used up), then what the horizon around this release and this release
-itself used of that epsilon.
+(a factor on the probability of any conclusion, plus delta: (epsilon, delta)-DP bounds P[M(x) in S] by
+e^epsilon P[M(x') in S] + delta; delta is stated once, as part of the bound, never as a quantity used up), then
+what the costliest horizon window overlapping this release's dates (named by its dates) and this release itself used of
+that epsilon. The person is the card: the ledger accounts per card, so someone who travels on several cards has the
+bound for each card, not for all of them together, and the sentence says so.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Colle
                     f"bounded){added}.")
     else:
         others = sorted({c.first_date for c in trips})
-        sentence = person_sentence(cap.horizon_days, cap.epsilon, cap.delta, spend.guarantee.epsilon, share.epsilon)
+        sentence = person_sentence(cap.horizon_days, cap.epsilon, cap.delta, spend.window, spend.guarantee.epsilon,
+                                   share.epsilon)
         if others:
             sentence += (f" Trip-level files were also published for {len(others)} of these dates "
                          f"({others[0]} to {others[-1]}): they have no person-level bound and are not covered.")
@@ -58,14 +61,16 @@ def person_section(ledger: PrivacyLedger, dates: Collection[str], charges: Colle
     }
 
 
-def person_sentence(horizon_days: int, cap_epsilon: float, cap_delta: float, window_epsilon: float,
-                    release_epsilon: float) -> str:
-    """The person-level guarantee in one sentence (module docstring)."""
-    return (f"Whatever one person does, everything published about any {horizon_days} consecutive days changes the "
-            f"probability of any conclusion about them by at most a factor of e^{cap_epsilon:g} (epsilon = "
-            f"{cap_epsilon:g}, a bound that fails with probability at most {cap_delta:g}); the {horizon_days} days "
-            f"around this release used epsilon = {window_epsilon:.3g} of it, this release epsilon = "
-            f"{release_epsilon:.3g}.")
+def person_sentence(horizon_days: int, cap_epsilon: float, cap_delta: float, window: tuple[str, str],
+                    window_epsilon: float, release_epsilon: float) -> str:
+    """The person-level guarantee in one sentence (module docstring); ``window``: the first and last date of the
+    costliest horizon window overlapping the release's dates."""
+    return (f"Whatever one person does with their card, everything published about any {horizon_days} consecutive "
+            f"days changes the probability of any conclusion about them by at most a factor of e^{cap_epsilon:g}, "
+            f"plus {cap_delta:g} (epsilon = {cap_epsilon:g}, delta = {cap_delta:g}); the {horizon_days} days from "
+            f"{window[0]} to {window[1]}, the costliest such stretch overlapping this release, used epsilon = "
+            f"{window_epsilon:.3g} of it, this release epsilon = {release_epsilon:.3g}. Someone who travels on several "
+            "cards has this protection for each card, not for all of them together.")
 
 
 def person_account(ledger: PrivacyLedger) -> dict | None:

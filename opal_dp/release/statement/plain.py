@@ -22,8 +22,8 @@ def plain_guarantee(statement: Mapping) -> str:
     what one trip gets; a statement without that section (older releases) says what one privacy unit gets."""
     unit, g = statement["privacy_unit"], statement["guarantee"]
     per_unit = (f"Whatever else anyone knows, these files reveal almost nothing about {unit['protects']}: adding, "
-                f"removing or changing it multiplies the chance of any published result by at most e^epsilon, except "
-                f"with probability delta, where epsilon = {g['epsilon']:.4g} and delta = {g['delta']:.3g} per "
+                f"removing or changing it multiplies the chance of any published result by at most e^epsilon, plus "
+                f"delta, where epsilon = {g['epsilon']:.4g} and delta = {g['delta']:.3g} per "
                 f"{g['per']}.")
     person = statement.get("person")
     if isinstance(person, Mapping) and isinstance(person.get("sentence"), str) and person["sentence"].strip():
