@@ -278,7 +278,8 @@ def _release(args: argparse.Namespace) -> None:
         print(f"synthetic trips: {storage.published_dir / 'synthetic' / 'latest'} at (epsilon = {g['epsilon']:.4g}, "
               f"delta = {g['delta']:.3g}) per {g['per']}")
     if results.refused:
-        raise SystemExit(f"{len(results.refused)} weeks were refused (listed above); every other week went ahead")
+        n = len(results.refused)
+        raise SystemExit(f"{n} week{'s were' if n > 1 else ' was'} refused (listed above); every other week went ahead")
     if results.failed_days and args.strict_days:
         raise SystemExit(f"--strict-days: {len(results.failed_days)} days could not be used (listed above)")
 
@@ -297,7 +298,7 @@ def _nothing_new(results: ReleaseRuns, storage: DataLocation) -> str:
         stands = f"{len(index['dates'])} days stand published as {index['release_id']}"
     except FileNotFoundError:
         stands = "nothing is published yet"
-    waiting = [f"week {week} waits for {len(held)} days" for week, held in results.waiting.items()]
+    waiting = [f"week {week} waits for {len(held)} day{'s' * (len(held) > 1)}" for week, held in results.waiting.items()]
     return "nothing new to release: " + "; ".join([stands, *waiting])
 
 

@@ -318,7 +318,7 @@ class PrivacyLedger(PersonAccount, LedgerReads):
         before = self._spend(conn, r.unit, r.scope)
         after = self._spend(conn, r.unit, r.scope, [r.cost])
         charged = "\n".join(
-            f"  - {c.marginal}: {c.cost.measure} ε={c.epsilon!r} ρ={c.rho!r} δ={c.delta!r}, run {c.run_id},"
+            f"  - {c.marginal}: {_parameters(c.cost)}, run {c.run_id},"
             f" {c.created_at}"
             for c in self._charges(conn, "unit = ? AND scope = ? ORDER BY id", (r.unit, r.scope))
         )
@@ -383,3 +383,9 @@ def _at_least(value: float) -> str:
     """``value`` to six significant digits, rounded up: a cap the refused charge fits."""
     text = f"{value:.6g}"
     return text if float(text) >= value else f"{value * (1 + 1e-5):.6g}"
+
+
+def _parameters(cost: PrivacyCost) -> str:
+    """A charge's own parameters: rho for zCDP, epsilon for approximate DP (the other is 0 and says nothing), delta."""
+    return (f"zcdp ρ={cost.rho!r} δ={cost.delta!r}" if cost.measure == "zcdp" else
+            f"{cost.measure} ε={cost.epsilon!r} δ={cost.delta!r}")

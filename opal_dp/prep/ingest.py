@@ -99,7 +99,9 @@ def ingest_file(path: Path, stops: pd.DataFrame) -> IngestResult:
         raise RawInputError(
             f"{path}: missing required column {missing[0]!r}"
             + (f" (and {missing[1:]})" if len(missing) > 1 else "")
-            + f"; found columns {table.column_names}"
+            + f"; the file has {len(table.column_names)} columns, "
+            + f"{sum(c in RAW_COLUMNS for c in table.column_names)} of them the contract's (other names are not "
+            + "repeated: without its header line a file's first row would be shown)"
         )
     ignored = [c for c in table.column_names if c not in RAW_COLUMNS]
     table = table.select(list(RAW_COLUMNS))

@@ -220,7 +220,7 @@ def test_six_marginals_fit_the_trip_cap_exactly_once_and_the_refusal_names_no_fi
     for needle in ("trip scope '2016-07-25|bus'", "tap_off_time_loc: approx_dp ε=2.0", "run run-1",
                    "(8.0, 7.5e-07)", "against the cap (8.0, 7.5e-07)", "raise-cap", "every fresh draw"):
         assert needle in message
-    assert FP not in message and FP[:12] not in message and "b" * 12 not in message
+    assert FP not in message and FP[:12] not in message and "b" * 12 not in message and "ρ=" not in message
     assert info.value.scope == "2016-07-25|bus" and info.value.requested == PrivacyCost.approx_dp(1.0, DELTA)
 
 

@@ -17,7 +17,7 @@ from opal_dp.definitions import defs
 from opal_dp.defs.shared.automation import RAW_FILES, raw_file_sensor
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.jobs import run_plan
-from opal_dp.defs.shared.partitions import period_and_mode, period_mode
+from opal_dp.defs.shared.partitions import RANGE_END, RANGE_START, period_and_mode, period_mode
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.network import MODES
 from opal_dp.release.statement.runs import draws_of, partition_keys
@@ -56,6 +56,25 @@ def test_raw_file_sensor_records_versions_but_launches_nothing(storage):
     replaced = sensor_tick(instance, storage, again.cursor)
     assert [e.partition for e in replaced.asset_events] == ["2016-07-26"]  # a new version: the day re-runs
     assert replaced.run_requests == []
+
+
+def test_a_sensor_switched_on_after_days_were_ingested_records_only_new_or_replaced_files(storage):
+    """Days ingested from the UI or the command line before the raw-file sensor's first tick (empty cursor) are not
+    recorded again as new files, which would ingest and release them all again; a day not yet ingested and a file
+    replaced since its day was ingested are."""
+    instance = dg.DagsterInstance.ephemeral()
+    deliver(storage, WEEKS[0][:3])
+    config = {"resources": {"storage": {"config": {"data_dir": storage.data_dir}}}}
+    assert defs().resolve_job_def("private_stages").execute_in_process(
+        instance=instance, run_config=config, tags={RANGE_START: WEEKS[0][0], RANGE_END: WEEKS[0][2]}).success
+    deliver(storage, WEEKS[0][3:4])
+    replaced = write_day(storage.raw_dir, WEEKS[0][1], tiny_day(WEEKS[0][1], trips=1_200, seed=9))
+    os.utime(replaced, ns=(1, 1))
+    first = sensor_tick(instance, storage)
+    assert [e.partition for e in first.asset_events] == [WEEKS[0][1], WEEKS[0][3]]
+    assert set(json.loads(first.cursor)) == set(WEEKS[0][:4])  # every file is remembered, recorded or not
+    elsewhere = dg.DagsterInstance.ephemeral()  # an instance that never saw the days ingested: it records them all
+    assert [e.partition for e in sensor_tick(elsewhere, storage).asset_events] == WEEKS[0][:4]
 
 
 def test_days_recorded_before_automations_first_evaluation_are_ingested_once(storage):

@@ -31,8 +31,8 @@ CUT = {"od_height": 6, "max_trips_per_card_day": 4}
 pytestmark = pytest.mark.slow
 
 
-def run(instance, storage: OpalStorage, job: str, span, budget: dict):
-    tags = {RANGE_START: span[0], RANGE_END: span[1]}
+def run(instance, storage: OpalStorage, job: str, span, budget: dict, **more_tags: str):
+    tags = {RANGE_START: span[0], RANGE_END: span[1], **more_tags}
     config = {"resources": {"storage": {"config": {"data_dir": storage.data_dir}}, "privacy_budget": {"config": budget}}}
     return defs().resolve_job_def(job).execute_in_process(instance=instance, tags=tags, run_config=config,
                                                           raise_on_error=False)
@@ -71,6 +71,26 @@ def test_a_release_on_other_settings_than_its_days_were_cut_with_is_refused_befo
     assert all("ingested with other settings (" in lines[day] and said in lines[day] for day in WEEKS[0])
     assert not (storage.private_dir / "ledger.sqlite").exists()  # nothing was charged: the ledger never opened
     assert run(instance, storage, job, span, CUT).success  # the settings the days were cut with release them
+
+
+def test_a_range_run_with_its_first_partition_s_tags_is_refused_before_anything_is_charged(ingested):
+    """A backfill of the release job from its Partitions page (Dagster 1.13's job backfill) tags each range run with
+    its first (week, mode) as well, and Dagster then hands the steps that one partition: it would release bus alone
+    and succeed. The run fails, naming the way that works, with the ledger never opened; the same range without the
+    stray tags releases every mode."""
+    instance, storage = ingested
+    week = WEEKS[0][0]
+    first = {"dagster/partition/mode": "bus", "dagster/partition/period": week}
+    result = run(instance, storage, "release", period_range([week]), CUT, **first)
+    assert not result.success
+    assert (f"this run covers bus|{week} to train|{week}, but Dagster hands its steps bus|{week} only"
+            in failure(result)) and "Release the weeks from the asset graph" in failure(result)
+    assert not (storage.private_dir / "ledger.sqlite").exists()  # nothing was charged: the ledger never opened
+    one = run(instance, storage, "release", (f"bus|{week}", f"bus|{week}"), CUT, **first)  # a range of one: as tagged
+    assert one.success
+    whole = run(instance, storage, "release", period_range([week]), CUT)
+    assert whole.success and {str(e.partition) for e in whole.all_events if e.is_step_materialization} >= {
+        f"{mode}|{week}" for mode in ("bus", "ferry", "light_rail", "train")}
 
 
 def test_the_command_line_ingests_days_cut_with_other_settings_again_before_it_releases(ingested):

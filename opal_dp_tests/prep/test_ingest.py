@@ -117,6 +117,17 @@ def test_missing_column_fails_naming_file_and_column(tmp_path, stops):
         ingest_file(path, stops)
 
 
+def test_a_file_without_its_header_line_fails_without_quoting_its_first_row(tmp_path, stops):
+    """Read without its header, a file's first row becomes its column names: the error counts them, never shows them."""
+    path = write_csv(tmp_path, DAY, [{**GOOD, "card_id": 3085220888869376}])
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[1:]))
+    with pytest.raises(RawInputError) as raised:
+        ingest_file(path, stops)
+    message = str(raised.value)
+    assert "missing required column 'card_id'" in message and "the file has 6 columns, 0 of them the contract's" in message
+    assert "3085220888869376" not in message and "08:01:00" not in message and "train" not in message
+
+
 def test_extra_columns_are_dropped_and_reported(tmp_path, stops):
     path = tmp_path / f"trips_{DAY}.csv"
     pd.DataFrame([{**GOOD, "passenger_name": "A. Person"}]).to_csv(path, index=False)

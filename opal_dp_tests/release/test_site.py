@@ -181,6 +181,21 @@ def test_the_measured_trend_names_what_its_bound_leaves_out(tables, stated, stop
             "figures run low by those few trips, which the ± does not cover") in trend
 
 
+def test_a_week_with_totals_but_no_marginals_of_a_mode_has_its_weekly_row(tables, stated, stops):
+    """totals.csv covers every mode of a week's OD release; a mode whose marginals were not released that week (a
+    refused or pending (week, mode)) still gets that week's row, per date of its totals, instead of failing the page."""
+    totals = pd.DataFrame({"mode": "train", "date": ["20160725", "20160726", "20160801"], "tap": "on",
+                           "count": [1000, 1200, 1400], "error_95": 9})
+    totals = pd.concat([totals, totals.assign(tap="off")], ignore_index=True)
+    measured = copy.deepcopy(stated) | {"od": {"files": ["totals.csv"], "hierarchy": {"totals": {
+        "sigma": 4.5, "max_items": 3, "max_per_mode": 1, "error_bound_95": 9}}}}
+    page = render_index(PageSummary.of_tables({**tables, "totals": totals}), measured, stops)
+    weeks = re.search(r"<summary>Train: trips per day of each week since the first published date</summary>(.*?)"
+                      r"</table>", page, re.S)[1]
+    assert re.findall(r'<tr><td>([\d-]+)</td><td class="num">(\d)</td><td class="num">([\d,]+) ±', weeks) == [
+        ("2016-07-25", "2", "1,100"), ("2016-08-01", "1", "1,400")]
+
+
 def test_labels_are_escaped(tables, stated, stops):
     evil = "<b>Quay & Co</b>"
     renamed = {name: frame.assign(loc=frame["loc"].astype(str).replace("Central", evil))

@@ -13,7 +13,7 @@ from opal_dp.defs.shared.automation import PERIOD
 from opal_dp.defs.shared.budget import PrivacyBudget
 from opal_dp.defs.shared.io import PartitionFrames
 from opal_dp.defs.shared.metadata import LEDGER_POOL, SINGLE_RUN, column_schema, labels, partition_table
-from opal_dp.defs.shared.partitions import date_and_mode, period_and_mode, period_mode
+from opal_dp.defs.shared.partitions import date_and_mode, period_and_mode, period_mode, run_partition_keys
 from opal_dp.defs.shared.resources import PerDayWorkers, ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.defs.shared.weeks import recorded_inputs
@@ -130,7 +130,7 @@ def release_marginals(
     params = {name: mechanism.describe() for name, mechanism in plan.mechanisms.items()}
     labels = frozenset(location_labels(stops))
     inputs = recorded_inputs(context, storage)
-    keys = [f"{day}|{mode}" for period, mode in map(period_and_mode, context.partition_keys)
+    keys = [f"{day}|{mode}" for period, mode in map(period_and_mode, run_partition_keys(context))
             for day in inputs[period].days]
     versions = {day: v for found in inputs.values() for day, v in found.scope_versions(plan.unit).items()}
     try:  # each piece's truths and true cells made in the per-day workers

@@ -8,7 +8,8 @@ default. ``$OPAL_DP_SENSOR_INTERVAL`` (seconds, default 60) is how often each of
 
 - ``raw_file_sensor`` records each new or replaced raw file as a new version of the external asset
   ``raw_trip_files`` (a runless materialisation of the day's partition whose data version is the file's name,
-  size and modification time). It launches nothing.
+  size and modification time). It launches nothing. A file whose day this instance already ingested from exactly
+  these bytes (from the UI or the command line, before the sensor was switched on) is not recorded again.
 - The private day stages are ``DAY``: a day whose raw file is new or replaced is ingested, whatever else its week
   holds. The release assets of a week are ``PERIOD``: a week is released once every one of its seven days is
   ingested (none missing: a failed day is missing), and released again when one of them is ingested again (a
@@ -35,9 +36,11 @@ from opal_dp import settings
 from opal_dp.defs.shared.jobs import THE_RELEASE
 from opal_dp.defs.shared.partitions import service_dates
 from opal_dp.defs.shared.storage import OpalStorage
+from opal_dp.prep.day_records import raw_stamp, read_record
 from opal_dp.prep.ingest import scan_raw_files
 
 RAW_FILES = dg.AssetKey("raw_trip_files")
+INGESTED_TRIPS = "ingested_trips"  # the day stage whose materialisation says a day is ingested
 _READY = (~dg.AutomationCondition.any_deps_missing() & ~dg.AutomationCondition.any_deps_in_progress()
           & ~dg.AutomationCondition.in_progress())
 # Dagster's conditions see no update on their first evaluation (``newly_updated`` is empty then, and
@@ -51,7 +54,7 @@ _READY = (~dg.AutomationCondition.any_deps_missing() & ~dg.AutomationCondition.a
 # it is released by hand.
 _UPDATED = dg.AutomationCondition.any_deps_updated().since_last_handled()
 _BACKLOG = dg.AutomationCondition.initial_evaluation() & dg.AutomationCondition.asset_matches(
-    "ingested_trips", dg.AutomationCondition.missing())
+    INGESTED_TRIPS, dg.AutomationCondition.missing())
 DAY = ((_UPDATED | _BACKLOG) & _READY).with_label("ingest_on_arrival")
 PERIOD = (_UPDATED & _READY).with_label("release_complete_week")
 SENSOR_INTERVAL = settings.sensor_interval_from_env()
@@ -90,13 +93,30 @@ def raw_file_sensor(context: dg.SensorEvaluationContext, storage: OpalStorage) -
                             f"({settings.FIRST_DATE_ENV} to yesterday)")
     for name, why in sorted(unusable.items()):
         context.log.warning(f"ignored: {why}")
-    changed = sorted(day for day, stamp in current.items() if seen.get(day) != stamp)
+    changed = _not_yet_ingested(context.instance, storage, found,
+                                sorted(day for day, stamp in current.items() if seen.get(day) != stamp))
     return dg.SensorResult(
         asset_events=[dg.AssetMaterialization(RAW_FILES, partition=day, tags={"dagster/data_version": current[day]},
                                               metadata={"files": current[day].split(":")[0]})
                       for day in changed],
         cursor=json.dumps(current, sort_keys=True),
     )
+
+
+def _not_yet_ingested(instance: dg.DagsterInstance, storage: OpalStorage, found: dict, days: list[str]) -> list[str]:
+    """Of ``days`` (files the sensor has not recorded yet), those not already ingested from exactly these bytes: a
+    sensor switched on after days were ingested from the UI or the command line (its cursor empty) records only the
+    days whose file is new or replaced since, so that its first tick does not ingest and release everything again.
+    Already ingested means both: the day's record names this very file (name, size, modification time) and this
+    instance holds the day's ``ingested_trips`` materialisation (else automation would see the day missing)."""
+    ingested = instance.get_materialized_partitions(dg.AssetKey(INGESTED_TRIPS)) if days else set()
+    return [day for day in days if not (day in ingested and len(found[day]) == 1 and _record_reads(storage, day,
+                                                                                                    found[day][0]))]
+
+
+def _record_reads(storage: OpalStorage, day: str, path) -> bool:
+    record = read_record(storage.private_dir, day)
+    return record is not None and record.ingested and record.raw == raw_stamp(path)
 
 
 opal_dp_automation = dg.AutomationConditionSensorDefinition(

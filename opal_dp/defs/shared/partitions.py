@@ -33,6 +33,29 @@ modes = dg.StaticPartitionsDefinition(list(MODES))
 period_mode = dg.MultiPartitionsDefinition({"period": release_periods, "mode": modes})
 
 
+def run_partition_keys(context: dg.AssetExecutionContext) -> list[str]:
+    """The run's partition keys as Dagster hands them to its steps, refused when the run's tags say otherwise.
+
+    A backfill launched from a job's Partitions page (Dagster 1.13, ``job_backfill``) gives each run of a range of
+    (week, mode) partitions its first partition's dimension tags too, and the steps of such a run are handed that one
+    partition only: released, it would publish one mode of one week and report success. Such a run fails here, at
+    its first step, before anything is read, drawn or charged."""
+    keys = [str(k) for k in context.partition_keys]
+    tags, partitions = context.run.tags, context.assets_def.partitions_def
+    if RANGE_START in tags and RANGE_END in tags and isinstance(partitions, dg.MultiPartitionsDefinition):
+        spanned = partitions.get_partition_keys_in_range(dg.PartitionKeyRange(
+            partitions.get_partition_key_from_str(tags[RANGE_START]),
+            partitions.get_partition_key_from_str(tags[RANGE_END])))
+        if sorted(map(str, spanned)) != sorted(keys):
+            raise dg.Failure(description=(
+                f"this run covers {tags[RANGE_START]} to {tags[RANGE_END]}, but Dagster hands its steps "
+                f"{', '.join(keys)} only: a backfill launched from a job's Partitions page gives every run of a range "
+                "its first partition's tags. Nothing was read, drawn or charged. Release the weeks from the asset "
+                "graph (select the assets, Materialize, choose the partitions) or with `python -m opal_dp.cli "
+                "release`."))
+    return keys
+
+
 def period_and_mode(key: str | dg.MultiPartitionKey) -> tuple[str, str]:
     """(week, mode) of a (week, mode) key, whether Dagster hands it over as a key or a plain string ``mode|week``."""
     mode, sep, period = str(key).partition("|")

@@ -7,7 +7,7 @@ from dataclasses import replace
 import dagster as dg
 
 from opal_dp.defs.shared.budget import PrivacyBudget
-from opal_dp.defs.shared.partitions import period_and_mode
+from opal_dp.defs.shared.partitions import period_and_mode, run_partition_keys
 from opal_dp.defs.shared.resources import ReferenceNetwork
 from opal_dp.defs.shared.storage import OpalStorage
 from opal_dp.release.period_input import (WITHOUT_TAG, PeriodInput, PeriodNotReady, period_input,
@@ -16,7 +16,7 @@ from opal_dp.release.period_input import (WITHOUT_TAG, PeriodInput, PeriodNotRea
 
 def run_weeks(context: dg.AssetExecutionContext) -> list[str]:
     """The weeks (their Mondays) of the run's partitions, of a week or a (week, mode) asset."""
-    return sorted({period_and_mode(k)[0] if "|" in str(k) else str(k) for k in context.partition_keys})
+    return sorted({period_and_mode(k)[0] if "|" in k else k for k in run_partition_keys(context)})
 
 
 def period_inputs(context: dg.AssetExecutionContext, privacy_budget: PrivacyBudget, reference: ReferenceNetwork,

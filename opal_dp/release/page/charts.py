@@ -85,12 +85,17 @@ def _recent(summary: PageSummary, start: str) -> PageSummary:
 
 
 def trend_section(summary: PageSummary, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
+    """The daily trend of each mode over the dates it was published on: its marginals' dates and, when measured, its
+    totals' (``totals.csv`` has every mode of a week's OD release, also a (week, mode) whose marginals were not
+    released)."""
+    measured = totals_noise(statement) is not None
+    days = {m: sorted(set(days[m]) | (set(rows_of(summary.measured, m, "on")["date"].astype(str)) if measured else set()))
+            for m in modes}
     dates = sorted({d for m in modes for d in days[m]})
     first, last = day(dates[0]), day(dates[-1])
     start = max(first, last - timedelta(TREND_DAYS - 1))
     calendar = [start + timedelta(n) for n in range((last - start).days + 1)]
     recent = _recent(summary, f"{start:%Y%m%d}")
-    measured = totals_noise(statement) is not None
     blocks = []
     for mode in modes:
         totals = daily_totals(recent, mode, statement)
@@ -198,7 +203,7 @@ def _trend_table(mode: str, totals: pd.DataFrame) -> str:
 def _weekly_table(mode: str, totals: pd.DataFrame, dates: list[str]) -> str:
     """Each week (Monday to Sunday) since the first published date: the dates published in it and its trips per
     published day (the week's sum and its bound divided by its dates), so a week with a date withheld compares with
-    full weeks."""
+    full weeks. ``dates``: the mode's published dates (``trend_section``)."""
     published = pd.Series([week_of_date(d) for d in dates]).value_counts()
     rows = "".join(
         f'<tr><td>{day(w):%Y-%m-%d}</td><td class="num">{published.get(w, 0)}</td>'
