@@ -147,10 +147,11 @@ def test_public_page_is_self_contained_and_shows_the_release(release: Path, brow
     time = pd.read_csv(release / "time.csv", dtype=str)
     modes = sorted({k["mode"] for k in partition_keys(statement)})  # every released mode gets its section
     days = {m: sum(k["mode"] == m for k in partition_keys(statement)) for m in modes}
-    # The design (SBH) leaves out counts under its threshold: the page averages only a window or a place published on
-    # every day of its mode, and says so for a mode that has none.
+    # The design (SBH) leaves out counts under its threshold: the page averages a window or a place only where its
+    # days without a count can lower its average by no more than its ± (over these two days: published on both), and
+    # says so for a mode that has none.
     windows = time[time["time"].str.fullmatch(r"\d{1,2}:\d{2}")]
-    published = set(windows["mode"])  # a small mode's 15-minute counts may all fall below the threshold
+    with_windows = set(windows["mode"])  # a small mode's 15-minute counts may all fall below the threshold
     counted = every_day(windows, ["mode", "tap", "time"], days)
     assert {"bus", "train"} <= counted, "a large mode published no time count on both days: raise SCALE"
     loc = pd.read_csv(release / "loc.csv", dtype=str)
@@ -176,14 +177,14 @@ def test_public_page_is_self_contained_and_shows_the_release(release: Path, brow
             expect(page.locator(f"table#top-{mode}")).to_be_visible()
         elif mode in set(loc["mode"]):
             expect(page.locator("#locations")).to_contain_text(
-                f"No location of this mode was published on every one of its {days[mode]} days.")
+                f"No location of this mode was published on enough of its {days[mode]} days.")
         else:
             expect(page.locator("#locations")).to_contain_text("No location count of this mode was published.")
         if mode not in counted:  # said in words, never drawn as zero
             expect(page.locator(f"svg#time-{mode}")).to_have_count(0)
             expect(page.locator("#time-of-day")).to_contain_text(
-                f"No 15-minute window of this mode was published on every one of its {days[mode]} days."
-                if mode in published else "No time-of-day count of this mode was published.")
+                f"No 15-minute window of this mode was published on enough of its {days[mode]} days."
+                if mode in with_windows else "No time-of-day count of this mode was published.")
             if (release / "totals.csv").exists():  # its measured daily totals are drawn all the same
                 expect(page.locator(f"svg#trend-{mode}")).to_be_visible()
             else:
@@ -209,7 +210,7 @@ def test_public_page_is_self_contained_and_shows_the_release(release: Path, brow
         box = site_map.bounding_box()
         assert box and box["width"] > 300 and box["height"] > 100
     drawn = {t.split(",")[0] for t in page.locator("svg#map circle title").all_text_contents()}
-    assert {"Bus", "Train"} <= drawn <= {MODE_NAMES[m] for m in located}  # only places published on every day
+    assert {"Bus", "Train"} <= drawn <= {MODE_NAMES[m] for m in located}  # only places published on both days
     sizes = page.locator("span.size").evaluate_all("s => s.map(e => [e.dataset.file, Number(e.dataset.bytes)])")
     assert dict(sizes) == {name: (release / name).stat().st_size for name in files_of(statement) if name != PAGE}
 

@@ -89,8 +89,9 @@ def trend_section(summary: PageSummary, days: Mapping[str, list[str]], modes: li
     totals' (``totals.csv`` has every mode of a week's OD release, also a (week, mode) whose marginals were not
     released)."""
     measured = totals_noise(statement) is not None
-    days = {m: sorted(set(days[m]) | (set(rows_of(summary.measured, m, "on")["date"].astype(str)) if measured else set()))
-            for m in modes}
+    counted = ({m: sorted(set(rows_of(summary.measured, m, "on")["date"].astype(str))) for m in modes} if measured
+               else days)  # the dates the figures add up: totals.csv's, else the mode's published dates
+    days = {m: sorted(set(days[m]) | set(counted[m])) for m in modes}
     dates = sorted({d for m in modes for d in days[m]})
     first, last = day(dates[0]), day(dates[-1])
     start = max(first, last - timedelta(TREND_DAYS - 1))
@@ -105,7 +106,7 @@ def trend_section(summary: PageSummary, days: Mapping[str, list[str]], modes: li
             continue
         weekly = daily_totals(summary, mode, statement, "week", lambda d: d.map(week_of_date))
         blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{_trend_chart(mode, totals, calendar)}{_trend_table(mode, totals)}"
-                      f"{_weekly_table(mode, weekly, days[mode])}")
+                      f"{_weekly_table(mode, weekly, counted[mode])}")
     since = "" if start == first else f", the latest {TREND_DAYS // 7} weeks"
     source = (_measured_source(statement["od"]["hierarchy"]["totals"]) if measured else
               "time.csv, summing the counts that were published (suppressed counts count as 0: the figures are lower "
@@ -203,7 +204,7 @@ def _trend_table(mode: str, totals: pd.DataFrame) -> str:
 def _weekly_table(mode: str, totals: pd.DataFrame, dates: list[str]) -> str:
     """Each week (Monday to Sunday) since the first published date: the dates published in it and its trips per
     published day (the week's sum and its bound divided by its dates), so a week with a date withheld compares with
-    full weeks. ``dates``: the mode's published dates (``trend_section``)."""
+    full weeks. ``dates``: the dates the figures add up (``trend_section``: those of ``totals.csv`` when measured)."""
     published = pd.Series([week_of_date(d) for d in dates]).value_counts()
     rows = "".join(
         f'<tr><td>{day(w):%Y-%m-%d}</td><td class="num">{published.get(w, 0)}</td>'
@@ -238,7 +239,7 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
         if not len(rows_of(time, mode, "on")) + len(rows_of(time, mode, "off")):
             body = '<p class="note">No time-of-day count of this mode was published.</p>\n'
         elif not any((a["average"] > 0).any() for a in averages.values()):
-            body = f'<p class="note">No 15-minute window of this mode was published on every one of its {n} days.</p>\n'
+            body = f'<p class="note">No 15-minute window of this mode was published on enough of its {n} days.</p>\n'
         else:
             body = _time_chart(mode, averages, HOURS if fitted else WINDOWS_PER_DAY)
         charts.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
@@ -256,10 +257,10 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
         source = (f"Each published count in time.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
                   f"{on['scale']:.4g} (privacy.json); for one count the bound is ±{on['error_bound_95']}, and for an "
                   "average over days it is the bound of the sum of the counts' noise, divided by the days. "
-                  + (f"A window has a bar only if its count was published on every day of its mode: on a day it was "
-                     f"not, the count was only below the threshold ({on['min_released_count']} for one count), so an "
-                     "average that counted it as 0 would understate the window by more than its bar. time.csv has "
-                     "every published count." if whole else "Counts that were not published (estimates under 1) "
+                  + (f"A count that was not published counts as 0, though its noisy value may have been up to "
+                     f"{on['min_released_count'] - 1} (the threshold, less 1): a window has a bar only where its days "
+                     "without a published count can lower its average by no more than its bar. time.csv has every "
+                     "published count." if whole else "Counts that were not published (estimates under 1) "
                      "count as 0."))
     return (
         '<section id="time-of-day" aria-labelledby="time-of-day-title">\n<h2 id="time-of-day-title">Trips by time of '
@@ -271,8 +272,8 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
 
 
 def _windows(rows: pd.DataFrame, days: int, marginal: Mapping, whole: bool) -> pd.DataFrame:
-    """Per 15-minute window, each published count with its own noise; ``whole``: only windows published on every
-    day (``per_day``)."""
+    """Per 15-minute window, each published count with its own noise; ``whole``: only windows published on enough
+    days (``per_day``)."""
     return per_day(rows.assign(window=rows["time"].map(WINDOW_INDEX)), "window", days, marginal, whole).reindex(
         range(WINDOWS_PER_DAY), fill_value=0.0)
 

@@ -71,18 +71,20 @@ def per_day(rows: pd.DataFrame, key: str | list[str], days: int, marginal: Mappi
     """Average per day of the counts of ``rows`` by ``key``, with the 95% noise bound of that average; ``rows`` are
     published counts (one count each) or sums of ``n`` published counts (``page.summary``).
 
-    ``whole``: the table suppresses small noisy counts (``suppresses``) and a key has one count a day, so a key with
-    fewer than ``days`` published counts gets no average (NaN): on a day its count was not published it is only known
-    to be below the threshold, and counting it as 0 would understate the average far beyond its bound (a place under
-    the threshold on most days shows a tenth of its trips). A key published on every day was above the threshold on
-    each; that selection raises its average only where it sat near the threshold every day."""
+    ``whole``: the table suppresses small noisy counts (``suppresses``) and a key has one count a day. A day a key's
+    count was not published counts as 0, but its noisy count was anything up to ``min_released_count - 1``, so the
+    average can understate the average of the key's noisy counts by up to (days not published) x (threshold - 1) /
+    days: a key gets no average (NaN) where that exceeds its noise bound (a place under the threshold on most days
+    would show a tenth of its trips), and keeps it where it does not (a year with a day or two missing)."""
     counted = rows if "n" in rows else rows.assign(n=1)
     grouped = counted.groupby(key, sort=False)[["count", "n"]].sum().rename(columns={"count": "sum", "n": "size"})
     bounds = sum_error_bounds(marginal["noise"], marginal["scale"])
     bound = {n: bounds(n) for n in sorted(set(grouped["size"]))}
-    average = grouped["sum"] / days
-    return pd.DataFrame({"average": average.where(grouped["size"] >= days) if whole else average,
-                         "error": grouped["size"].map(bound) / days})
+    average, error = grouped["sum"] / days, grouped["size"].map(bound) / days
+    if whole:
+        understated = (days - grouped["size"]).clip(lower=0) * (marginal["min_released_count"] - 1) / days
+        average = average.where(understated <= error)
+    return pd.DataFrame({"average": average, "error": error})
 
 
 def suppresses(statement: Mapping) -> bool:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from opal_dp.network import MODES
 from opal_dp.prep.binning import location_points
-from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, place
+from opal_dp.release.page.common import COLOURS, MODE_NAMES, e, per_day, place, rows_of
 
 WIDTH, PAD, MAX_RADIUS, MIN_RADIUS = 560, 20, 14.0, 3.0
 KM_PER_DEGREE = 111.32  # of latitude
@@ -56,26 +56,25 @@ class View:
                 f'fill="none"/><text x="{x + length + 6:.1f}" y="{y + 1}" class="halo">{km:g} km</text></g>')
 
 
-def map_section(loc: pd.DataFrame, days: Mapping[str, list[str]], stops: pd.DataFrame, whole: bool = False) -> str:
-    """Average tap-ons per day at each published location; ``whole``: of the locations published on every day of
-    their mode only (``common.per_day``: under a design that suppresses small counts any other average is unknown)."""
-    counted = loc if "n" in loc else loc.assign(n=1)
-    on = counted[counted["tap"] == "on"].groupby(["mode", "loc"], sort=True)[["count", "n"]].sum().reset_index()
-    days_of = on["mode"].map(lambda m: len(days[m]))
-    on["average"] = on["count"] / days_of
-    partial = int((on["n"] < days_of).sum()) if whole else 0
-    if partial:
-        on = on[on["n"] >= days_of]
+def map_section(loc: pd.DataFrame, days: Mapping[str, list[str]], stops: pd.DataFrame, marginal: Mapping,
+                whole: bool = False) -> str:
+    """Average tap-ons per day at each published location (``per_day``; ``marginal``: loc.csv's tap-on marginal);
+    ``whole``: of the locations published on enough days only (under a design that suppresses small counts)."""
+    averages = [per_day(rows_of(loc, mode, "on"), "loc", len(days[mode]), marginal, whole).reset_index().assign(mode=mode)
+                for mode in sorted(set(loc["mode"].astype(str)) & set(days)) if days[mode]]
+    on = pd.concat(averages, ignore_index=True) if averages else pd.DataFrame(columns=["loc", "average", "mode"])
+    partial = int(on["average"].isna().sum())
+    on = on.dropna(subset=["average"])
     placed = on.merge(location_points(stops), on=["mode", "loc"], how="inner")
     unplaced = len(on) - len(placed)
-    left_out = (f" {partial} location{'s' * (partial > 1)} published on some days only {'are' if partial > 1 else 'is'}"
-                " not drawn: their average per day is unknown (Busiest locations)." if partial else "")
+    left_out = (f" {partial} location{'s' * (partial > 1)} published on too few days {'are' if partial > 1 else 'is'}"
+                " not drawn (Busiest locations)." if partial else "")
     if placed.empty:
         return ('<section id="map" aria-labelledby="map-title">\n<h2 id="map-title">Map</h2>\n<p class="note">No '
                 f"published location has coordinates in the stop list.{left_out}</p>\n</section>\n")
     placed = placed.assign(r=MIN_RADIUS + (MAX_RADIUS - MIN_RADIUS) * np.sqrt(placed["average"] / placed["average"].max()))
     placed = placed.sort_values(["average", "mode", "loc"], ascending=[False, True, True], ignore_index=True)
-    whole = View.of(placed["lon"].min(), placed["lon"].max(), placed["lat"].min(), placed["lat"].max())
+    network = View.of(placed["lon"].min(), placed["lon"].max(), placed["lat"].min(), placed["lat"].max())
     busiest = placed.iloc[0]
     half_lat = CENTRE_KM / 2 / KM_PER_DEGREE
     half_lon = half_lat / math.cos(math.radians(busiest["lat"]))
@@ -88,7 +87,7 @@ def map_section(loc: pd.DataFrame, days: Mapping[str, list[str]], stops: pd.Data
     return (
         '<section id="map" aria-labelledby="map-title">\n<h2 id="map-title">Map</h2>\n'
         f'<p class="legend">{legend}</p>\n'
-        f"<h3>Whole network</h3>\n{_view_svg('map', whole, placed, stops, 'Map of the whole network')}"
+        f"<h3>Whole network</h3>\n{_view_svg('map', network, placed, stops, 'Map of the whole network')}"
         f"<h3>City centre ({CENTRE_KM:g} km across, around {e(place(busiest['mode'], busiest['loc']))})</h3>\n"
         f"{_view_svg('map-centre', centre, placed, stops, 'Map of the city centre')}"
         '<p class="note">North is up. Circle area is proportional to the average tap-ons per day at a location, from '

@@ -120,7 +120,7 @@ def render_index(published: PageSummary | Mapping[str, pd.DataFrame], statement:
         trend_section(published, days, modes, statement),
         time_of_day_section(published.time, days, modes, statement),
         _top_locations(published.loc, days, modes, statement),
-        map_section(published.loc, days, stops, suppresses(statement)),
+        map_section(published.loc, days, stops, marginal_of(statement, "loc.csv", "on"), suppresses(statement)),
         _guarantee(statement),
         dictionary_section(statement),
         files_section(published.rows, statement, sizes or {}),
@@ -241,7 +241,7 @@ def _guarantee(statement: Mapping) -> str:
 
 def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list[str], statement: Mapping) -> str:
     """The busiest locations of each mode by average tap-ons per day, with their tap-offs per day; under a design that
-    suppresses small counts, of the locations published on every day of the mode only (``per_day``'s ``whole``)."""
+    suppresses small counts, of the locations published on enough days only (``per_day``'s ``whole``)."""
     whole = suppresses(statement)
     blocks = []
     for mode in modes:
@@ -259,11 +259,11 @@ def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list
         body = (f'<table class="top-locations" id="top-{mode}">\n<tr><th>location</th><th class="num">tap-ons per day'
                 f'</th><th class="num">tap-offs per day</th><th class="bar"><span class="visually-hidden">tap-ons, '
                 f"as a bar</span></th></tr>\n{rows}</table>\n") if rows else (
-            f'<p class="note">No location of this mode was published on every one of its {len(days[mode])} days.</p>\n'
+            f'<p class="note">No location of this mode was published on enough of its {len(days[mode])} days.</p>\n'
             if partial else '<p class="note">No location count of this mode was published.</p>\n')
         if partial:
             body += (f'<p class="note">{partial} other location{"s" * (partial > 1)} of this mode '
-                     f"{'were' if partial > 1 else 'was'} published on some days only (in loc.csv).</p>\n")
+                     f"{'were' if partial > 1 else 'was'} published on too few days to average (in loc.csv).</p>\n")
         blocks.append(f"<h3>{MODE_NAMES[mode]}</h3>\n{body}")
     on = marginal_of(statement, "loc.csv", "on")
     if "fit_error_sd" in on:
@@ -275,9 +275,10 @@ def _top_locations(loc: pd.DataFrame, days: Mapping[str, list[str]], modes: list
     else:
         source = (f"each published count in loc.csv got {e(on['noise']).replace('_', ' ')} noise of scale "
                   f"{on['scale']:.4g} (privacy.json), ±{on['error_bound_95']} for one count")
-    listed = (f"Only locations published on every day of their mode are listed: on a day a count was not published it "
-              f"was only below the threshold ({on['min_released_count']} for one count), so an average that counted it "
-              "as 0 would understate the location by more than its ±." if whole else
+    listed = (f"A count that was not published counts as 0, though its noisy value may have been up to "
+              f"{on['min_released_count'] - 1} (the threshold, less 1): a location is listed only where its days "
+              "without a published count can lower its average by no more than its ±, so a place under the threshold "
+              "on many days is left out." if whole else
               "Counts that were not published (estimates under 1) count as 0.")
     return (
         '<section id="locations" aria-labelledby="locations-title">\n<h2 id="locations-title">Busiest locations</h2>\n'
