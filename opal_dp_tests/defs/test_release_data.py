@@ -148,6 +148,7 @@ def test_a_bad_day_is_left_out_and_bad_bytes_are_rejected_by_row_never_printed(t
     with dg.DagsterInstance.get() as instance:
         rollup = instance.get_latest_materialization_event(dg.AssetKey("published_release")).asset_materialization
         assert BAD in rollup.metadata["days_left_out"].value and rollup.metadata["days_pending"].value == {}
+        assert rollup.metadata["dates_in_release"].value == rollup.metadata["dates_written"].value == 2  # both new
         (ingest,) = instance.fetch_materializations(dg.AssetRecordsFilter(
             asset_key=dg.AssetKey("ingested_trips"), asset_partitions=[BYTES]), limit=1).records
     meta = ingest.asset_materialization.metadata

@@ -284,8 +284,9 @@ def _publish_release(
     except PublishedFormatError as err:
         raise refused(FOLDER, f"publishing refused, the new folder is not well formed: {err}") from None
     status = {**_person_metadata(ledger), "path": dg.MetadataValue.path(str(folder)),
-              "dates_published": len(changed) if statements else 0,
-              "dates_published_list": dg.MetadataValue.json([d.replace("-", "") for d in changed] if statements else []),
+              "dates_in_release": len(dates),  # every date the published folder holds, as the CLI's summary counts
+              "dates_written": len(changed) if statements else 0,  # of those, new or changed by this run
+              "dates_written_list": dg.MetadataValue.json([d.replace("-", "") for d in changed] if statements else []),
               "partitions_published": len({k for k, _ in draw_ids}),
               "days_pending": dg.MetadataValue.json(pending),
               "days_left_out": dg.MetadataValue.json(left_out)}
