@@ -238,7 +238,7 @@ def time_of_day_section(time: pd.DataFrame, days: Mapping[str, list[str]], modes
                     for tap in ("on", "off")}
         if not len(rows_of(time, mode, "on")) + len(rows_of(time, mode, "off")):
             body = '<p class="note">No time-of-day count of this mode was published.</p>\n'
-        elif not any((a["average"] > 0).any() for a in averages.values()):
+        elif whole and not any((a["average"] > 0).any() for a in averages.values()):  # each held back (per_day)
             body = f'<p class="note">No 15-minute window of this mode was published on enough of its {n} days.</p>\n'
         else:
             body = _time_chart(mode, averages, HOURS if fitted else WINDOWS_PER_DAY)
